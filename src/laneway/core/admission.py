@@ -1,0 +1,141 @@
+"""Admission control: entitlements, per-tenant quotas and concurrency caps.
+
+Pure bookkeeping; the scheduler calls :meth:`Admission.check` at submission
+and keeps the per-tenant counters current on every transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from laneway.core.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A token bucket: ``rate_per_s`` refill, at most ``burst`` requests at once."""
+
+    rate_per_s: float
+    burst: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.rate_per_s <= 0 or self.burst < 1:
+            raise ConfigError("quota: rate_per_s must be > 0 and burst >= 1")
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    """What one tenant may do. ``allowed=None`` allows every class."""
+
+    allowed: frozenset[int] | None = None
+    default_class: int | None = None
+    quotas: Mapping[int, Quota] = field(default_factory=dict)  # class rank -> bucket
+    max_concurrent: int | None = None  # admitted and not yet ended (queued + running)
+    max_queued: int | None = None
+
+
+class TokenBucket:
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, quota: Quota, now: float) -> None:
+        self.rate = quota.rate_per_s
+        self.burst = quota.burst
+        self.tokens = quota.burst
+        self.stamp = now
+
+    def take(self, now: float) -> float:
+        """Take one token; return 0 on success, else seconds until one is there."""
+        if now > self.stamp:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+
+@dataclass(slots=True)
+class TenantCounts:
+    inflight: int = 0
+    queued: int = 0
+
+
+class Admission:
+    """Per-tenant admission state."""
+
+    def __init__(
+        self,
+        tenants: Mapping[str, TenantPolicy],
+        default: TenantPolicy | None,
+        class_names: tuple[str, ...],
+    ) -> None:
+        self.tenants = dict(tenants)
+        self.default = default
+        self.names = class_names
+        self.counts: dict[str, TenantCounts] = {}
+        self._buckets: dict[tuple[str, int], TokenBucket] = {}
+
+    def policy_for(self, tenant: str | None) -> TenantPolicy | None:
+        if tenant is None:
+            return None
+        return self.tenants.get(tenant, self.default)
+
+    def check(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
+        """``None`` when admitted, else ``(reason, message, retry_after_s)``."""
+        pol = self.policy_for(tenant)
+        if pol is None:
+            return None
+        name = self.names[cls]
+        if pol.allowed is not None and cls not in pol.allowed:
+            return ("not_entitled", f"tenant {tenant!r} may not use class {name}", 0.0)
+        counts = self.counts.get(tenant)  # type: ignore[arg-type]
+        if counts is not None:
+            if pol.max_concurrent is not None and counts.inflight >= pol.max_concurrent:
+                return (
+                    "concurrency",
+                    f"tenant {tenant!r} has {counts.inflight} requests in flight "
+                    f"(limit {pol.max_concurrent})",
+                    1.0,
+                )
+            if pol.max_queued is not None and counts.queued >= pol.max_queued:
+                return (
+                    "concurrency",
+                    f"tenant {tenant!r} has {counts.queued} requests queued (limit {pol.max_queued})",
+                    1.0,
+                )
+        quota = pol.quotas.get(cls)
+        if quota is not None:
+            key = (tenant, cls)
+            bucket = self._buckets.get(key)  # type: ignore[arg-type]
+            if bucket is None:
+                bucket = self._buckets[key] = TokenBucket(quota, now)  # type: ignore[index]
+            wait = bucket.take(now)
+            if wait > 0:
+                return (
+                    "rate_limited",
+                    f"tenant {tenant!r} is over its {name} quota of {quota.rate_per_s:g}/s",
+                    wait,
+                )
+        return None
+
+    def on_admit(self, tenant: str | None) -> None:
+        if tenant is None:
+            return
+        c = self.counts.get(tenant)
+        if c is None:
+            c = self.counts[tenant] = TenantCounts()
+        c.inflight += 1
+        c.queued += 1
+
+    def on_dequeue(self, tenant: str | None) -> None:
+        if tenant is not None:
+            self.counts[tenant].queued -= 1
+
+    def on_requeue(self, tenant: str | None) -> None:
+        if tenant is not None:
+            self.counts[tenant].queued += 1
+
+    def on_end(self, tenant: str | None) -> None:
+        if tenant is not None:
+            self.counts[tenant].inflight -= 1

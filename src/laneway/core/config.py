@@ -1,0 +1,65 @@
+"""Scheduler configuration: one frozen object, validated on construction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from laneway.core.admission import TenantPolicy
+from laneway.core.classes import ClassTable
+from laneway.core.costs import CostModel
+from laneway.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Knobs of the policy core.
+
+    - ``aging_interval_s``: a queued request's dispatch rank rises one class
+      per interval of waiting (``None`` disables aging); it never rises above
+      ``aging_ceiling`` (default P1: aged batch work never competes with chat).
+    - ``drain_cap_s``: drain only for victims expected to end within this.
+    - ``max_preemptions``: a request preempted this often runs to the end.
+    - ``max_queued_total``: above it, arrivals shed the newest queued request
+      of the least urgent class below theirs (or are refused if there is none).
+    - ``mlfq_slice_s`` / ``mlfq_levels``: time slice of the first feedback
+      level (doubling per level) and the number of levels.
+    - ``default_service_s``: service time assumed before any is measured.
+    """
+
+    classes: ClassTable = field(default_factory=ClassTable)
+    aging_interval_s: float | None = 60.0
+    aging_ceiling: int = 1
+    drain_cap_s: float = 30.0
+    max_preemptions: int = 3
+    max_queued_total: int | None = None
+    costs: CostModel = field(default_factory=CostModel)
+    tenants: Mapping[str, TenantPolicy] = field(default_factory=dict)
+    default_tenant: TenantPolicy | None = None
+    mlfq_slice_s: float = 20.0
+    mlfq_levels: int = 3
+    default_service_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.aging_interval_s is not None and self.aging_interval_s <= 0:
+            raise ConfigError("aging_interval_s: must be > 0 (or none to disable aging)")
+        if not 0 <= self.aging_ceiling < len(self.classes):
+            raise ConfigError(f"aging_ceiling: must be a class rank 0–{len(self.classes) - 1}")
+        if self.drain_cap_s < 0:
+            raise ConfigError("drain_cap_s: must be >= 0")
+        if self.max_preemptions < 0:
+            raise ConfigError("max_preemptions: must be >= 0")
+        if self.max_queued_total is not None and self.max_queued_total < 1:
+            raise ConfigError("max_queued_total: must be >= 1")
+        if self.mlfq_slice_s <= 0 or self.mlfq_levels < 1:
+            raise ConfigError("mlfq_slice_s must be > 0 and mlfq_levels >= 1")
+        if self.default_service_s <= 0:
+            raise ConfigError("default_service_s: must be > 0")
+        n = len(self.classes)
+        for name, pol in self.tenants.items():
+            ranks = set(pol.allowed or ()) | set(pol.quotas)
+            if pol.default_class is not None:
+                ranks.add(pol.default_class)
+            bad = [r for r in ranks if not 0 <= r < n]
+            if bad:
+                raise ConfigError(f"tenants.{name}: unknown class rank {bad[0]}")

@@ -1,0 +1,107 @@
+"""Wait-time estimates from the queue ahead, running work and measured service.
+
+:class:`ServiceStats` measures service times per class (and per model);
+:class:`ArrivalRates` measures how much work per second arrives in each class,
+so an estimate accounts for more urgent work that will arrive while one waits;
+:func:`wait_estimate` combines them with the queue state.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class ServiceStats:
+    """Mean measured service time per class and per (class, model), with a prior."""
+
+    def __init__(self, n_classes: int, prior_s: float, prior_weight: float = 1.0) -> None:
+        self.prior_s = prior_s
+        self.prior_w = prior_weight
+        self.sum = [0.0] * n_classes
+        self.n = [0] * n_classes
+        self.by_model: dict[tuple[int, str], list[float]] = {}
+
+    def record(self, cls: int, model: str | None, service_s: float) -> None:
+        self.sum[cls] += service_s
+        self.n[cls] += 1
+        if model is not None:
+            acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
+            acc[0] += service_s
+            acc[1] += 1
+
+    def mean(self, cls: int, model: str | None = None) -> float:
+        if model is not None:
+            acc = self.by_model.get((cls, model))
+            if acc is not None and acc[1] >= 5:
+                return acc[0] / acc[1]
+        n = self.n[cls]
+        if n == 0:
+            # borrow from any measured class before falling back to the prior
+            total = sum(self.n)
+            if total:
+                return sum(self.sum) / total
+            return self.prior_s
+        return (self.sum[cls] + self.prior_s * self.prior_w) / (n + self.prior_w)
+
+
+class ArrivalRates:
+    """Exponentially decayed rate of arriving work (service-seconds per second)."""
+
+    def __init__(self, n_classes: int, tau_s: float = 300.0) -> None:
+        self.tau = tau_s
+        self.value = [0.0] * n_classes
+        self.stamp = [0.0] * n_classes
+
+    def add(self, cls: int, work_s: float, now: float) -> None:
+        dt = now - self.stamp[cls]
+        if dt > 0:
+            self.value[cls] *= math.exp(-dt / self.tau)
+            self.stamp[cls] = now
+        self.value[cls] += work_s / self.tau
+
+    def rate(self, cls: int, now: float) -> float:
+        dt = now - self.stamp[cls]
+        return self.value[cls] * (math.exp(-dt / self.tau) if dt > 0 else 1.0)
+
+
+def wait_estimate(
+    *,
+    slots: int,
+    available: int,
+    ahead: int,
+    ahead_work_s: float,
+    blocking: int,
+    blocking_remaining_s: float,
+    mean_service_s: float,
+    urgent_load: float,
+) -> float:
+    """Expected seconds until a new request starts.
+
+    - ``slots``: slots that could serve it; ``available``: of those, how many
+      are free or held by work it may preempt;
+    - ``ahead`` / ``ahead_work_s``: queued requests that dispatch before it and
+      their expected service;
+    - ``blocking`` / ``blocking_remaining_s``: running requests it cannot
+      preempt and their total expected remaining service;
+    - ``urgent_load``: more urgent work arriving per second, per slot (0–1).
+
+    It needs the ``k = ahead + 1 - available`` th slot to free. Remaining
+    times of blocking work are taken as uniform on ``[0, 2 x mean]``, so the
+    k-th of them ends near ``2 x mean x k / (blocking + 1)``; past the first
+    round, slots free at ``slots / mean service``. Urgent arrivals take their
+    share of capacity meanwhile: the result is stretched by ``1 / (1 - load)``.
+    """
+    if slots <= 0:
+        return math.inf
+    k = ahead + 1 - available
+    if k <= 0:
+        return 0.0
+    mean_rem = blocking_remaining_s / blocking if blocking else 0.0
+    if k <= blocking:
+        t = 2.0 * mean_rem * k / (blocking + 1)
+    else:
+        per_item = ahead_work_s / ahead if ahead else mean_service_s
+        first = 2.0 * mean_rem * blocking / (blocking + 1) if blocking else 0.0
+        t = first + (k - blocking) * per_item / slots
+    load = min(max(urgent_load, 0.0), 0.9)
+    return t / (1.0 - load)

@@ -1,0 +1,52 @@
+"""Named scheduling policies: which mechanisms of the core are switched on.
+
+- ``fifo``: one queue by arrival; no classes, no queue timeouts, no
+  preemption — what an engine's own queue does (the baseline).
+- ``priority``: strict classes, FIFO inside a class; no aging, no preemption.
+- ``graceful``: classes with aging; preemption by *drain* only — wait for the
+  soonest-finishing victim if it ends within the drain cap, else checkpoint.
+- ``mlfq``: weighted class shares (work-conserving) with multi-level feedback:
+  a request that uses up its time slice drops a level and yields its slot to
+  shorter work of its class; preemption rights as in the class table.
+- ``laneway``: the full default — classes, aging, preemption choosing per case
+  the cheapest of drain, checkpoint and recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREEMPTION_MODES = ("none", "drain", "auto", "checkpoint", "recompute")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    name: str
+    classes: bool = True  # False: one FIFO lane for everything
+    aging: bool = True
+    preemption: str = "auto"
+    shares: bool = False  # weighted class shares instead of strict order
+    feedback: bool = False  # time-slice demotion (multi-level feedback)
+    timeouts: bool = True  # per-class queue timeouts
+
+    def __post_init__(self) -> None:
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}")
+
+
+POLICIES: dict[str, PolicySpec] = {
+    "fifo": PolicySpec("fifo", classes=False, aging=False, preemption="none", timeouts=False),
+    "priority": PolicySpec("priority", aging=False, preemption="none"),
+    "graceful": PolicySpec("graceful", preemption="drain"),
+    "mlfq": PolicySpec("mlfq", aging=True, preemption="auto", shares=True, feedback=True),
+    "laneway": PolicySpec("laneway"),
+}
+
+
+def policy(name: str | PolicySpec) -> PolicySpec:
+    if isinstance(name, PolicySpec):
+        return name
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}") from None

@@ -1,0 +1,84 @@
+"""Victim choice and preemption mode: small pure functions over candidates.
+
+The scheduler gathers :class:`Candidate` rows for running requests that the
+waiting class may preempt; :func:`choose_victim` and :func:`choose_action`
+decide. Nothing here looks at queues or workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    request_id: str
+    worker_id: str
+    cls: int  # the victim's class rank (larger = less urgent)
+    seq: int
+    eta_s: float  # expected remaining service
+    checkpoint_s: float  # slot time of a checkpoint round trip (save + restore)
+    recompute_s: float  # slot time of a recompute round trip (re-prefill)
+    can_checkpoint: bool = True
+
+    @property
+    def best_mode(self) -> str:
+        if self.can_checkpoint and self.checkpoint_s <= self.recompute_s:
+            return "checkpoint"
+        return "recompute"
+
+    @property
+    def lost_s(self) -> float:
+        """Slot time wasted by preempting it the cheapest way available."""
+        return self.checkpoint_s if self.best_mode == "checkpoint" else self.recompute_s
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: str  # "preempt" or "drain"
+    victim: Candidate
+    mode: str  # "checkpoint" / "recompute" for a preemption, "drain" for a drain
+
+
+def choose_victim(cands: Sequence[Candidate]) -> Candidate | None:
+    """Lowest class first, then least work lost, then the latest arrival (seq)."""
+    if not cands:
+        return None
+    return min(cands, key=lambda c: (-c.cls, c.lost_s, -c.seq))
+
+
+def soonest(cands: Sequence[Candidate]) -> Candidate | None:
+    if not cands:
+        return None
+    return min(cands, key=lambda c: (c.eta_s, -c.cls, -c.seq))
+
+
+def choose_action(cands: Sequence[Candidate], mode: str, drain_cap_s: float) -> Action | None:
+    """Decide how to free one slot for a waiting request.
+
+    - ``drain``: wait for the soonest-finishing victim when its ETA is under
+      ``drain_cap_s``; else preempt the chosen victim the cheapest way.
+    - ``auto``: drain when a victim will finish sooner than preempting the
+      chosen victim would cost, else preempt it the cheapest way.
+    - ``checkpoint`` / ``recompute``: always preempt in that mode
+      (``checkpoint`` falls back to recompute where a worker cannot checkpoint).
+    """
+    victim = choose_victim(cands)
+    if victim is None:
+        return None
+    first = soonest(cands)
+    assert first is not None
+    if mode == "drain":
+        if first.eta_s <= drain_cap_s:
+            return Action("drain", first, "drain")
+        return Action("preempt", victim, victim.best_mode)
+    if mode == "auto":
+        if first.eta_s <= victim.lost_s:
+            return Action("drain", first, "drain")
+        return Action("preempt", victim, victim.best_mode)
+    if mode == "checkpoint":
+        return Action("preempt", victim, "checkpoint" if victim.can_checkpoint else "recompute")
+    if mode == "recompute":
+        return Action("preempt", victim, "recompute")
+    raise ValueError(f"unknown preemption mode {mode!r}")

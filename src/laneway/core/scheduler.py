@@ -1,0 +1,663 @@
+"""The scheduler: events in, decisions out.
+
+Drive it with a clock value on every call:
+
+- :meth:`Scheduler.submit` admits a request (or returns a :class:`Reject`);
+- :meth:`Scheduler.finished`, :meth:`Scheduler.preempted` and
+  :meth:`Scheduler.cancel` report what happened on the workers;
+- :meth:`Scheduler.schedule` returns the decisions to apply now
+  (:class:`Dispatch`, :class:`Preempt`, :class:`Reject`);
+- :meth:`Scheduler.next_wakeup` says when to call ``schedule`` again if
+  nothing else happens (timeouts, drain limits, time slices).
+
+No I/O, no threads, no clock of its own: the simulator and the server drive
+the same object.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+from laneway.core.admission import Admission
+from laneway.core.aging import aged_rank
+from laneway.core.config import SchedulerConfig
+from laneway.core.decisions import Decision, Dispatch, Preempt, Reject
+from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
+from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
+from laneway.core.expiry import Expiry
+from laneway.core.lanes import Lanes
+from laneway.core.policies import PolicySpec, policy
+from laneway.core.preemption import Candidate, choose_action
+from laneway.core.request import Request, State, transition
+from laneway.core.stats import Counters, Snapshot
+from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
+
+_RUNNING = State.RUNNING
+_PREEMPTED = State.PREEMPTED
+_QUEUED = State.QUEUED
+_MAX_SCAN = 64  # running requests examined per victim search and end
+
+
+class Scheduler:
+    def __init__(
+        self,
+        workers: Sequence[WorkerSpec],
+        config: SchedulerConfig | None = None,
+        policy_name: str | PolicySpec = "laneway",
+        placement: Placement | None = None,
+    ) -> None:
+        if not workers:
+            raise LanewayError("at least one worker is required")
+        self.cfg = cfg = config or SchedulerConfig()
+        self.pol = policy(policy_name)
+        self.classes = cfg.classes
+        k = len(cfg.classes)
+        self.workers = {spec.id: WorkerState(spec) for spec in workers}
+        if len(self.workers) != len(workers):
+            raise LanewayError("worker ids must be unique")
+        self.placement: Placement = placement or SlotPlacement(list(self.workers.values()))
+        self.lanes = Lanes(k, cfg.mlfq_levels if self.pol.feedback else 1, not self.pol.classes)
+        self.expiry = Expiry([c.timeout_s for c in cfg.classes.classes], self.pol.timeouts)
+        self.admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
+        self.service = ServiceStats(k, cfg.default_service_s)
+        self.arrivals = ArrivalRates(k)
+        self.counters = Counters(k)
+        self.slots = sum(w.spec.slots for w in self.workers.values())
+        self._free = self.slots
+        self._reqs: dict[str, Request] = {}
+        self._seq = 0
+        self._running: list[dict[str, Request]] = [{} for _ in range(k)]  # by class, start order
+        self._end_sum = [0.0] * k  # sum of expected ends of running work, by class
+        self._incoming = [0] * k  # slots promised to a class: victims draining or stopping
+        self._reserved = [0] * k  # freed slots held for a class
+        self._drains: dict[str, Request] = {}
+        self._slices: list[tuple[float, int, float, Request]] = []
+        self._pending: list[Decision] = []
+        self._interval = cfg.aging_interval_s if self.pol.aging else None
+
+    # ------------------------------------------------------------------ queries
+    def get(self, request_id: str) -> Request:
+        try:
+            return self._reqs[request_id]
+        except KeyError:
+            raise UnknownRequest(f"unknown request {request_id!r}") from None
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._reqs
+
+    @property
+    def live(self) -> int:
+        return len(self._reqs)
+
+    @property
+    def queued(self) -> int:
+        return self.lanes.total
+
+    @property
+    def free_slots(self) -> int:
+        return self._free
+
+    # ------------------------------------------------------------------ events
+    def submit(self, req: Request, now: float) -> Reject | None:
+        """Admit ``req`` into its class queue, or refuse it."""
+        if req.state is not State.NEW:
+            raise InvalidTransition(f"request {req.id} was already submitted")
+        if req.id in self._reqs:
+            raise LanewayError(f"request id {req.id!r} is already live")
+        cls = req.priority
+        if not 0 <= cls < len(self.classes):
+            raise LanewayError(f"request {req.id}: unknown class rank {cls}")
+        req.seq = self._seq
+        self._seq += 1
+        req.cls = cls
+        self.counters.submitted += 1
+        why = self.placement.never(req)
+        if why is not None:
+            return self._refuse(req, "unplaceable", why, now=now)
+        refused = self.admission.check(req.tenant, cls, now)
+        if refused is not None:
+            return self._refuse(req, *refused, now=now)
+        bound = self.classes[cls].max_queued
+        if bound is not None and self.lanes.class_count[cls] >= bound:
+            name = self.classes[cls].name
+            return self._refuse(req, "queue_full", f"the {name} queue is full ({bound})", now=now)
+        total = self.cfg.max_queued_total
+        if total is not None and self.lanes.total >= total:
+            victim = self._shed_candidate(cls)
+            if victim is None:
+                return self._refuse(req, "overloaded", "the server is overloaded", now=now)
+            self._shed(victim, now)
+        est = req.est_service_s
+        if est is None:
+            est = self.service.mean(cls, req.model)
+        req.est_s = est
+        if self.pol.feedback and req.est_service_s is not None:
+            req.level = self._start_level(req.est_service_s)
+        self.arrivals.add(cls, est, now)
+        transition(req, _QUEUED)
+        self._reqs[req.id] = req
+        req.enqueued_s = now
+        self.lanes.push(req)
+        self.expiry.add(req, now)
+        self.admission.on_admit(req.tenant)
+        if req.depends_on:
+            self._inherit(req)
+        return None
+
+    def _start_level(self, est_s: float) -> int:
+        """Multi-level feedback with a size hint: a request expected to run long
+        starts at the level it would reach anyway (level ``l`` holds work up to
+        ``slice x (2^(l+1) - 1)`` seconds of service)."""
+        top = self.lanes.levels - 1
+        level = 0
+        while level < top and est_s > self.cfg.mlfq_slice_s * (2 ** (level + 1) - 1):
+            level += 1
+        return level
+
+    def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
+        """The worker ended the request (``failed=True`` if it errored)."""
+        req = self.get(request_id)
+        if req.state is not _RUNNING and req.state is not _PREEMPTED:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
+        service = req.run_s + (now - req.started_s)
+        self._release(req)
+        transition(req, State.FAILED if failed else State.FINISHED)
+        if failed:
+            self.counters.failed[req.priority] += 1
+        else:
+            self.counters.completed[req.priority] += 1
+            self.service.record(req.priority, req.model, service)
+        self._end(req)
+
+    def preempted(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        tokens_done: int | None = None,
+        checkpoint_bytes: int | None = None,
+    ) -> None:
+        """The worker stopped a preempted request and its slot is free."""
+        req = self.get(request_id)
+        if req.state is not _PREEMPTED:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not preempted")
+        ran = max(req.preempt_at_s - req.started_s, 0.0)
+        req.run_s += ran
+        costs = self.cfg.costs
+        req.tokens_done = (
+            tokens_done if tokens_done is not None else req.tokens_done + costs.generated_in(ran)
+        )
+        if checkpoint_bytes is None:
+            held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
+            checkpoint_bytes = costs.checkpoint_bytes(held) if req.resume == "checkpoint" else 0
+        req.checkpoint_bytes = checkpoint_bytes
+        self._release(req)
+        transition(req, _QUEUED)
+        req.enqueued_s = now
+        self.lanes.push(req)
+        self.admission.on_requeue(req.tenant)
+
+    def cancel(self, request_id: str, now: float) -> bool:
+        """Cancel a live request wherever it is; ``False`` if it is not live."""
+        req = self._reqs.get(request_id)
+        if req is None:
+            return False
+        if req.state is _QUEUED:
+            self._dequeue(req, now)
+        else:
+            self._release(req)
+        transition(req, State.CANCELLED)
+        self.counters.cancelled[req.priority] += 1
+        self._end(req)
+        return True
+
+    # ------------------------------------------------------------------ decide
+    def schedule(self, now: float) -> list[Decision]:
+        """Decisions to apply now, in order."""
+        out = self._pending
+        self._pending = []
+        for req in self.expiry.due(now):
+            self._expire(req, now, out)
+        if self._drains:
+            self._overdue_drains(now, out)
+        self._dispatch(now, out)
+        if self._slices:
+            self._feedback(now, out)
+        if self.pol.preemption != "none" and self.lanes.total:
+            self._preempt(now, out)
+        return out
+
+    def next_wakeup(self) -> float:
+        """Earliest time ``schedule`` has work to do without a new event (inf: none)."""
+        t = self.expiry.next_deadline()
+        for req in self._drains.values():
+            t = min(t, req.claim_deadline_s)
+        if self._slices:
+            t = min(t, self._slices[0][0])
+        return t
+
+    def estimate_wait(self, cls: int, model: str | None, now: float) -> float:
+        """Expected seconds a new class-``cls`` request would wait to start."""
+        lanes = self.lanes
+        k = len(self.classes)
+        rights: frozenset[int] = frozenset()
+        if self.pol.preemption != "none" and not lanes.single:
+            rights = frozenset(v for v in self.classes[cls].may_preempt if self.classes[v].preemptible)
+        if lanes.single:
+            ahead_classes: Sequence[int] = range(k)
+        elif self.pol.shares:
+            ahead_classes = [c for c in range(cls + 1) if c == cls or self.classes[c].may_preempt]
+        else:
+            ahead_classes = range(cls + 1)
+        ahead = sum(lanes.class_count[c] for c in ahead_classes)
+        work = sum(self._queued_work(c) for c in ahead_classes)
+        available = self._free + sum(len(self._running[v]) for v in rights)
+        blocking = 0
+        remaining = 0.0
+        for v in range(k):
+            n = len(self._running[v])
+            if n and v not in rights:
+                blocking += n
+                remaining += max(self._end_sum[v] - n * now, 0.0)
+        urgent = 0.0
+        if not lanes.single:
+            urgent = sum(self.arrivals.rate(c, now) for c in range(cls)) / self.slots
+        return wait_estimate(
+            slots=self.slots,
+            available=available,
+            ahead=ahead,
+            ahead_work_s=work,
+            blocking=blocking,
+            blocking_remaining_s=remaining,
+            mean_service_s=self.service.mean(cls, model),
+            urgent_load=urgent,
+        )
+
+    def _queued_work(self, cls: int) -> float:
+        """Expected service of the queued requests of a class: hints where given,
+        the measured mean for the rest."""
+        lanes = self.lanes
+        unhinted = lanes.class_count[cls] - lanes.hint_count[cls]
+        return lanes.hint_work[cls] + unhinted * self.service.mean(cls)
+
+    def snapshot(self) -> Snapshot:
+        names = self.classes.names
+        c = self.counters
+        return Snapshot(
+            queue_depth={n: self.lanes.class_count[i] for i, n in enumerate(names)},
+            running={n: len(self._running[i]) for i, n in enumerate(names)},
+            slots_total=self.slots,
+            slots_free=self._free,
+            submitted=c.submitted,
+            dispatched=c.dispatched,
+            drains=c.drains,
+            completed=dict(zip(names, c.completed, strict=True)),
+            preemptions=dict(zip(names, c.preemptions, strict=True)),
+            rejections=dict(c.rejections),
+        )
+
+    # ------------------------------------------------------------------ admission helpers
+    def _refuse(self, req: Request, reason: str, message: str, retry_s: float = 0.0, *, now: float) -> Reject:
+        transition(req, State.REJECTED)
+        self.counters.rejections[reason] += 1
+        est = (
+            0.0
+            if reason in ("not_entitled", "unplaceable")
+            else self.estimate_wait(req.priority, req.model, now)
+        )
+        return Reject(req.id, reason, message, est, max(retry_s, est if reason != "rate_limited" else 0.0))
+
+    def _shed_candidate(self, cls: int) -> Request | None:
+        for c in range(len(self.classes) - 1, cls, -1):
+            victim = self.expiry.newest(c)
+            if victim is not None:
+                return victim
+        return None
+
+    def _shed(self, req: Request, now: float) -> None:
+        self._dequeue(req, now)
+        transition(req, State.REJECTED)
+        self.counters.rejections["shed"] += 1
+        est = self.estimate_wait(req.priority, req.model, now)
+        self._pending.append(
+            Reject(req.id, "shed", "dropped under overload for more urgent work", est, max(est, 1.0))
+        )
+        self._end(req)
+
+    def _expire(self, req: Request, now: float, out: list[Decision]) -> None:
+        self._dequeue(req, now)
+        transition(req, State.EXPIRED)
+        self.counters.rejections["queue_timeout"] += 1
+        self._end(req)
+        est = self.estimate_wait(req.priority, req.model, now)
+        name = self.classes[req.priority].name
+        out.append(Reject(req.id, "queue_timeout", f"queued past the {name} timeout", est, max(est, 1.0)))
+
+    # ------------------------------------------------------------------ state changes
+    def _dequeue(self, req: Request, now: float) -> None:
+        self.lanes.take(req)
+        req.queued_total_s += now - req.enqueued_s
+        self.admission.on_dequeue(req.tenant)
+
+    def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
+        self._dequeue(req, now)
+        transition(req, _RUNNING)
+        if math.isnan(req.first_start_s):
+            req.first_start_s = now
+        else:
+            self.counters.resumed += 1
+        req.started_s = now
+        req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
+        req.worker = w.id
+        w.running[req.id] = req
+        w.free -= 1
+        self._free -= 1
+        self.placement.slot_taken(w)
+        self._running[req.cls][req.id] = req
+        self._end_sum[req.cls] += req.expected_end_s
+        self.counters.dispatched += 1
+        out.append(Dispatch(req.id, w.id, req.resume))
+        if self.pol.feedback and self.classes[req.cls].preemptible:
+            slice_s = self.cfg.mlfq_slice_s * (2**req.level)
+            heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))
+
+    def _release(self, req: Request) -> None:
+        """Free the slot held by a running or preempted request."""
+        w = self.workers[req.worker]  # type: ignore[index]
+        del w.running[req.id]
+        w.free += 1
+        self._free += 1
+        self.placement.slot_freed(w)
+        del self._running[req.cls][req.id]
+        self._end_sum[req.cls] -= req.expected_end_s
+        req.worker = None
+        c = req.claimed_for
+        if c is not None:
+            self._incoming[c] -= 1
+            self._reserved[c] += 1
+            req.claimed_for = None
+            self._drains.pop(req.id, None)
+
+    def _end(self, req: Request) -> None:
+        del self._reqs[req.id]
+        self.admission.on_end(req.tenant)
+        for dep_id in req.depends_on:
+            dep = self._reqs.get(dep_id)
+            if dep is not None and dep.waiters:
+                dep.waiters.discard(req.id)
+                self._reclass(dep, set())
+
+    # ------------------------------------------------------------------ priority inheritance
+    def _inherit(self, req: Request) -> None:
+        for dep_id in req.depends_on:
+            dep = self._reqs.get(dep_id)
+            if dep is None:
+                continue
+            if dep.waiters is None:
+                dep.waiters = set()
+            dep.waiters.add(req.id)
+            self._reclass(dep, set())
+
+    def _reclass(self, req: Request, seen: set[str]) -> None:
+        """Set ``req``'s effective class from its own and its live waiters'."""
+        if req.id in seen:
+            return
+        seen.add(req.id)
+        target = req.priority
+        for wid in req.waiters or ():
+            waiter = self._reqs.get(wid)
+            if waiter is not None and waiter.cls < target:
+                target = waiter.cls
+        req.inherited = target if target != req.priority else None
+        if target != req.cls:
+            if req.state is _QUEUED:
+                self.lanes.take(req)
+                req.cls = target
+                self.lanes.push(req)
+            else:
+                run = self._running[req.cls].pop(req.id)
+                self._end_sum[req.cls] -= req.expected_end_s
+                req.cls = target
+                self._running[target][req.id] = run
+                self._end_sum[target] += req.expected_end_s
+            for dep_id in req.depends_on:
+                dep = self._reqs.get(dep_id)
+                if dep is not None:
+                    self._reclass(dep, seen)
+
+    # ------------------------------------------------------------------ dispatch
+    def _dispatch(self, now: float, out: list[Decision]) -> None:
+        blocked: set[int] = set()
+        lanes = self.lanes
+        while self._free > 0 and lanes.total:
+            req = self._reserved_head(now, blocked) if any(self._reserved) else None
+            if req is None:
+                req = self._select(now, blocked)
+                if req is None:
+                    return
+            w = self.placement.place(req)
+            if w is None:
+                blocked.add(lanes.lane_of(req))
+                continue
+            self._start(req, w, now, out)
+
+    def _reserved_head(self, now: float, blocked: set[int]) -> Request | None:
+        for c, n in enumerate(self._reserved):
+            if n:
+                req = self._best_in_class(c, now, blocked)
+                if req is None:
+                    self._reserved[c] = 0  # nobody of that class is waiting any more
+                    continue
+                self._reserved[c] -= 1
+                return req
+        return None
+
+    def _select(self, now: float, blocked: set[int]) -> Request | None:
+        lanes = self.lanes
+        if lanes.single:
+            return None if blocked else lanes.head(0)
+        if self.pol.shares:
+            return self._select_share(now, blocked)
+        interval = self._interval
+        ceiling = self.cfg.aging_ceiling
+        best: Request | None = None
+        best_key: tuple[int, float, int] | None = None
+        count = lanes.count
+        for lane in range(len(count)):
+            if not count[lane] or lane in blocked:
+                continue
+            req = lanes.head(lane)
+            if req is None:
+                continue
+            rank = aged_rank(req.cls, now - req.arrival_s, interval, ceiling)
+            key = (rank, req.arrival_s, req.seq)
+            if best_key is None or key < best_key:
+                best, best_key = req, key
+                if rank < ceiling:
+                    break  # later lanes are less urgent and age no higher than the ceiling
+        return best
+
+    def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
+        lanes = self.lanes
+        if lanes.single:
+            return None if blocked else lanes.head(0)
+        interval = self._interval
+        best: Request | None = None
+        best_key: tuple[int, float, int] | None = None
+        for lane in lanes.lanes_of_class(cls):
+            if not lanes.count[lane] or lane in blocked:
+                continue
+            req = lanes.head(lane)
+            if req is None:
+                continue
+            level = req.level
+            if interval is not None:
+                level = max(0, level - int((now - req.enqueued_s) // interval))
+            key = (level, req.arrival_s, req.seq)
+            if best_key is None or key < best_key:
+                best, best_key = req, key
+        return best
+
+    def _select_share(self, now: float, blocked: set[int]) -> Request | None:
+        """Weighted shares: the class furthest below its share of running slots."""
+        best: Request | None = None
+        best_key: tuple[float, int] | None = None
+        for c, pc in enumerate(self.classes.classes):
+            if not self.lanes.class_count[c]:
+                continue
+            key = (len(self._running[c]) / pc.weight, c)
+            if best_key is not None and key >= best_key:
+                continue
+            req = self._best_in_class(c, now, blocked)
+            if req is not None:
+                best, best_key = req, key
+        return best
+
+    # ------------------------------------------------------------------ preemption
+    def _preemptible(self, req: Request) -> bool:
+        return (
+            req.state is _RUNNING
+            and req.claimed_for is None
+            and req.preemptible
+            and self.classes[req.cls].preemptible
+            and req.preemptions < self.cfg.max_preemptions
+        )
+
+    def _candidates(self, rights: frozenset[int], model: str | None, now: float) -> list[Candidate]:
+        costs = self.cfg.costs
+        out: list[Candidate] = []
+        for v in sorted(rights, reverse=True):
+            running = self._running[v]
+            if not running or not self.classes[v].preemptible:
+                continue
+            seen: set[str] = set()
+            for it in (reversed(running.values()), iter(running.values())):
+                taken = scanned = 0
+                for r in it:
+                    scanned += 1
+                    if taken >= 8 or scanned > _MAX_SCAN:
+                        break
+                    if r.id in seen or not self._preemptible(r):
+                        continue
+                    spec = self.workers[r.worker].spec  # type: ignore[index]
+                    if not spec.serves(model):
+                        continue
+                    seen.add(r.id)
+                    taken += 1
+                    ran = now - r.started_s
+                    held = costs.tokens_held(r.prompt_tokens, r.tokens_done + costs.generated_in(ran))
+                    eta = max(r.est_s - r.run_s - ran, 0.25 * r.est_s)
+                    out.append(
+                        Candidate(
+                            r.id,
+                            spec.id,
+                            r.cls,
+                            r.seq,
+                            eta,
+                            costs.checkpoint_cost_s(held),
+                            costs.recompute_cost_s(held),
+                            spec.can_checkpoint,
+                        )
+                    )
+        return out
+
+    def _preempt(self, now: float, out: list[Decision]) -> None:
+        mode = self.pol.preemption
+        cap = self.cfg.drain_cap_s
+        for c, pc in enumerate(self.classes.classes):
+            if not pc.may_preempt or not self.lanes.class_count[c]:
+                continue
+            need = self.lanes.class_count[c] - self._incoming[c] - self._reserved[c]
+            if need <= 0:
+                continue
+            head = self._best_in_class(c, now, set())
+            model = head.model if head is not None else None
+            while need > 0:
+                action = choose_action(self._candidates(pc.may_preempt, model, now), mode, cap)
+                if action is None:
+                    break
+                victim = self._reqs[action.victim.request_id]
+                victim.claimed_for = c
+                self._incoming[c] += 1
+                if action.kind == "drain":
+                    wait = cap if mode == "drain" else action.victim.eta_s + action.victim.lost_s
+                    victim.claim_deadline_s = now + wait
+                    self._drains[victim.id] = victim
+                    self.counters.drains += 1
+                else:
+                    self._stop(victim, action.mode, c, now, out)
+                need -= 1
+
+    def _stop(self, victim: Request, mode: str, for_class: int, now: float, out: list[Decision]) -> None:
+        transition(victim, _PREEMPTED)
+        victim.preempt_at_s = now
+        victim.preemptions += 1
+        victim.resume = mode
+        self._drains.pop(victim.id, None)
+        self.counters.preemptions[victim.cls] += 1
+        out.append(Preempt(victim.id, victim.worker, mode, for_class))  # type: ignore[arg-type]
+
+    def _cheapest_mode(self, req: Request, now: float) -> str:
+        costs = self.cfg.costs
+        held = costs.tokens_held(req.prompt_tokens, req.tokens_done + costs.generated_in(now - req.started_s))
+        can = self.workers[req.worker].spec.can_checkpoint  # type: ignore[index]
+        if self.pol.preemption == "recompute" or not can:
+            return "recompute"
+        if self.pol.preemption == "checkpoint":
+            return "checkpoint"
+        return "checkpoint" if costs.checkpoint_cost_s(held) <= costs.recompute_cost_s(held) else "recompute"
+
+    def _overdue_drains(self, now: float, out: list[Decision]) -> None:
+        for req in [r for r in self._drains.values() if r.claim_deadline_s <= now]:
+            self._stop(req, self._cheapest_mode(req, now), req.claimed_for, now, out)  # type: ignore[arg-type]
+
+    def _feedback(self, now: float, out: list[Decision]) -> None:
+        """Multi-level feedback: a request past its time slice drops a level and
+        yields its slot if shorter work of its class is waiting."""
+        heap = self._slices
+        lanes = self.lanes
+        top = lanes.levels - 1
+        while heap and heap[0][0] <= now:
+            _, _, started, req = heapq.heappop(heap)
+            if req.state is not _RUNNING or req.started_s != started:
+                continue
+            if req.level < top:
+                req.level += 1
+            waiting = any(lanes.count[lane] for lane in lanes.lanes_of_class(req.cls)[: req.level])
+            if waiting and self._free == 0 and self._preemptible(req):
+                req.claimed_for = req.cls
+                self._incoming[req.cls] += 1
+                self._stop(req, self._cheapest_mode(req, now), req.cls, now, out)
+            else:
+                slice_s = self.cfg.mlfq_slice_s * (2**req.level)
+                heapq.heappush(heap, (now + slice_s, req.seq, started, req))
+
+    # ------------------------------------------------------------------ invariants
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` if the internal state is inconsistent."""
+        k = len(self.classes)
+        queued = [0] * k
+        incoming = [0] * k
+        on_workers: dict[str, str] = {}
+        for w in self.workers.values():
+            assert 0 <= w.free == w.spec.slots - len(w.running), f"worker {w.id} slot count"
+            for rid, r in w.running.items():
+                assert rid not in on_workers, f"{rid} on two workers"
+                on_workers[rid] = w.id
+                assert r.state in (_RUNNING, _PREEMPTED), f"{rid} on a worker while {r.state}"
+        assert self._free == sum(w.free for w in self.workers.values())
+        for rid, r in self._reqs.items():
+            assert r.state in (_QUEUED, _RUNNING, _PREEMPTED), f"{rid} live while {r.state}"
+            if r.state is _QUEUED:
+                queued[r.cls] += 1
+                assert rid not in on_workers, f"{rid} both queued and running"
+            else:
+                assert on_workers.get(rid) == r.worker, f"{rid} not on its worker"
+                assert rid in self._running[r.cls]
+            if r.claimed_for is not None:
+                incoming[r.claimed_for] += 1
+        assert len(on_workers) == sum(len(d) for d in self._running)
+        assert queued == self.lanes.class_count, (queued, self.lanes.class_count)
+        assert incoming == self._incoming, (incoming, self._incoming)

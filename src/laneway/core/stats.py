@@ -1,0 +1,40 @@
+"""Counters the core keeps, and a snapshot of its gauges (Prometheus-ready)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Counters:
+    n_classes: int
+    submitted: int = 0
+    dispatched: int = 0
+    resumed: int = 0
+    drains: int = 0
+    completed: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)  # by victim class
+    rejections: Counter[str] = field(default_factory=Counter)  # by reason
+
+    def __post_init__(self) -> None:
+        for name in ("completed", "failed", "cancelled", "preemptions"):
+            setattr(self, name, [0] * self.n_classes)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Gauges and counters at one instant, keyed by class name where per class."""
+
+    queue_depth: dict[str, int]
+    running: dict[str, int]
+    slots_total: int
+    slots_free: int
+    submitted: int
+    dispatched: int
+    drains: int
+    completed: dict[str, int]
+    preemptions: dict[str, int]
+    rejections: dict[str, int]

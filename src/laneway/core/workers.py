@@ -1,0 +1,82 @@
+"""Workers as the core sees them, and the placement seam.
+
+Here a worker is a set of identical slots serving some models (``None``: any).
+:class:`Placement` is the seam GPU-aware placement plugs into: it answers
+"this worker", "not now" (``None``) or "never" (:meth:`Placement.never` gives
+the reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from laneway.core.errors import ConfigError
+from laneway.core.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    id: str
+    slots: int = 1
+    models: frozenset[str] | None = None
+    can_checkpoint: bool = True
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ConfigError(f"workers.{self.id}.slots: must be >= 1")
+
+    def serves(self, model: str | None) -> bool:
+        return model is None or self.models is None or model in self.models
+
+
+class WorkerState:
+    __slots__ = ("free", "id", "running", "spec")
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.id = spec.id
+        self.running: dict[str, Request] = {}
+        self.free = spec.slots
+
+
+class Placement(Protocol):
+    def place(self, req: Request) -> WorkerState | None:
+        """A worker with a free slot for ``req`` now, or ``None`` (not now)."""
+
+    def never(self, req: Request) -> str | None:
+        """Why no worker could ever run ``req``; ``None`` if some could."""
+
+    def slot_freed(self, worker: WorkerState) -> None: ...
+
+    def slot_taken(self, worker: WorkerState) -> None: ...
+
+
+class SlotPlacement:
+    """The worker idle longest (configuration order at start) that serves the model."""
+
+    def __init__(self, workers: Sequence[WorkerState]) -> None:
+        self.workers = list(workers)
+        self._free: dict[str, WorkerState] = {w.id: w for w in self.workers if w.free > 0}
+        self._models = {m for w in self.workers if w.spec.models for m in w.spec.models}
+        self._any = any(w.spec.models is None for w in self.workers)
+
+    def place(self, req: Request) -> WorkerState | None:
+        for w in self._free.values():
+            if w.spec.serves(req.model):
+                return w
+        return None
+
+    def never(self, req: Request) -> str | None:
+        if req.model is None or self._any or req.model in self._models:
+            return None
+        return f"no worker serves model {req.model!r}"
+
+    def slot_freed(self, worker: WorkerState) -> None:
+        if worker.free == 1:
+            self._free[worker.id] = worker  # idle longest is tried first
+
+    def slot_taken(self, worker: WorkerState) -> None:
+        if worker.free == 0:
+            del self._free[worker.id]

@@ -1,0 +1,262 @@
+"""The discrete-event simulator: a virtual clock, simulated workers, and the
+same :class:`~laneway.core.Scheduler` the server runs.
+
+An event heap of ``(time, order, seq, kind, payload)``; at each instant every
+event due is applied to the scheduler, then ``schedule(now)`` is called once
+and its decisions are carried out by the simulated workers:
+
+- a dispatch runs the request's remaining service, after a restore cost when it
+  resumes (checkpoint: KV bytes over the host link; recompute: re-prefill of
+  prompt plus output so far; see :mod:`laneway.core.costs`);
+- a preemption stops it at the next token boundary and, in checkpoint mode,
+  holds the slot while the KV cache is copied to the host.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from laneway.core import (
+    CostModel,
+    Dispatch,
+    Preempt,
+    Reject,
+    Request,
+    Scheduler,
+    SchedulerConfig,
+    WorkerSpec,
+)
+from laneway.sim.workload import SimRequest
+
+# event order at one instant: slots free first, then arrivals, then timers
+_FINISH, _STOPPED, _ARRIVAL, _WAKE = 0, 1, 2, 3
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one simulated request."""
+
+    spec: SimRequest
+    req: Request
+    estimate_s: float = 0.0
+    status: str = "queued"  # finished / rejected / expired / ...
+    reason: str | None = None
+    end_s: float = math.nan
+    remaining_s: float = 0.0
+    run_start_s: float = math.nan
+    overhead_s: float = 0.0
+    token: int = 0
+    tokens_done: int = 0
+
+    @property
+    def first_wait_s(self) -> float:
+        return self.req.first_start_s - self.spec.arrival_s
+
+    @property
+    def wait_s(self) -> float:
+        """Total time spent queued (first wait plus waits after preemptions)."""
+        return self.req.queued_total_s
+
+    @property
+    def latency_s(self) -> float:
+        return self.end_s - self.spec.arrival_s
+
+
+@dataclass
+class SimResult:
+    policy: str
+    scenario: str
+    slots: int
+    seed: int | None
+    outcomes: list[Outcome]
+    scheduler: Scheduler
+    makespan_s: float
+    busy_s: float
+    depth: list[tuple[float, tuple[int, ...]]]  # (time, queued per class) samples
+
+
+def service_time(spec: SimRequest, costs: CostModel) -> float:
+    """Service time from ``duration_s``, else from tokens and the speed model."""
+    if spec.duration_s is not None:
+        return spec.duration_s
+    prompt = spec.prompt_tokens or costs.default_prompt_tokens
+    return prompt / costs.prefill_tokens_s + spec.output_tokens / costs.decode_tokens_s
+
+
+def service_hint(spec: SimRequest, costs: CostModel) -> float | None:
+    """What the scheduler is told in advance: an estimate from the token counts
+    (like ``max_tokens`` on a live request), never the true duration."""
+    if not spec.output_tokens:
+        return None
+    prompt = spec.prompt_tokens or costs.default_prompt_tokens
+    return prompt / costs.prefill_tokens_s + spec.output_tokens / costs.decode_tokens_s
+
+
+def make_workers(slots: int) -> list[WorkerSpec]:
+    return [WorkerSpec(f"w{i}", 1) for i in range(slots)]
+
+
+class Simulation:
+    def __init__(
+        self,
+        requests: Sequence[SimRequest],
+        *,
+        slots: int,
+        policy: str = "laneway",
+        config: SchedulerConfig | None = None,
+        workers: Sequence[WorkerSpec] | None = None,
+        scenario: str = "trace",
+        seed: int | None = None,
+        depth_every_s: float = 5.0,
+    ) -> None:
+        self.cfg = config or SchedulerConfig()
+        self.costs = self.cfg.costs
+        self.workers = list(workers) if workers is not None else make_workers(slots)
+        self.slots = sum(w.slots for w in self.workers)
+        self.sched = Scheduler(self.workers, self.cfg, policy)
+        self.policy = policy
+        self.scenario = scenario
+        self.seed = seed
+        self.requests = list(requests)
+        self.depth_every_s = depth_every_s
+        self._heap: list[tuple[float, int, int, int, object]] = []
+        self._seq = 0
+        self.busy_s = 0.0
+
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, kind, payload))
+
+    def run(self) -> SimResult:
+        sched = self.sched
+        outcomes: dict[str, Outcome] = {}
+        order: list[Outcome] = []
+        # arrivals are fed lazily from the sorted list, not all pushed at once
+        reqs = sorted(self.requests, key=lambda r: r.arrival_s)
+        next_arrival = 0
+        n = len(reqs)
+        heap = self._heap
+        wake_at = math.inf
+        depth: list[tuple[float, tuple[int, ...]]] = []
+        next_depth = 0.0
+        k = len(self.cfg.classes)
+        now = 0.0
+        last_end = 0.0
+        while heap or next_arrival < n:
+            t_heap = heap[0][0] if heap else math.inf
+            t_arr = reqs[next_arrival].arrival_s if next_arrival < n else math.inf
+            now = min(t_heap, t_arr)
+            while now >= next_depth:
+                depth.append((next_depth, tuple(sched.lanes.class_count[:k])))
+                next_depth += self.depth_every_s
+            # 1. slot-freeing events due now
+            while heap and heap[0][0] <= now and heap[0][1] < _ARRIVAL:
+                _, kind, _, _, payload = heapq.heappop(heap)
+                out, token = payload  # type: ignore[misc]
+                if token != out.token:
+                    continue  # a run that was preempted: stale
+                if kind == _FINISH:
+                    self.busy_s += now - out.run_start_s
+                    sched.finished(out.req.id, now)
+                    out.status = "finished"
+                    out.end_s = now
+                    last_end = now
+                else:
+                    self.busy_s += now - out.run_start_s
+                    sched.preempted(out.req.id, now, tokens_done=out.tokens_done)
+            # 2. arrivals due now
+            while next_arrival < n and reqs[next_arrival].arrival_s <= now:
+                spec = reqs[next_arrival]
+                next_arrival += 1
+                req = Request(
+                    spec.id,
+                    spec.priority,
+                    spec.arrival_s,
+                    model=spec.model,
+                    tenant=spec.tenant,
+                    preemptible=spec.preemptible,
+                    timeout_s=spec.timeout_s,
+                    prompt_tokens=spec.prompt_tokens,
+                    output_tokens=spec.output_tokens,
+                    est_service_s=service_hint(spec, self.costs),
+                )
+                out = Outcome(spec, req, remaining_s=service_time(spec, self.costs))
+                out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now)
+                outcomes[spec.id] = out
+                order.append(out)
+                rejected = sched.submit(req, now)
+                if rejected is not None:
+                    self._reject(outcomes, rejected, now)
+            # 3. timers due now
+            while heap and heap[0][0] <= now:
+                heapq.heappop(heap)
+            for decision in sched.schedule(now):
+                if type(decision) is Dispatch:
+                    self._start(outcomes[decision.request_id], decision, now)
+                elif type(decision) is Preempt:
+                    self._stop(outcomes[decision.request_id], decision, now)
+                else:
+                    assert type(decision) is Reject
+                    self._reject(outcomes, decision, now)
+            wake = sched.next_wakeup()
+            if wake < math.inf and (wake < wake_at or wake_at <= now):
+                wake_at = max(wake, now)
+                self._push(wake_at, _WAKE, None)
+        depth.append((now, tuple(sched.lanes.class_count[:k])))
+        return SimResult(
+            policy=self.policy,
+            scenario=self.scenario,
+            slots=self.slots,
+            seed=self.seed,
+            outcomes=order,
+            scheduler=sched,
+            makespan_s=last_end,
+            busy_s=self.busy_s,
+            depth=depth,
+        )
+
+    def _reject(self, outcomes: dict[str, Outcome], decision: Reject, now: float) -> None:
+        out = outcomes[decision.request_id]
+        out.status = "expired" if decision.reason == "queue_timeout" else "rejected"
+        out.reason = decision.reason
+        out.end_s = now
+
+    def _start(self, out: Outcome, decision: Dispatch, now: float) -> None:
+        req = out.req
+        costs = self.costs
+        overhead = 0.0
+        if decision.resume is not None:
+            held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
+            overhead = costs.restore_s(held) if decision.resume == "checkpoint" else costs.recompute_s(held)
+        out.token += 1
+        out.run_start_s = now
+        out.overhead_s = overhead
+        self._push(now + overhead + out.remaining_s, _FINISH, (out, out.token))
+
+    def _stop(self, out: Outcome, decision: Preempt, now: float) -> None:
+        costs = self.costs
+        req = out.req
+        progress = max(0.0, now - out.run_start_s - out.overhead_s)
+        if out.remaining_s - progress <= costs.step_s:
+            return  # it ends within a decode step: the finish event stands
+        out.remaining_s -= progress
+        out.tokens_done += costs.generated_in(progress)
+        held = costs.tokens_held(req.prompt_tokens, out.tokens_done)
+        save = costs.save_s(held) if decision.mode == "checkpoint" else costs.step_s
+        out.token += 1
+        self._push(now + save, _STOPPED, (out, out.token))
+
+
+def simulate(
+    requests: Sequence[SimRequest],
+    *,
+    slots: int,
+    policy: str = "laneway",
+    config: SchedulerConfig | None = None,
+    scenario: str = "trace",
+    seed: int | None = None,
+) -> SimResult:
+    return Simulation(requests, slots=slots, policy=policy, config=config, scenario=scenario, seed=seed).run()

@@ -1,0 +1,127 @@
+"""Built-in workloads, generated from a seed (same seed, same requests).
+
+- ``chat-vs-batch``: 4 slots. 200 P2 batch jobs of ~10 s submitted at t=0 as
+  one batch (their timeout is the batch window, 24 h), then P0 chat requests of
+  1–3 s arriving as a Poisson stream (3 a minute) for 10 minutes.
+- ``code-review``: 8 GPUs. ~1,000 P2 reviews over a 3-hour morning whose
+  arrival rate peaks above capacity mid-morning; review times 15–120 s,
+  heavy-tailed (log-normal, median 25 s); 5 P0 hotfix reviews inside the peak.
+  Reviews may queue for an hour (their service level), hotfixes for 5 minutes.
+- ``mixed``: 8 slots, all four classes as Poisson streams, one busy hour
+  (~120% of capacity) then one quiet hour (~40%). ``requests=N`` scales the
+  arrival rates and the slot count together to reach about N requests.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from laneway.sim.workload import SimRequest
+
+DAY_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    requests: list[SimRequest]
+    slots: int
+    description: str
+
+
+def _poisson(rng: random.Random, rate: float, start: float, end: float) -> list[float]:
+    out = []
+    t = start + rng.expovariate(rate)
+    while t < end:
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def chat_vs_batch(seed: int = 0, chat_per_min: float = 3.0) -> Scenario:
+    rng = random.Random(seed)
+    reqs = [
+        SimRequest(f"batch-{i}", 0.0, 2, rng.uniform(8.0, 12.0), timeout_s=DAY_S, prompt_tokens=1500)
+        for i in range(200)
+    ]
+    for i, t in enumerate(_poisson(rng, chat_per_min / 60.0, 0.0, 600.0)):
+        reqs.append(SimRequest(f"chat-{i}", t, 0, rng.uniform(1.0, 3.0), prompt_tokens=300))
+    return Scenario("chat-vs-batch", reqs, 4, "200 x 10 s P2 batch at t=0 + P0 chat stream, 4 slots")
+
+
+def _review_time(rng: random.Random) -> float:
+    return min(120.0, max(15.0, rng.lognormvariate(math.log(25.0), 0.8)))
+
+
+def code_review(seed: int = 0, reviews: int = 1000) -> Scenario:
+    rng = random.Random(seed)
+    span = 3 * 3600.0
+    peak, width = 1.4 * 3600.0, 0.5 * 3600.0
+
+    def shape(t: float) -> float:
+        return 0.35 + math.exp(-(((t - peak) / width) ** 2))
+
+    # thinning: draw a Poisson stream at the top rate, keep each with shape/top
+    area = sum(shape(t) for t in range(0, int(span), 10)) * 10.0
+    top = reviews / area * 1.35
+    arrivals = [t for t in _poisson(rng, top, 0.0, span) if rng.random() < shape(t) / 1.35]
+    reqs = [
+        SimRequest(f"review-{i}", t, 2, _review_time(rng), timeout_s=3600.0, prompt_tokens=6000)
+        for i, t in enumerate(arrivals)
+    ]
+    for i in range(5):
+        t = rng.uniform(peak - width, peak + width)
+        reqs.append(
+            SimRequest(f"hotfix-{i}", t, 0, rng.uniform(15.0, 40.0), timeout_s=300.0, prompt_tokens=3000)
+        )
+    return Scenario("code-review", reqs, 8, f"{len(reqs)} reviews (5 P0 hotfixes) on 8 GPUs")
+
+
+_MIX = (  # class, share of requests, duration range (s), prompt tokens
+    (0, 0.30, (1.0, 3.0), 300),
+    (1, 0.30, (2.0, 8.0), 800),
+    (2, 0.25, (10.0, 30.0), 2000),
+    (3, 0.15, (20.0, 60.0), 4000),
+)
+
+
+def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
+    rng = random.Random(seed)
+    slots = 8
+    mean_work = sum(share * (lo + hi) / 2 for _, share, (lo, hi), _ in _MIX)
+    capacity = slots / mean_work  # requests per second the slots can serve
+    base = (1.2 + 0.4) * capacity * 3600.0
+    scale = 1.0 if requests is None else max(requests / base, 1e-3)
+    slots = max(1, round(slots * scale))
+    capacity = slots / mean_work
+    reqs: list[SimRequest] = []
+    for start, load in ((0.0, 1.2), (3600.0, 0.4)):
+        for cls, share, (lo, hi), prompt in _MIX:
+            for t in _poisson(rng, load * capacity * share, start, start + 3600.0):
+                reqs.append(SimRequest("", t, cls, rng.uniform(lo, hi), prompt_tokens=prompt))
+    reqs.sort(key=lambda r: r.arrival_s)
+    named = [
+        SimRequest(f"m{i}", r.arrival_s, r.priority, r.duration_s, prompt_tokens=r.prompt_tokens)
+        for i, r in enumerate(reqs)
+    ]
+    return Scenario(
+        "mixed", named, slots, f"{len(named)} requests, 4 classes, busy + quiet hour, {slots} slots"
+    )
+
+
+SCENARIOS: dict[str, Callable[..., Scenario]] = {
+    "chat-vs-batch": chat_vs_batch,
+    "code-review": code_review,
+    "mixed": mixed,
+}
+
+
+def scenario(name: str, seed: int = 0, **params: int) -> Scenario:
+    try:
+        make = SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
+    return make(seed, **params)

@@ -1,0 +1,168 @@
+"""Simulated requests and the JSONL trace format (DESIGN §3).
+
+One request per line: required ``arrival_s``, ``priority`` (0–3 or
+"P0"–"P3") and ``duration_s`` (it may be left out when ``output_tokens``
+gives the work instead); optional ``id``, ``model``, ``tenant``, ``vram_gb``,
+``preemptible``, ``timeout_s``, ``prompt_tokens``, ``output_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from laneway.core import ClassTable
+from laneway.core.errors import LanewayError
+
+
+class TraceError(LanewayError, ValueError):
+    """A trace line is invalid; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    id: str
+    arrival_s: float
+    priority: int
+    duration_s: float | None
+    model: str | None = None
+    tenant: str | None = None
+    vram_gb: float | None = None
+    preemptible: bool = True
+    timeout_s: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+
+def _number(obj: dict[str, object], key: str, *, minimum: float, strict: bool = False) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"field {key!r} must be a number, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        relation = ">" if strict else ">="
+        raise ValueError(f"field {key!r} must be {relation} {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _integer(obj: dict[str, object], key: str) -> int:
+    value = obj.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"field {key!r} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _text(obj: dict[str, object], key: str) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"field {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object")
+    for key in ("arrival_s", "priority"):
+        if key not in obj:
+            raise ValueError(f"missing field {key!r}")
+    if "duration_s" not in obj and not obj.get("output_tokens"):
+        raise ValueError("missing field 'duration_s' (or 'output_tokens' to derive it)")
+    arrival = _number(obj, "arrival_s", minimum=0.0)
+    if arrival is None:
+        raise ValueError("field 'arrival_s' must be a number, got null")
+    try:
+        priority = classes.parse(obj["priority"])
+    except ValueError as exc:
+        raise ValueError(f"field 'priority': {exc}") from None
+    duration = _number(obj, "duration_s", minimum=0.0, strict=True)
+    output_tokens = _integer(obj, "output_tokens")
+    if duration is None and not output_tokens:
+        raise ValueError("field 'duration_s' is null and no 'output_tokens' gives the work")
+    preemptible = obj.get("preemptible", True)
+    if not isinstance(preemptible, bool):
+        raise ValueError(f"field 'preemptible' must be true or false, got {preemptible!r}")
+    raw_id = obj.get("id", default_id)
+    if isinstance(raw_id, bool) or not isinstance(raw_id, str | int) or raw_id == "":
+        raise ValueError(f"field 'id' must be a string or an integer, got {raw_id!r}")
+    return SimRequest(
+        id=str(raw_id),
+        arrival_s=arrival,
+        priority=priority,
+        duration_s=duration,
+        model=_text(obj, "model"),
+        tenant=_text(obj, "tenant"),
+        vram_gb=_number(obj, "vram_gb", minimum=0.0),
+        preemptible=preemptible,
+        timeout_s=_number(obj, "timeout_s", minimum=0.0, strict=True),
+        prompt_tokens=_integer(obj, "prompt_tokens"),
+        output_tokens=output_tokens,
+    )
+
+
+def parse_trace(lines: Iterable[str], classes: ClassTable, source: str = "trace") -> list[SimRequest]:
+    """Parse JSONL lines; raise :class:`TraceError` naming the first bad line."""
+    out: list[SimRequest] = []
+    ids: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{source}:{number}: not valid JSON ({exc.msg})") from None
+        try:
+            req = parse_line(obj, classes, default_id=f"r{number}")
+        except ValueError as exc:
+            raise TraceError(f"{source}:{number}: {exc}") from None
+        if req.id in ids:
+            raise TraceError(f"{source}:{number}: duplicate id {req.id!r} (first on line {ids[req.id]})")
+        ids[req.id] = number
+        out.append(req)
+    if not out:
+        raise TraceError(f"{source}: no requests in the trace")
+    out.sort(key=lambda r: r.arrival_s)  # stable: file order breaks ties
+    return out
+
+
+def load_trace(path: str | Path, classes: ClassTable) -> list[SimRequest]:
+    p = Path(path)
+    try:
+        with p.open(encoding="utf-8") as fh:
+            return parse_trace(fh, classes, source=str(p))
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{p}: not UTF-8 text") from None
+
+
+def to_jsonl(requests: Iterable[SimRequest], classes: ClassTable) -> str:
+    """Write requests in the trace format (the inverse of :func:`parse_trace`)."""
+    lines = []
+    for r in requests:
+        obj: dict[str, object] = {
+            "id": r.id,
+            "arrival_s": round(r.arrival_s, 6),
+            "priority": classes[r.priority].name,
+        }
+        if r.duration_s is not None:
+            obj["duration_s"] = round(r.duration_s, 6)
+        for key in ("model", "tenant", "vram_gb", "timeout_s"):
+            value = getattr(r, key)
+            if value is not None:
+                obj[key] = value
+        if not r.preemptible:
+            obj["preemptible"] = False
+        for key in ("prompt_tokens", "output_tokens"):
+            if getattr(r, key):
+                obj[key] = getattr(r, key)
+        lines.append(json.dumps(obj))
+    return "\n".join(lines) + "\n"
