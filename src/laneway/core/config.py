@@ -17,27 +17,32 @@ class SchedulerConfig:
 
     - ``aging_interval_s``: a queued request's dispatch rank rises one class
       per interval of waiting (``None`` disables aging); it never rises above
-      ``aging_ceiling`` (default P1: aged batch work never competes with chat).
+      ``aging_ceiling`` (default P2: aged work reaches the batch class but never
+      competes with online P0/P1 traffic, which may preempt it anyway; on the
+      ``mixed`` scenario a ceiling of P1 gave P3 the same bound but P1 a p99
+      wait 7x longer).
     - ``drain_cap_s``: drain only for victims expected to end within this.
     - ``max_preemptions``: a request preempted this often runs to the end.
     - ``max_queued_total``: above it, arrivals shed the newest queued request
       of the least urgent class below theirs (or are refused if there is none).
     - ``mlfq_slice_s`` / ``mlfq_levels``: time slice of the first feedback
-      level (doubling per level) and the number of levels.
+      level (doubling per level) and the number of levels; ``mlfq_boost_s``:
+      a demoted request waiting this long rises one level (no starvation).
     - ``default_service_s``: service time assumed before any is measured.
     """
 
     classes: ClassTable = field(default_factory=ClassTable)
     aging_interval_s: float | None = 60.0
-    aging_ceiling: int = 1
+    aging_ceiling: int = 2
     drain_cap_s: float = 30.0
     max_preemptions: int = 3
     max_queued_total: int | None = None
     costs: CostModel = field(default_factory=CostModel)
     tenants: Mapping[str, TenantPolicy] = field(default_factory=dict)
     default_tenant: TenantPolicy | None = None
-    mlfq_slice_s: float = 20.0
-    mlfq_levels: int = 3
+    mlfq_slice_s: float = 10.0
+    mlfq_levels: int = 4
+    mlfq_boost_s: float | None = 900.0
     default_service_s: float = 10.0
 
     def __post_init__(self) -> None:
@@ -51,6 +56,8 @@ class SchedulerConfig:
             raise ConfigError("max_preemptions: must be >= 0")
         if self.max_queued_total is not None and self.max_queued_total < 1:
             raise ConfigError("max_queued_total: must be >= 1")
+        if self.mlfq_boost_s is not None and self.mlfq_boost_s <= 0:
+            raise ConfigError("mlfq_boost_s: must be > 0 (or none)")
         if self.mlfq_slice_s <= 0 or self.mlfq_levels < 1:
             raise ConfigError("mlfq_slice_s must be > 0 and mlfq_levels >= 1")
         if self.default_service_s <= 0:

@@ -37,7 +37,8 @@ from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerSta
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
-_MAX_SCAN = 64  # running requests examined per victim search and end
+_MAX_SCAN = 64
+OVERRUN = 1.0  # running requests examined per victim search and end
 
 
 class Scheduler:
@@ -76,6 +77,7 @@ class Scheduler:
         self._slices: list[tuple[float, int, float, Request]] = []
         self._pending: list[Decision] = []
         self._interval = cfg.aging_interval_s if self.pol.aging else None
+        self._boost = cfg.mlfq_boost_s if self.pol.aging else None
 
     # ------------------------------------------------------------------ queries
     def get(self, request_id: str) -> Request:
@@ -483,7 +485,7 @@ class Scheduler:
         lanes = self.lanes
         if lanes.single:
             return None if blocked else lanes.head(0)
-        interval = self._interval
+        boost = self._boost
         best: Request | None = None
         best_key: tuple[int, float, int] | None = None
         for lane in lanes.lanes_of_class(cls):
@@ -493,8 +495,8 @@ class Scheduler:
             if req is None:
                 continue
             level = req.level
-            if interval is not None:
-                level = max(0, level - int((now - req.enqueued_s) // interval))
+            if boost is not None and level:
+                level = max(0, level - int((now - req.enqueued_s) // boost))
             key = (level, req.arrival_s, req.seq)
             if best_key is None or key < best_key:
                 best, best_key = req, key
@@ -609,6 +611,13 @@ class Scheduler:
             return "checkpoint"
         return "checkpoint" if costs.checkpoint_cost_s(held) <= costs.recompute_cost_s(held) else "recompute"
 
+    def _overran(self, req: Request, now: float) -> bool:
+        """Time slices preempt work the scheduler knew nothing about, or work that
+        ran well past its size hint; a request whose hint placed it at its level
+        in the first place is left to finish."""
+        hint = req.est_service_s
+        return hint is None or req.run_s + (now - req.started_s) > OVERRUN * hint
+
     def _overdue_drains(self, now: float, out: list[Decision]) -> None:
         for req in [r for r in self._drains.values() if r.claim_deadline_s <= now]:
             self._stop(req, self._cheapest_mode(req, now), req.claimed_for, now, out)  # type: ignore[arg-type]
@@ -626,7 +635,7 @@ class Scheduler:
             if req.level < top:
                 req.level += 1
             waiting = any(lanes.count[lane] for lane in lanes.lanes_of_class(req.cls)[: req.level])
-            if waiting and self._free == 0 and self._preemptible(req):
+            if waiting and self._free == 0 and self._overran(req, now) and self._preemptible(req):
                 req.claimed_for = req.cls
                 self._incoming[req.cls] += 1
                 self._stop(req, self._cheapest_mode(req, now), req.cls, now, out)

@@ -4,11 +4,13 @@
   one batch (their timeout is the batch window, 24 h), then P0 chat requests of
   1–3 s arriving as a Poisson stream (3 a minute) for 10 minutes.
 - ``code-review``: 8 GPUs. ~1,000 P2 reviews over a 3-hour morning whose
-  arrival rate peaks above capacity mid-morning; review times 15–120 s,
-  heavy-tailed (log-normal, median 25 s); 5 P0 hotfix reviews inside the peak.
-  Reviews may queue for an hour (their service level), hotfixes for 5 minutes.
+  arrival rate peaks well above capacity mid-morning (FIFO: mean wait ~3.7
+  min); review times 15–120 s, heavy-tailed (log-normal, median ~16 s, p99
+  120 s); each review announces its size as output tokens (like
+  ``max_tokens``) within +-30 % of the truth; 5 P0 hotfix reviews inside the
+  peak. Reviews may queue for an hour (their service level), hotfixes 5 min.
 - ``mixed``: 8 slots, all four classes as Poisson streams, one busy hour
-  (~120% of capacity) then one quiet hour (~40%). ``requests=N`` scales the
+  (~105% of capacity) then one quiet hour (~40%). ``requests=N`` scales the
   arrival rates and the slot count together to reach about N requests.
 """
 
@@ -53,29 +55,54 @@ def chat_vs_batch(seed: int = 0, chat_per_min: float = 3.0) -> Scenario:
 
 
 def _review_time(rng: random.Random) -> float:
-    return min(120.0, max(15.0, rng.lognormvariate(math.log(25.0), 0.8)))
+    return min(120.0, max(15.0, rng.lognormvariate(math.log(16.0), 1.2)))
+
+
+def _hint_tokens(rng: random.Random, duration_s: float) -> int:
+    """Output tokens a client announces (its ``max_tokens``-like size): the true
+    work within +-30 %, at 30 tokens/s of decode."""
+    return max(1, round(duration_s * 30.0 * rng.uniform(0.7, 1.3)))
 
 
 def code_review(seed: int = 0, reviews: int = 1000) -> Scenario:
     rng = random.Random(seed)
     span = 3 * 3600.0
-    peak, width = 1.4 * 3600.0, 0.5 * 3600.0
+    peak, width, base = 1.4 * 3600.0, 0.3 * 3600.0, 0.05
 
     def shape(t: float) -> float:
-        return 0.35 + math.exp(-(((t - peak) / width) ** 2))
+        return base + math.exp(-(((t - peak) / width) ** 2))
 
     # thinning: draw a Poisson stream at the top rate, keep each with shape/top
+    top = 1.0 + base
     area = sum(shape(t) for t in range(0, int(span), 10)) * 10.0
-    top = reviews / area * 1.35
-    arrivals = [t for t in _poisson(rng, top, 0.0, span) if rng.random() < shape(t) / 1.35]
-    reqs = [
-        SimRequest(f"review-{i}", t, 2, _review_time(rng), timeout_s=3600.0, prompt_tokens=6000)
-        for i, t in enumerate(arrivals)
-    ]
+    arrivals = [t for t in _poisson(rng, reviews / area * top, 0.0, span) if rng.random() < shape(t) / top]
+    reqs = []
+    for i, t in enumerate(arrivals):
+        d = _review_time(rng)
+        reqs.append(
+            SimRequest(
+                f"review-{i}",
+                t,
+                2,
+                d,
+                timeout_s=3600.0,
+                prompt_tokens=6000,
+                output_tokens=_hint_tokens(rng, d),
+            )
+        )
     for i in range(5):
         t = rng.uniform(peak - width, peak + width)
+        d = rng.uniform(15.0, 40.0)
         reqs.append(
-            SimRequest(f"hotfix-{i}", t, 0, rng.uniform(15.0, 40.0), timeout_s=300.0, prompt_tokens=3000)
+            SimRequest(
+                f"hotfix-{i}",
+                t,
+                0,
+                d,
+                timeout_s=300.0,
+                prompt_tokens=3000,
+                output_tokens=_hint_tokens(rng, d),
+            )
         )
     return Scenario("code-review", reqs, 8, f"{len(reqs)} reviews (5 P0 hotfixes) on 8 GPUs")
 
@@ -98,7 +125,7 @@ def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
     slots = max(1, round(slots * scale))
     capacity = slots / mean_work
     reqs: list[SimRequest] = []
-    for start, load in ((0.0, 1.2), (3600.0, 0.4)):
+    for start, load in ((0.0, 1.05), (3600.0, 0.4)):
         for cls, share, (lo, hi), prompt in _MIX:
             for t in _poisson(rng, load * capacity * share, start, start + 3600.0):
                 reqs.append(SimRequest("", t, cls, rng.uniform(lo, hi), prompt_tokens=prompt))
