@@ -59,6 +59,8 @@ class ClassTable:
                 raise ConfigError(f"classes.{c.name}.timeout_s: must be > 0 or none")
             if c.weight <= 0:
                 raise ConfigError(f"classes.{c.name}.weight: must be > 0")
+            if c.max_queued is not None and c.max_queued < 1:
+                raise ConfigError(f"classes.{c.name}.max_queued: must be >= 1 or none")
             for r in c.may_preempt:
                 if not (0 <= r < len(self.classes)) or r <= i:
                     raise ConfigError(
