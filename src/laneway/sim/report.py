@@ -134,7 +134,8 @@ CLASS_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 
 
 def _title(s: dict[str, Any]) -> str:
-    title = f"scenario {s['scenario']}: {s['requests']} requests, {s['slots']} slots"
+    slots = f"{s['slots']} slot" + ("" if s["slots"] == 1 else "s")
+    title = f"scenario {s['scenario']}: {s['requests']} requests, {slots}"
     return title + (f", seed {s['seed']}" if s.get("seed") is not None else "")
 
 

@@ -1,0 +1,193 @@
+"""The ``--report DIR`` files: a Markdown summary and two PNG charts.
+
+- ``summary.md``: the figures of :mod:`laneway.sim.report` as Markdown tables,
+  with the scenario, slots, seed and the definitions of the figures;
+- ``wait_cdf.png``: the wait-time CDF of completed requests, one panel per
+  class, one line per policy;
+- ``queue_depth.png``: queued requests per class over time, one panel per policy.
+
+Charts are drawn on the Agg canvas directly (no pyplot, no display needed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from laneway.sim import report
+from laneway.sim.engine import SimResult
+from laneway.sim.report import CLASS_COLUMNS, fmt_ratio, fmt_s
+
+_EXTRA = (("wait_p95_s", "p95", fmt_s), ("expired", "expired", str))
+
+
+def definitions() -> list[str]:
+    """The bullet list under "Definitions:" in :mod:`laneway.sim.report`'s docstring."""
+    doc = report.__doc__ or ""
+    text = doc.split("Definitions:", 1)[-1].strip()
+    items: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("- "):
+            items.append(line[2:].strip())
+        elif line.strip() and items:
+            items[-1] += " " + line.strip()
+    return items
+
+
+def _row(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | None = None) -> str:
+    first = summaries[0]
+    lines = [f"# laneway simulation: {first['scenario']}", ""]
+    if description:
+        lines += [description, ""]
+    seed = first["seed"] if first["seed"] is not None else "-"
+    lines += [
+        f"- requests: {first['requests']}",
+        f"- slots: {first['slots']}",
+        f"- seed: {seed}",
+        f"- policies: {', '.join(s['policy'] for s in summaries)}",
+        "",
+        "## Per class (seconds)",
+        "",
+    ]
+    columns = [*CLASS_COLUMNS[:3], _EXTRA[1], *CLASS_COLUMNS[3:5], _EXTRA[0], *CLASS_COLUMNS[5:]]
+    lines.append(_row(["policy", "class", *(header for _, header, _ in columns)]))
+    lines.append(_row(["---", "---", *("---:" for _ in columns)]))
+    for s in summaries:
+        for name, figures in s["classes"].items():
+            lines.append(_row([s["policy"], name, *(fmt(figures[key]) for key, _, fmt in columns)]))
+    lines += ["", "## Per policy", ""]
+    headers = ["policy", "preemptions", "drains", "expired", "model loads", "utilization", "makespan s"]
+    lines.append(_row([*headers, "estimate error (median)"]))
+    lines.append(_row(["---", *("---:" for _ in headers)]))
+    for s in summaries:
+        lines.append(
+            _row(
+                [
+                    s["policy"],
+                    s["preemptions"],
+                    s["drains"],
+                    s["expired"],
+                    s["model_loads"],
+                    f"{s['utilization']:.1%}",
+                    fmt_s(s["makespan_s"]),
+                    fmt_ratio(s["estimate_error_median"]),
+                ]
+            )
+        )
+    lines += ["", "![wait-time CDF](wait_cdf.png)", "", "![queue depth](queue_depth.png)", ""]
+    lines += ["## Definitions", "", *(f"- {item}" for item in definitions()), ""]
+    return "\n".join(lines)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
+    names = results[0].scheduler.classes.names
+    waits = {
+        r.policy: [
+            sorted(o.wait_s for o in r.outcomes if o.status == "finished" and o.spec.priority == c)
+            for c in range(len(names))
+        ]
+        for r in results
+    }
+    shown = [c for c in range(len(names)) if any(w[c] for w in waits.values())] or [0]
+    ncols = min(2, len(shown))
+    nrows = math.ceil(len(shown) / ncols)
+    fig = Figure(figsize=(6.0 * ncols, 3.6 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    for ax, c in zip(axes.flat, shown, strict=False):
+        for i, (policy, per_class) in enumerate(waits.items()):
+            xs = per_class[c]
+            if xs:
+                ys = [(k + 1) / len(xs) for k in range(len(xs))]
+                ax.step([0.0, *xs], [0.0, *ys], where="post", color=f"C{i % 10}", label=policy)
+        ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
+        ax.set_xlim(0.0, max(ax.get_xlim()[1], 1.0))
+        ax.set_ylim(0.0, 1.02)
+        ax.set_title(names[c])
+        ax.set_xlabel("wait (s; linear up to 0.1 s, log above)")
+        ax.set_ylabel("fraction of completed")
+        ax.grid(True, which="major", alpha=0.3)
+    handles = [Line2D([], [], color=f"C{i % 10}", label=policy) for i, policy in enumerate(waits)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5))
+    for ax in list(axes.flat)[len(shown) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"Wait-time CDF, {results[0].scenario} (completed requests)")
+    return _save(fig, path)
+
+
+def _time_unit(horizon_s: float) -> tuple[str, float]:
+    if horizon_s > 3 * 3600:
+        return "h", 3600.0
+    if horizon_s > 600:
+        return "min", 60.0
+    return "s", 1.0
+
+
+def horizon(result: SimResult) -> float:
+    """When the last request ended (or arrived): the end of the charted time."""
+    ends = [o.end_s for o in result.outcomes if math.isfinite(o.end_s)]
+    ends += [o.spec.arrival_s for o in result.outcomes]
+    return max([result.makespan_s, *ends])
+
+
+def queue_depth(results: Sequence[SimResult], path: Path) -> Path:
+    names = results[0].scheduler.classes.names
+    used = sorted({o.spec.priority for r in results for o in r.outcomes}) or [0]
+    end = max(horizon(r) for r in results)
+    unit, scale = _time_unit(end)
+    fig = Figure(figsize=(9.0, 2.4 + 2.0 * len(results)), layout="constrained")
+    axes = fig.subplots(len(results), 1, squeeze=False, sharex=True, sharey=True)[:, 0]
+    top = 1
+    for ax, r in zip(axes, results, strict=True):
+        samples = [(t, counts) for t, counts in r.depth if t <= end]
+        ts = [t / scale for t, _ in samples]
+        for c in used:
+            ys = [counts[c] for _, counts in samples]
+            top = max(top, *ys)
+            ax.plot(ts, ys, drawstyle="steps-post", color=f"C{c % 10}", label=names[c])
+        ax.set_title(r.policy, loc="left")
+        ax.set_ylabel("queued")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize="small", ncols=len(used))
+    axes[0].set_ylim(0, top * 1.08)
+    axes[-1].set_xlabel(f"time ({unit})")
+    axes[-1].set_xlim(0.0, end / scale)
+    fig.suptitle(f"Queued requests per class, {results[0].scenario}")
+    return _save(fig, path)
+
+
+def write_report(
+    results: Sequence[SimResult],
+    summaries: Sequence[dict[str, Any]],
+    out_dir: Path,
+    description: str | None = None,
+) -> list[Path]:
+    """Write ``summary.md``, ``wait_cdf.png`` and ``queue_depth.png``; return their paths."""
+    if not results or len(results) != len(summaries):
+        raise ValueError("write_report needs one summary per result, at least one")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "summary.md"
+    md.write_text(summary_markdown(summaries, description), encoding="utf-8")
+    return [
+        md,
+        wait_cdf(results, out_dir / "wait_cdf.png"),
+        queue_depth(results, out_dir / "queue_depth.png"),
+    ]

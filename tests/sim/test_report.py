@@ -1,0 +1,189 @@
+"""Report figures on tiny traces whose waits can be worked out by hand."""
+
+from __future__ import annotations
+
+import io
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from laneway.core import ClassTable, CostModel, SchedulerConfig
+from laneway.sim.engine import SimResult, simulate
+from laneway.sim.plots import definitions, summary_markdown, write_report
+from laneway.sim.report import estimate_errors, percentile, print_summaries, render_table, summarize
+from laneway.sim.workload import parse_trace
+
+DESIGN_KEYS = {
+    "policy",
+    "scenario",
+    "classes",
+    "preemptions",
+    "model_loads",
+    "utilization",
+    "makespan_s",
+    "estimate_error_median",
+}
+DESIGN_CLASS_KEYS = {
+    "count",
+    "completed",
+    "rejected",
+    "wait_mean_s",
+    "wait_p50_s",
+    "wait_p95_s",
+    "wait_p99_s",
+    "wait_max_s",
+    "latency_p99_s",
+}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(lines: list[str], policy: str, slots: int = 1, config: SchedulerConfig | None = None) -> SimResult:
+    requests = parse_trace(lines, ClassTable())
+    return simulate(requests, slots=slots, policy=policy, config=config, scenario="hand", seed=7)
+
+
+FIFO_TRACE = [
+    '{"id": "a", "arrival_s": 0, "priority": "P3", "duration_s": 5}',
+    '{"id": "b", "arrival_s": 1, "priority": "P0", "duration_s": 3}',
+    '{"id": "c", "arrival_s": 2, "priority": "P0", "duration_s": 2}',
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "p", "expected"),
+    [
+        ([15, 20, 35, 40, 50], 5, 15),
+        ([15, 20, 35, 40, 50], 30, 20),
+        ([15, 20, 35, 40, 50], 40, 20),
+        ([15, 20, 35, 40, 50], 50, 35),
+        ([15, 20, 35, 40, 50], 100, 50),
+        ([3, 1, 2], 0, 1),
+        ([7.5], 99, 7.5),
+        ([], 50, None),
+    ],
+)
+def test_percentile_nearest_rank(values: list[float], p: float, expected: float | None) -> None:
+    assert percentile(values, p) == expected
+
+
+def test_percentile_rejects_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_fifo_waits_by_hand() -> None:
+    # one slot, served in arrival order: a 0–5, b 5–8, c 8–10
+    s = summarize(run(FIFO_TRACE, "fifo"))
+    p0, p3 = s["classes"]["P0"], s["classes"]["P3"]
+    assert p3["count"] == p3["completed"] == 1
+    assert p3["wait_max_s"] == 0.0
+    assert p3["latency_p99_s"] == 5.0
+    assert p3["makespan_s"] == 5.0
+    assert (p0["count"], p0["completed"], p0["rejected"], p0["expired"]) == (2, 2, 0, 0)
+    assert p0["wait_mean_s"] == pytest.approx(5.0)  # waits 4 and 6
+    assert p0["wait_p50_s"] == pytest.approx(4.0)
+    assert p0["wait_p95_s"] == p0["wait_p99_s"] == p0["wait_max_s"] == pytest.approx(6.0)
+    assert p0["latency_p99_s"] == pytest.approx(8.0)  # c: 2 -> 10
+    assert p0["makespan_s"] == pytest.approx(10.0)
+    assert s["makespan_s"] == pytest.approx(10.0)
+    assert s["utilization"] == pytest.approx(1.0)
+    assert s["preemptions"] == 0
+    assert (s["policy"], s["scenario"], s["slots"], s["seed"], s["requests"]) == ("fifo", "hand", 1, 7, 3)
+
+
+def test_empty_classes_have_null_figures() -> None:
+    s = summarize(run(FIFO_TRACE, "fifo"))
+    for name in ("P1", "P2"):
+        figures = s["classes"][name]
+        assert (figures["count"], figures["completed"], figures["rejected"]) == (0, 0, 0)
+        for key in ("wait_mean_s", "wait_p50_s", "wait_p99_s", "wait_max_s", "latency_p99_s", "makespan_s"):
+            assert figures[key] is None
+
+
+def test_p0_behind_p3_waits_for_the_checkpoint_save() -> None:
+    lines = [
+        '{"id": "bulk", "arrival_s": 0, "priority": "P3", "duration_s": 100,'
+        ' "prompt_tokens": 1000, "output_tokens": 3000}',
+        '{"id": "chat", "arrival_s": 10, "priority": "P0", "duration_s": 1, "prompt_tokens": 200}',
+    ]
+    result = run(lines, "laneway")
+    s = summarize(result)
+    costs = CostModel()
+    held = costs.tokens_held(1000, costs.generated_in(10.0))
+    save, restore = costs.save_s(held), costs.restore_s(held)
+    p0, p3 = s["classes"]["P0"], s["classes"]["P3"]
+    assert p0["wait_max_s"] == pytest.approx(save)
+    assert p0["latency_p99_s"] == pytest.approx(save + 1.0)
+    assert p3["wait_max_s"] == pytest.approx(1.0)  # requeued while the chat request runs
+    assert p3["makespan_s"] == pytest.approx(101.0 + save + restore)
+    assert (s["preemptions"], p3["preemptions"], p0["preemptions"]) == (1, 1, 0)
+    assert s["utilization"] == pytest.approx(1.0)
+
+
+def test_rejected_and_expired() -> None:
+    lines = [
+        '{"id": "long", "arrival_s": 0, "priority": "P2", "duration_s": 100}',
+        '{"id": "chat", "arrival_s": 1, "priority": "P0", "duration_s": 1, "timeout_s": 5}',
+        '{"id": "late", "arrival_s": 2, "priority": "P3", "duration_s": 1}',
+    ]
+    result = run(lines, "priority", config=SchedulerConfig(max_queued_total=1))
+    s = summarize(result)
+    p0, p2, p3 = (s["classes"][n] for n in ("P0", "P2", "P3"))
+    assert (p0["count"], p0["completed"], p0["rejected"], p0["expired"]) == (1, 0, 1, 1)
+    assert (p3["count"], p3["completed"], p3["rejected"], p3["expired"]) == (1, 0, 1, 0)
+    assert (p2["completed"], p2["rejected"]) == (1, 0)
+    assert p0["wait_mean_s"] is None and p0["latency_p99_s"] is None
+    assert s["expired"] == 1
+    assert s["makespan_s"] == pytest.approx(100.0)
+
+
+def test_estimate_error_median() -> None:
+    result = run(FIFO_TRACE, "fifo")
+    s = summarize(result)
+    by_id = {o.spec.id: o for o in result.outcomes}
+    assert by_id["a"].estimate_s == 0.0  # a free slot: no wait predicted, none happened
+    expected = [abs(by_id[r].estimate_s - w) / max(w, 1.0) for r, w in (("a", 0.0), ("b", 4.0), ("c", 6.0))]
+    assert estimate_errors(result.outcomes) == pytest.approx(expected)
+    assert s["estimate_error_median"] == pytest.approx(statistics.median(expected))
+
+
+def test_json_object_has_every_design_key() -> None:
+    s = summarize(run(FIFO_TRACE, "laneway"))
+    assert s.keys() >= DESIGN_KEYS
+    assert {"slots", "seed", "requests", "drains", "expired"} <= s.keys()
+    assert list(s["classes"]) == ["P0", "P1", "P2", "P3"]
+    for figures in s["classes"].values():
+        assert DESIGN_CLASS_KEYS | {"expired", "makespan_s", "preemptions"} <= figures.keys()
+    assert s["model_loads"] == 0
+    assert json.loads(json.dumps(s, allow_nan=False)) == s
+
+
+def test_render_table_shows_policies_and_classes() -> None:
+    summaries = [summarize(run(FIFO_TRACE, p)) for p in ("fifo", "laneway")]
+    out = io.StringIO()
+    console = Console(file=out, width=140)
+    console.print(render_table(summaries))
+    text = out.getvalue()
+    for word in ("fifo", "laneway", "P0", "P3", "6.00", "8.00"):
+        assert word in text
+    out.truncate(0)
+    print_summaries(summaries, console)
+    assert "utilization" in out.getvalue() and "100.0%" in out.getvalue()
+
+
+def test_write_report(tmp_path: Path) -> None:
+    results = [run(FIFO_TRACE, p) for p in ("fifo", "laneway")]
+    summaries = [summarize(r) for r in results]
+    paths = write_report(results, summaries, tmp_path / "out", "three requests")
+    assert [p.name for p in paths] == ["summary.md", "wait_cdf.png", "queue_depth.png"]
+    for p in paths[1:]:
+        assert p.read_bytes().startswith(PNG_MAGIC)
+    md = paths[0].read_text(encoding="utf-8")
+    assert md == summary_markdown(summaries, "three requests")
+    assert "| fifo | P0 | 2 | 2 | 0 | 0 | 5.00 | 4.00 | 6.00 | 6.00 | 6.00 | 8.00 |" in md
+    assert "- slots: 1" in md and "- seed: 7" in md and "three requests" in md
+    assert len(definitions()) == 7
+    assert all(item.split(":")[0] in md for item in definitions())
