@@ -1,0 +1,190 @@
+"""The ``laneway`` command line.
+
+``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
+[--slots N] [--seed N] [--requests N] [--json] [--report DIR]``
+
+Errors the user can fix (bad trace line, unknown scenario or policy, missing
+file, bad numbers) print one line, ``laneway: error: ...``, and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.console import Console
+
+from laneway import __version__
+from laneway.core import POLICIES, ClassTable, LanewayError
+from laneway.sim.engine import SimResult, simulate
+from laneway.sim.report import print_summaries, summarize
+from laneway.sim.scenarios import SCENARIOS, scenario
+from laneway.sim.workload import SimRequest, load_trace
+
+TRACE_SLOTS = 8  # slots for trace replay unless --slots says otherwise
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """A command-line mistake: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="laneway", description="Priority scheduling for LLM inference.")
+    parser.add_argument("--version", action="version", version=f"laneway {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    sim = commands.add_parser(
+        "simulate",
+        help="replay a built-in scenario or a JSONL trace under one or more policies",
+        description="Replay a workload on simulated slots and report per-class waits.",
+    )
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--scenario", metavar="NAME", help=f"built-in workload: {', '.join(SCENARIOS)}")
+    source.add_argument("--trace", metavar="FILE", type=Path, help="JSONL trace, one request per line")
+    sim.add_argument(
+        "--policy",
+        default="laneway",
+        metavar="NAME",
+        help=f"policy, comma-separated list, or 'all' ({', '.join(POLICIES)}); default: laneway",
+    )
+    sim.add_argument(
+        "--slots",
+        type=_positive_int,
+        metavar="N",
+        help=f"slots (default: the scenario's own; {TRACE_SLOTS} for a trace)",
+    )
+    sim.add_argument("--seed", type=_int, metavar="N", help="scenario seed (default 0)")
+    sim.add_argument(
+        "--requests", type=_positive_int, metavar="N", help="mixed scenario only: about N requests"
+    )
+    sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
+    sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
+    sim.set_defaults(run=cmd_simulate)
+    return parser
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise UsageError("argument --policy: no policy given")
+    if names == ["all"]:
+        return list(POLICIES)
+    out: list[str] = []
+    for name in names:
+        if name not in POLICIES:
+            raise UsageError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} or 'all'")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def load_workload(args: argparse.Namespace) -> tuple[str, list[SimRequest], int, str | None]:
+    """(scenario name, requests, slots, description) from --scenario or --trace."""
+    if args.trace is not None:
+        if args.requests is not None:
+            raise UsageError("argument --requests: only for --scenario mixed")
+        requests = load_trace(args.trace, ClassTable())
+        return "trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}"
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"unknown scenario {args.scenario!r}: choose from {', '.join(SCENARIOS)}")
+    params: dict[str, int] = {}
+    if args.requests is not None:
+        if args.scenario != "mixed":
+            raise UsageError("argument --requests: only for --scenario mixed")
+        params["requests"] = args.requests
+    seed = 0 if args.seed is None else args.seed
+    sc = scenario(args.scenario, seed, **params)
+    return sc.name, sc.requests, args.slots or sc.slots, sc.description
+
+
+def run_policies(
+    policies: Sequence[str], requests: list[SimRequest], *, slots: int, name: str, seed: int | None
+) -> list[SimResult]:
+    err = Console(stderr=True)
+    show = sys.stderr.isatty()
+    results = []
+    for i, policy in enumerate(policies, start=1):
+        label = f"simulating {name} ({len(requests)} requests) under {policy} [{i}/{len(policies)}]"
+        if show:
+            with err.status(label):
+                results.append(simulate(requests, slots=slots, policy=policy, scenario=name, seed=seed))
+        else:
+            results.append(simulate(requests, slots=slots, policy=policy, scenario=name, seed=seed))
+    return results
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    policies = parse_policies(args.policy)
+    name, requests, slots, description = load_workload(args)
+    if args.report is not None:
+        args.report.mkdir(parents=True, exist_ok=True)  # fail before simulating, not after
+    seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
+    results = run_policies(policies, requests, slots=slots, name=name, seed=seed)
+    summaries = [summarize(r) for r in results]
+    if args.json:
+        for s in summaries:
+            print(json.dumps(s, allow_nan=False))
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=120)
+        print_summaries(summaries, console)
+    if args.report is not None:
+        from laneway.sim.plots import write_report  # matplotlib is slow to import: only when asked
+
+        paths = write_report(results, summaries, args.report, description)
+        note = "report: " + ", ".join(str(p) for p in paths)
+        print(note, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"laneway: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        run: Any = args.run
+        return int(run(args))
+    except UsageError as exc:
+        return _fail(str(exc))
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except LanewayError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(f"{where}{exc.strerror or exc}")
+    except KeyboardInterrupt:
+        print("laneway: interrupted", file=sys.stderr)
+        return 130

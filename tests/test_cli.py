@@ -1,0 +1,186 @@
+"""``laneway simulate`` end to end: output formats, the report, and clean errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from laneway import __version__
+from laneway.cli import main
+from laneway.core import POLICIES
+
+GOOD_LINE = '{"arrival_s": 0, "priority": "P3", "duration_s": 5}'
+DESIGN_KEYS = {
+    "policy",
+    "scenario",
+    "classes",
+    "preemptions",
+    "model_loads",
+    "utilization",
+    "makespan_s",
+    "estimate_error_median",
+}
+
+
+def write_trace(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("laneway: error: ")
+    return lines[0]
+
+
+def test_scenario_json_is_one_design_object(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "chat-vs-batch", "--json"]) == 0
+    objs = json_lines(capsys.readouterr().out)
+    assert len(objs) == 1
+    s = objs[0]
+    assert s.keys() >= DESIGN_KEYS
+    assert (s["policy"], s["scenario"], s["slots"], s["seed"]) == ("laneway", "chat-vs-batch", 4, 0)
+    assert s["classes"]["P0"]["count"] > 0
+
+
+def test_policy_list_and_all(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "fifo, laneway,fifo", "--json"]) == 0
+    assert [s["policy"] for s in json_lines(capsys.readouterr().out)] == ["fifo", "laneway"]
+    assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "all", "--json", "--slots", "6"]) == 0
+    objs = json_lines(capsys.readouterr().out)
+    assert [s["policy"] for s in objs] == list(POLICIES)
+    assert {s["slots"] for s in objs} == {6}
+
+
+def test_default_output_is_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "priority,laneway"]) == 0
+    out = capsys.readouterr().out
+    for word in ("chat-vs-batch", "priority", "laneway", "P0", "P2", "utilization", "preemptions"):
+        assert word in out
+
+
+def test_trace_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_trace(
+        tmp_path,
+        GOOD_LINE,
+        '{"arrival_s": 1, "priority": 0, "duration_s": 3}',
+        '{"arrival_s": 2, "priority": "P0", "duration_s": 2}',
+    )
+    assert main(["simulate", "--trace", str(trace), "--policy", "fifo", "--slots", "1", "--json"]) == 0
+    (s,) = json_lines(capsys.readouterr().out)
+    assert (s["scenario"], s["slots"], s["seed"], s["requests"]) == ("trace", 1, None, 3)
+    assert s["classes"]["P0"]["wait_max_s"] == pytest.approx(6.0)
+    assert main(["simulate", "--trace", str(trace), "--json"]) == 0
+    (s,) = json_lines(capsys.readouterr().out)
+    assert s["slots"] == 8
+    assert s["classes"]["P0"]["wait_max_s"] == 0.0
+
+
+def test_mixed_requests(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "mixed", "--requests", "300", "--seed", "3", "--json"]) == 0
+    (s,) = json_lines(capsys.readouterr().out)
+    assert s["seed"] == 3
+    assert 0 < s["requests"] < 3000  # scaled down from the full scenario
+
+
+def test_report_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "rep"
+    argv = ["simulate", "--scenario", "chat-vs-batch", "--policy", "fifo,laneway", "--json"]
+    assert main([*argv, "--report", str(out_dir)]) == 0
+    captured = capsys.readouterr()
+    assert len(json_lines(captured.out)) == 2  # stdout stays pure JSON
+    assert "summary.md" in captured.err
+    md = (out_dir / "summary.md").read_text(encoding="utf-8")
+    assert "chat-vs-batch" in md and "| laneway | P0 |" in md
+    for name in ("wait_cdf.png", "queue_depth.png"):
+        data = (out_dir / name).read_bytes()
+        assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ('{"arrival_s": 1, "priority": 0}', "duration_s"),
+        ('{"arrival_s": -1, "priority": 0, "duration_s": 1}', "arrival_s"),
+        ('{"arrival_s": 1, "priority": "P9", "duration_s": 1}', "P9"),
+        ('{"arrival_s": 1, "priority": 0, "duration_s": 1', "not valid JSON"),
+    ],
+    ids=["missing-field", "negative-arrival", "unknown-class", "invalid-json"],
+)
+def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str, words: str) -> None:
+    trace = write_trace(tmp_path, GOOD_LINE, bad)
+    line = error_line(capsys, ["simulate", "--trace", str(trace)])
+    assert f"{trace}:2:" in line
+    assert words in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["simulate", "--scenario", "nope"], "unknown scenario 'nope'"),
+        (["simulate", "--scenario", "mixed", "--policy", "fifo,bogus"], "unknown policy 'bogus'"),
+        (["simulate", "--scenario", "mixed", "--slots", "0"], "--slots"),
+        (["simulate", "--scenario", "mixed", "--slots", "two"], "--slots"),
+        (["simulate", "--scenario", "mixed", "--seed", "1.5"], "--seed"),
+        (["simulate", "--scenario", "chat-vs-batch", "--requests", "10"], "--requests"),
+        (["simulate", "--trace", "/no/such/trace.jsonl"], "/no/such/trace.jsonl"),
+        (["simulate"], "--scenario"),
+        (["simulate", "--scenario", "mixed", "--trace", "x.jsonl"], "not allowed"),
+        ([], "required"),
+        (["frobnicate"], "frobnicate"),
+    ],
+)
+def test_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], words: str) -> None:
+    assert words in error_line(capsys, argv)
+
+
+def test_report_path_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    trace = write_trace(tmp_path, GOOD_LINE)
+    line = error_line(capsys, ["simulate", "--trace", str(trace), "--report", str(blocker / "sub")])
+    assert str(blocker) in line
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"laneway {__version__}"
+
+
+def test_console_script(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "laneway"
+    if not script.exists():
+        pytest.skip("the laneway console script is not installed next to this interpreter")
+    trace = write_trace(tmp_path, GOOD_LINE, '{"arrival_s": 1, "priority": "P0", "duration_s": 1}')
+    done = subprocess.run(
+        [str(script), "simulate", "--trace", str(trace), "--policy", "fifo", "--slots", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    s = json.loads(done.stdout)
+    assert s["classes"]["P0"]["wait_max_s"] == pytest.approx(4.0)
+    bad = subprocess.run(
+        [str(script), "simulate", "--scenario", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("laneway: error: ") and "Traceback" not in bad.stderr
