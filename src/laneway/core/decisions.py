@@ -1,15 +1,15 @@
 """Decisions: what the core tells the runtime (or the simulator) to do.
 
-Plain frozen data. The core never acts; whoever drives it applies these.
+Plain immutable data (named tuples: cheap to make on the hot path). The core
+never acts; whoever drives it applies these.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatch:
+class Dispatch(NamedTuple):
     """Start (or resume) ``request_id`` on ``worker_id``.
 
     ``resume`` is ``None`` for a first start, else the mode its preemption used
@@ -21,8 +21,7 @@ class Dispatch:
     resume: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Preempt:
+class Preempt(NamedTuple):
     """Stop ``request_id`` at the next token boundary and save it by ``mode``.
 
     The runtime answers with ``Scheduler.preempted`` once the slot is free.
@@ -34,8 +33,7 @@ class Preempt:
     for_class: int
 
 
-@dataclass(frozen=True, slots=True)
-class Reject:
+class Reject(NamedTuple):
     """The request ends without running.
 
     ``reason`` is one of :data:`REJECT_REASONS`; ``estimated_wait_s`` is the

@@ -12,14 +12,21 @@ import math
 
 
 class ServiceStats:
-    """Mean measured service time per class and per (class, model), with a prior."""
+    """Mean measured service time per class and per (class, model), with a prior.
+
+    Means are kept current on every record so reading one is a list lookup.
+    """
 
     def __init__(self, n_classes: int, prior_s: float, prior_weight: float = 1.0) -> None:
         self.prior_s = prior_s
         self.prior_w = prior_weight
         self.sum = [0.0] * n_classes
         self.n = [0] * n_classes
+        self.means = [prior_s] * n_classes
         self.by_model: dict[tuple[int, str], list[float]] = {}
+        self._total = 0.0
+        self._count = 0
+        self._unmeasured = set(range(n_classes))
 
     def record(self, cls: int, model: str | None, service_s: float) -> None:
         self.sum[cls] += service_s
@@ -28,40 +35,48 @@ class ServiceStats:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
+        self.means[cls] = (self.sum[cls] + self.prior_s * self.prior_w) / (self.n[cls] + self.prior_w)
+        if self._unmeasured:  # classes not measured yet borrow the overall mean
+            self._unmeasured.discard(cls)
+            self._total += service_s
+            self._count += 1
+            for c in self._unmeasured:
+                self.means[c] = self._total / self._count
 
     def mean(self, cls: int, model: str | None = None) -> float:
         if model is not None:
             acc = self.by_model.get((cls, model))
             if acc is not None and acc[1] >= 5:
                 return acc[0] / acc[1]
-        n = self.n[cls]
-        if n == 0:
-            # borrow from any measured class before falling back to the prior
-            total = sum(self.n)
-            if total:
-                return sum(self.sum) / total
-            return self.prior_s
-        return (self.sum[cls] + self.prior_s * self.prior_w) / (n + self.prior_w)
+        return self.means[cls]
 
 
 class ArrivalRates:
-    """Exponentially decayed rate of arriving work (service-seconds per second)."""
+    """Work arriving per class (service-seconds per second) over a sliding window
+    of two buckets: the current one and the last complete one."""
 
-    def __init__(self, n_classes: int, tau_s: float = 300.0) -> None:
-        self.tau = tau_s
-        self.value = [0.0] * n_classes
-        self.stamp = [0.0] * n_classes
+    def __init__(self, n_classes: int, bucket_s: float = 120.0) -> None:
+        self.bucket_s = bucket_s
+        self.index = 0
+        self.cur = [0.0] * n_classes
+        self.prev = [0.0] * n_classes
+
+    def _roll(self, now: float) -> None:
+        index = int(now // self.bucket_s)
+        if index != self.index:
+            self.prev = self.cur if index == self.index + 1 else [0.0] * len(self.cur)
+            self.cur = [0.0] * len(self.cur)
+            self.index = index
 
     def add(self, cls: int, work_s: float, now: float) -> None:
-        dt = now - self.stamp[cls]
-        if dt > 0:
-            self.value[cls] *= math.exp(-dt / self.tau)
-            self.stamp[cls] = now
-        self.value[cls] += work_s / self.tau
+        if int(now // self.bucket_s) != self.index:
+            self._roll(now)
+        self.cur[cls] += work_s
 
     def rate(self, cls: int, now: float) -> float:
-        dt = now - self.stamp[cls]
-        return self.value[cls] * (math.exp(-dt / self.tau) if dt > 0 else 1.0)
+        self._roll(now)
+        span = self.bucket_s + (now - self.index * self.bucket_s)
+        return (self.prev[cls] + self.cur[cls]) / span
 
 
 def wait_estimate(

@@ -30,6 +30,7 @@ class Expiry:
         self.timeouts = class_timeouts if enabled else [None] * len(class_timeouts)
         self.fresh: list[deque[Request]] = [deque() for _ in class_timeouts]
         self.custom: list[tuple[float, int, Request]] = []
+        self.next_due = math.inf  # no deadline falls before this: due() has nothing
 
     def add(self, req: Request, now: float) -> None:
         """Set ``req.deadline_s`` and track it."""
@@ -38,10 +39,14 @@ class Expiry:
         self.fresh[req.priority].append(req)
         if own is None or not self.enabled:
             req.deadline_s = math.inf if default is None else req.arrival_s + default
+            if req.deadline_s < self.next_due:
+                self.next_due = req.deadline_s
         else:
             req.deadline_s = req.arrival_s + own
             if math.isfinite(own):
                 heapq.heappush(self.custom, (req.deadline_s, req.seq, req))
+                if req.deadline_s < self.next_due:
+                    self.next_due = req.deadline_s
 
     def due(self, now: float) -> list[Request]:
         """Never-started queued requests whose deadline has passed."""
@@ -67,6 +72,7 @@ class Expiry:
             req = heapq.heappop(heap)[2]
             if _fresh(req):
                 out.append(req)
+        self.next_due = self.next_deadline()
         return out
 
     def next_deadline(self) -> float:

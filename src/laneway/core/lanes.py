@@ -40,7 +40,7 @@ class Lanes:
         return req.cls * self.levels + req.level
 
     def push(self, req: Request) -> None:
-        lane = self.lane_of(req)
+        lane = 0 if self.single else req.cls * self.levels + req.level
         req.gen += 1
         heapq.heappush(self.heaps[lane], (req.arrival_s, req.seq, req.gen, req))
         self.count[lane] += 1
@@ -65,7 +65,7 @@ class Lanes:
 
     def take(self, req: Request) -> None:
         """Remove a queued request (dispatched, expired, shed or cancelled)."""
-        lane = self.lane_of(req)
+        lane = 0 if self.single else req.cls * self.levels + req.level
         self.count[lane] -= 1
         self._add(req, -1)
         req.gen += 1  # its heap entry is now stale

@@ -26,6 +26,9 @@ class State(enum.Enum):
     EXPIRED = "expired"  # queue timeout
     CANCELLED = "cancelled"
 
+    # members are singletons: identity hashing keeps the transition check cheap
+    __hash__ = object.__hash__
+
 
 TERMINAL = frozenset({State.FINISHED, State.FAILED, State.REJECTED, State.EXPIRED, State.CANCELLED})
 

@@ -37,8 +37,9 @@ from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerSta
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
-_MAX_SCAN = 64
-OVERRUN = 1.0  # running requests examined per victim search and end
+_MAX_SCAN = 16  # running requests examined per victim search, from each end
+_PER_END = 2  # candidates taken from each end
+OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x this
 
 
 class Scheduler:
@@ -73,10 +74,33 @@ class Scheduler:
         self._end_sum = [0.0] * k  # sum of expected ends of running work, by class
         self._incoming = [0] * k  # slots promised to a class: victims draining or stopping
         self._reserved = [0] * k  # freed slots held for a class
+        self._reserved_total = 0
+        self._changes = 0  # bumped whenever a slot changes hands
+        self._barren = [-1] * k  # _changes when a victim search for a class found none
         self._drains: dict[str, Request] = {}
         self._slices: list[tuple[float, int, float, Request]] = []
         self._pending: list[Decision] = []
+        self._k = k
+        self._max_queued = [c.max_queued for c in cfg.classes.classes]
+        self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
+        self._victims = [tuple(sorted(c.may_preempt)) for c in cfg.classes.classes]
         self._interval = cfg.aging_interval_s if self.pol.aging else None
+        # for estimates: the classes a new request of each class may preempt,
+        # and those whose queued work dispatches before it
+        table = cfg.classes.classes
+        self._est_rights: list[frozenset[int]] = []
+        self._est_ahead: list[tuple[int, ...]] = []
+        for c in range(k):
+            if self.pol.preemption == "none" or self.lanes.single:
+                self._est_rights.append(frozenset())
+            else:
+                self._est_rights.append(frozenset(v for v in table[c].may_preempt if table[v].preemptible))
+            if self.lanes.single:
+                self._est_ahead.append(tuple(range(k)))
+            elif self.pol.shares:
+                self._est_ahead.append(tuple(a for a in range(c + 1) if a == c or table[a].may_preempt))
+            else:
+                self._est_ahead.append(tuple(range(c + 1)))
         self._boost = cfg.mlfq_boost_s if self.pol.aging else None
 
     # ------------------------------------------------------------------ queries
@@ -109,7 +133,7 @@ class Scheduler:
         if req.id in self._reqs:
             raise LanewayError(f"request id {req.id!r} is already live")
         cls = req.priority
-        if not 0 <= cls < len(self.classes):
+        if not 0 <= cls < self._k:
             raise LanewayError(f"request {req.id}: unknown class rank {cls}")
         req.seq = self._seq
         self._seq += 1
@@ -118,10 +142,11 @@ class Scheduler:
         why = self.placement.never(req)
         if why is not None:
             return self._refuse(req, "unplaceable", why, now=now)
-        refused = self.admission.check(req.tenant, cls, now)
-        if refused is not None:
-            return self._refuse(req, *refused, now=now)
-        bound = self.classes[cls].max_queued
+        if req.tenant is not None:
+            refused = self.admission.check(req.tenant, cls, now)
+            if refused is not None:
+                return self._refuse(req, *refused, now=now)
+        bound = self._max_queued[cls]
         if bound is not None and self.lanes.class_count[cls] >= bound:
             name = self.classes[cls].name
             return self._refuse(req, "queue_full", f"the {name} queue is full ({bound})", now=now)
@@ -133,7 +158,7 @@ class Scheduler:
             self._shed(victim, now)
         est = req.est_service_s
         if est is None:
-            est = self.service.mean(cls, req.model)
+            est = self.service.means[cls] if req.model is None else self.service.mean(cls, req.model)
         req.est_s = est
         if self.pol.feedback and req.est_service_s is not None:
             req.level = self._start_level(req.est_service_s)
@@ -143,7 +168,8 @@ class Scheduler:
         req.enqueued_s = now
         self.lanes.push(req)
         self.expiry.add(req, now)
-        self.admission.on_admit(req.tenant)
+        if req.tenant is not None:
+            self.admission.on_admit(req.tenant)
         if req.depends_on:
             self._inherit(req)
         return None
@@ -160,7 +186,9 @@ class Scheduler:
 
     def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
         """The worker ended the request (``failed=True`` if it errored)."""
-        req = self.get(request_id)
+        req = self._reqs.get(request_id)
+        if req is None:
+            raise UnknownRequest(f"unknown request {request_id!r}")
         if req.state is not _RUNNING and req.state is not _PREEMPTED:
             raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
         service = req.run_s + (now - req.started_s)
@@ -199,7 +227,8 @@ class Scheduler:
         transition(req, _QUEUED)
         req.enqueued_s = now
         self.lanes.push(req)
-        self.admission.on_requeue(req.tenant)
+        if req.tenant is not None:
+            self.admission.on_requeue(req.tenant)
 
     def cancel(self, request_id: str, now: float) -> bool:
         """Cancel a live request wherever it is; ``False`` if it is not live."""
@@ -220,8 +249,9 @@ class Scheduler:
         """Decisions to apply now, in order."""
         out = self._pending
         self._pending = []
-        for req in self.expiry.due(now):
-            self._expire(req, now, out)
+        if now >= self.expiry.next_due:
+            for req in self.expiry.due(now):
+                self._expire(req, now, out)
         if self._drains:
             self._overdue_drains(now, out)
         self._dispatch(now, out)
@@ -233,7 +263,7 @@ class Scheduler:
 
     def next_wakeup(self) -> float:
         """Earliest time ``schedule`` has work to do without a new event (inf: none)."""
-        t = self.expiry.next_deadline()
+        t = self.expiry.next_due
         for req in self._drains.values():
             t = min(t, req.claim_deadline_s)
         if self._slices:
@@ -242,29 +272,28 @@ class Scheduler:
 
     def estimate_wait(self, cls: int, model: str | None, now: float) -> float:
         """Expected seconds a new class-``cls`` request would wait to start."""
-        lanes = self.lanes
-        k = len(self.classes)
-        rights: frozenset[int] = frozenset()
-        if self.pol.preemption != "none" and not lanes.single:
-            rights = frozenset(v for v in self.classes[cls].may_preempt if self.classes[v].preemptible)
-        if lanes.single:
-            ahead_classes: Sequence[int] = range(k)
-        elif self.pol.shares:
-            ahead_classes = [c for c in range(cls + 1) if c == cls or self.classes[c].may_preempt]
-        else:
-            ahead_classes = range(cls + 1)
-        ahead = sum(lanes.class_count[c] for c in ahead_classes)
-        work = sum(self._queued_work(c) for c in ahead_classes)
-        available = self._free + sum(len(self._running[v]) for v in rights)
+        count = self.lanes.class_count
+        rights = self._est_rights[cls]
+        ahead = 0
+        work = 0.0
+        for c in self._est_ahead[cls]:
+            if count[c]:
+                ahead += count[c]
+                work += self._queued_work(c)
+        available = self._free
         blocking = 0
         remaining = 0.0
-        for v in range(k):
-            n = len(self._running[v])
-            if n and v not in rights:
+        for v, running in enumerate(self._running):
+            n = len(running)
+            if not n:
+                continue
+            if v in rights:
+                available += n
+            else:
                 blocking += n
                 remaining += max(self._end_sum[v] - n * now, 0.0)
         urgent = 0.0
-        if not lanes.single:
+        if not self.lanes.single and cls:
             urgent = sum(self.arrivals.rate(c, now) for c in range(cls)) / self.slots
         return wait_estimate(
             slots=self.slots,
@@ -341,7 +370,8 @@ class Scheduler:
     def _dequeue(self, req: Request, now: float) -> None:
         self.lanes.take(req)
         req.queued_total_s += now - req.enqueued_s
-        self.admission.on_dequeue(req.tenant)
+        if req.tenant is not None:
+            self.admission.on_dequeue(req.tenant)
 
     def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
         self._dequeue(req, now)
@@ -351,6 +381,7 @@ class Scheduler:
         else:
             self.counters.resumed += 1
         req.started_s = now
+        self._changes += 1
         req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
         req.worker = w.id
         w.running[req.id] = req
@@ -361,13 +392,14 @@ class Scheduler:
         self._end_sum[req.cls] += req.expected_end_s
         self.counters.dispatched += 1
         out.append(Dispatch(req.id, w.id, req.resume))
-        if self.pol.feedback and self.classes[req.cls].preemptible:
+        if self.pol.feedback and self.classes.classes[req.cls].preemptible:
             slice_s = self.cfg.mlfq_slice_s * (2**req.level)
             heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))
 
     def _release(self, req: Request) -> None:
         """Free the slot held by a running or preempted request."""
         w = self.workers[req.worker]  # type: ignore[index]
+        self._changes += 1
         del w.running[req.id]
         w.free += 1
         self._free += 1
@@ -379,12 +411,14 @@ class Scheduler:
         if c is not None:
             self._incoming[c] -= 1
             self._reserved[c] += 1
+            self._reserved_total += 1
             req.claimed_for = None
             self._drains.pop(req.id, None)
 
     def _end(self, req: Request) -> None:
         del self._reqs[req.id]
-        self.admission.on_end(req.tenant)
+        if req.tenant is not None:
+            self.admission.on_end(req.tenant)
         for dep_id in req.depends_on:
             dep = self._reqs.get(dep_id)
             if dep is not None and dep.waiters:
@@ -434,7 +468,7 @@ class Scheduler:
         blocked: set[int] = set()
         lanes = self.lanes
         while self._free > 0 and lanes.total:
-            req = self._reserved_head(now, blocked) if any(self._reserved) else None
+            req = self._reserved_head(now, blocked) if self._reserved_total else None
             if req is None:
                 req = self._select(now, blocked)
                 if req is None:
@@ -450,9 +484,11 @@ class Scheduler:
             if n:
                 req = self._best_in_class(c, now, blocked)
                 if req is None:
+                    self._reserved_total -= n
                     self._reserved[c] = 0  # nobody of that class is waiting any more
                     continue
                 self._reserved[c] -= 1
+                self._reserved_total -= 1
                 return req
         return None
 
@@ -473,7 +509,9 @@ class Scheduler:
             req = lanes.head(lane)
             if req is None:
                 continue
-            rank = aged_rank(req.cls, now - req.arrival_s, interval, ceiling)
+            rank = req.cls
+            if interval is not None and rank > ceiling:
+                rank = aged_rank(rank, now - req.arrival_s, interval, ceiling)
             key = (rank, req.arrival_s, req.seq)
             if best_key is None or key < best_key:
                 best, best_key = req, key
@@ -527,24 +565,38 @@ class Scheduler:
             and req.preemptions < self.cfg.max_preemptions
         )
 
-    def _candidates(self, rights: frozenset[int], model: str | None, now: float) -> list[Candidate]:
+    def _candidates(self, victims: tuple[int, ...], model: str | None, now: float) -> list[Candidate]:
+        """Running requests that may be preempted, least urgent classes first.
+
+        Per class it looks at the few most recently started (least progress to
+        lose) and the few started longest ago (soonest to finish, for drains),
+        examining at most ``_MAX_SCAN`` requests from each end.
+        """
         costs = self.cfg.costs
+        maxp = self.cfg.max_preemptions
+        classes = self.classes.classes
         out: list[Candidate] = []
-        for v in sorted(rights, reverse=True):
+        for v in reversed(victims):
             running = self._running[v]
-            if not running or not self.classes[v].preemptible:
+            if not running or not classes[v].preemptible:
                 continue
             seen: set[str] = set()
             for it in (reversed(running.values()), iter(running.values())):
                 taken = scanned = 0
                 for r in it:
                     scanned += 1
-                    if taken >= 8 or scanned > _MAX_SCAN:
+                    if taken >= _PER_END or scanned > _MAX_SCAN:
                         break
-                    if r.id in seen or not self._preemptible(r):
+                    if (
+                        r.state is not _RUNNING
+                        or r.claimed_for is not None
+                        or not r.preemptible
+                        or r.preemptions >= maxp
+                        or r.id in seen
+                    ):
                         continue
                     spec = self.workers[r.worker].spec  # type: ignore[index]
-                    if not spec.serves(model):
+                    if model is not None and not spec.serves(model):
                         continue
                     seen.add(r.id)
                     taken += 1
@@ -555,7 +607,7 @@ class Scheduler:
                         Candidate(
                             r.id,
                             spec.id,
-                            r.cls,
+                            v,
                             r.seq,
                             eta,
                             costs.checkpoint_cost_s(held),
@@ -568,17 +620,25 @@ class Scheduler:
     def _preempt(self, now: float, out: list[Decision]) -> None:
         mode = self.pol.preemption
         cap = self.cfg.drain_cap_s
-        for c, pc in enumerate(self.classes.classes):
-            if not pc.may_preempt or not self.lanes.class_count[c]:
-                continue
-            need = self.lanes.class_count[c] - self._incoming[c] - self._reserved[c]
+        count = self.lanes.class_count
+        running = self._running
+        for c in self._rights:
+            need = count[c] - self._incoming[c] - self._reserved[c]
             if need <= 0:
                 continue
+            for v in self._victims[c]:
+                if running[v]:
+                    break
+            else:
+                continue  # nothing it may preempt is running
+            if self._barren[c] == self._changes:
+                continue  # searched in vain and no slot changed hands since
             head = self._best_in_class(c, now, set())
             model = head.model if head is not None else None
             while need > 0:
-                action = choose_action(self._candidates(pc.may_preempt, model, now), mode, cap)
+                action = choose_action(self._candidates(self._victims[c], model, now), mode, cap)
                 if action is None:
+                    self._barren[c] = self._changes
                     break
                 victim = self._reqs[action.victim.request_id]
                 victim.claimed_for = c

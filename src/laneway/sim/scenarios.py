@@ -115,17 +115,20 @@ _MIX = (  # class, share of requests, duration range (s), prompt tokens
 )
 
 
+_HOURS = ((0.0, 1.05), (3600.0, 0.4))  # (start, offered load as a share of capacity)
+
+
 def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
     rng = random.Random(seed)
     slots = 8
     mean_work = sum(share * (lo + hi) / 2 for _, share, (lo, hi), _ in _MIX)
     capacity = slots / mean_work  # requests per second the slots can serve
-    base = (1.2 + 0.4) * capacity * 3600.0
+    base = sum(load for _, load in _HOURS) * capacity * 3600.0
     scale = 1.0 if requests is None else max(requests / base, 1e-3)
     slots = max(1, round(slots * scale))
     capacity = slots / mean_work
     reqs: list[SimRequest] = []
-    for start, load in ((0.0, 1.05), (3600.0, 0.4)):
+    for start, load in _HOURS:
         for cls, share, (lo, hi), prompt in _MIX:
             for t in _poisson(rng, load * capacity * share, start, start + 3600.0):
                 reqs.append(SimRequest("", t, cls, rng.uniform(lo, hi), prompt_tokens=prompt))

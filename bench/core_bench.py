@@ -1,0 +1,114 @@
+"""Cost of one submit + dispatch in the policy core, beside a bare heapq.
+
+For each queue size N (10^3, 10^5, 10^6 by default) the scheduler is filled
+with N queued requests of random classes behind one busy slot; then each
+operation submits a request, finishes the running one and calls
+``schedule()``, which dispatches the next. The same run times a bare
+``heapq`` push + pop on a heap of N tuples, so the ratio is measured side by
+side on the same machine. Also times a 10^6-request simulation of ``mixed``.
+
+    python bench/core_bench.py [--sizes 1000,100000,1000000] [--ops 20000]
+        [--policy laneway] [--sim-requests 1000000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import heapq
+import json
+import random
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from laneway.core import Request, Scheduler, WorkerSpec
+
+
+def bench_heapq(n: int, ops: int, rng: random.Random) -> float:
+    heap = [(rng.randrange(4), float(i), i) for i in range(n)]
+    heapq.heapify(heap)
+    items = [(rng.randrange(4), float(n + i), n + i) for i in range(ops)]
+    push, pop = heapq.heappush, heapq.heappop
+    t0 = time.perf_counter()
+    for item in items:
+        push(heap, item)
+        pop(heap)
+    return (time.perf_counter() - t0) / ops
+
+
+def bench_core(n: int, ops: int, policy: str, rng: random.Random) -> float:
+    sched = Scheduler([WorkerSpec("w0", 1)], policy_name=policy)
+    t = 0.0
+    for i in range(n):
+        sched.submit(Request(f"q{i}", rng.randrange(1, 4), t), t)
+    running = sched.schedule(t)[0].request_id
+    fresh = [Request(f"n{i}", rng.randrange(1, 4), 0.0) for i in range(ops)]
+    times = [1.0 + i * 1e-3 for i in range(ops)]
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for req, now in zip(fresh, times, strict=True):
+            req.arrival_s = now
+            sched.submit(req, now)
+            sched.finished(running, now)
+            running = sched.schedule(now)[0].request_id
+        elapsed = time.perf_counter() - t0
+    finally:
+        gc.enable()
+    sched.check_invariants()
+    return elapsed / ops
+
+
+def bench_sim(requests: int) -> tuple[int, float]:
+    from laneway.sim.engine import simulate
+    from laneway.sim.scenarios import mixed
+
+    sc = mixed(0, requests=requests)
+    t0 = time.perf_counter()
+    result = simulate(sc.requests, slots=sc.slots, policy="laneway", scenario="mixed")
+    return len(result.outcomes), time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,100000,1000000")
+    ap.add_argument("--ops", type=int, default=20000)
+    ap.add_argument("--policy", default="laneway")
+    ap.add_argument("--sim-requests", type=int, default=1_000_000, help="0 skips the simulation")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    err = Console(stderr=True)
+    rows = []
+    for n in sizes:
+        err.print(f"[dim]queue of {n:,}: filling and timing…[/]")
+        base = bench_heapq(n, args.ops, random.Random(1))
+        core = bench_core(n, args.ops, args.policy, random.Random(1))
+        rows.append({"queued": n, "heapq_us": base * 1e6, "core_us": core * 1e6, "ratio": core / base})
+    table = Table(title=f"submit + dispatch ({args.policy} policy, {args.ops:,} ops each)")
+    for col in ("queued", "bare heapq push+pop (µs)", "laneway submit+dispatch (µs)", "ratio"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(f"{r['queued']:,}", f"{r['heapq_us']:.2f}", f"{r['core_us']:.2f}", f"{r['ratio']:.1f}×")
+    console = Console()
+    console.print(table)
+    out: dict[str, object] = {"policy": args.policy, "ops": args.ops, "rows": rows}
+    if args.sim_requests:
+        err.print(f"[dim]simulating mixed with ~{args.sim_requests:,} requests…[/]")
+        count, secs = bench_sim(args.sim_requests)
+        console.print(
+            f"simulation of mixed: {count:,} requests in {secs:.1f} s ({secs / count * 1e6:.1f} µs each)"
+        )
+        out["sim"] = {"requests": count, "seconds": secs}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
