@@ -270,15 +270,28 @@ class Scheduler:
             t = min(t, self._slices[0][0])
         return t
 
-    def estimate_wait(self, cls: int, model: str | None, now: float) -> float:
-        """Expected seconds a new class-``cls`` request would wait to start."""
+    def estimate_wait(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> float:
+        """Expected seconds a new class-``cls`` request would wait to start
+        (``est_service_s``: its size hint, which places it under feedback)."""
         count = self.lanes.class_count
         rights = self._est_rights[cls]
         ahead = 0
         work = 0.0
         for c in self._est_ahead[cls]:
-            if count[c]:
-                ahead += count[c]
+            n = count[c]
+            if not n:
+                continue
+            if c == cls and self.pol.feedback and est_service_s is not None:
+                # only the class's queued work at its own level or shorter is ahead
+                lanes = self.lanes.lanes_of_class(c)
+                level = self._start_level(est_service_s)
+                part = sum(self.lanes.count[lane] for lane in lanes[: level + 1])
+                ahead += part
+                work += self._queued_work(c) * part / n
+            else:
+                ahead += n
                 work += self._queued_work(c)
         available = self._free
         blocking = 0

@@ -184,7 +184,7 @@ class Simulation:
                     est_service_s=service_hint(spec, self.costs),
                 )
                 out = Outcome(spec, req, remaining_s=service_time(spec, self.costs))
-                out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now)
+                out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now, req.est_service_s)
                 outcomes[spec.id] = out
                 order.append(out)
                 rejected = sched.submit(req, now)
