@@ -7,8 +7,16 @@ decide. Nothing here looks at queues or workers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from laneway.core.costs import CostModel
+from laneway.core.request import Request, State
+from laneway.core.workers import WorkerState
+
+_RUNNING = State.RUNNING
+MAX_SCAN = 16  # running requests examined per victim class, from each end
+PER_END = 2  # candidates taken from each end
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +90,62 @@ def choose_action(cands: Sequence[Candidate], mode: str, drain_cap_s: float) -> 
     if mode == "recompute":
         return Action("preempt", victim, "recompute")
     raise ValueError(f"unknown preemption mode {mode!r}")
+
+
+def gather_candidates(
+    running: Sequence[Mapping[str, Request]],
+    victims: Sequence[int],
+    workers: Mapping[str, WorkerState],
+    model: str | None,
+    now: float,
+    costs: CostModel,
+    max_preemptions: int,
+) -> list[Candidate]:
+    """Running requests of the ``victims`` classes that may be preempted.
+
+    ``running[c]`` holds class ``c``'s running requests in start order. Per
+    class it takes the few started last (least progress to lose) and the few
+    started first (soonest to finish, for drains), looking at no more than
+    ``MAX_SCAN`` from each end: victim choice stays O(1) however many run.
+    """
+    out: list[Candidate] = []
+    for v in sorted(victims, reverse=True):
+        group = running[v]
+        if not group:
+            continue
+        seen: set[str] = set()
+        for it in (reversed(group.values()), iter(group.values())):
+            taken = scanned = 0
+            for r in it:
+                scanned += 1
+                if taken >= PER_END or scanned > MAX_SCAN:
+                    break
+                if (
+                    r.state is not _RUNNING
+                    or r.claimed_for is not None
+                    or not r.preemptible
+                    or r.preemptions >= max_preemptions
+                    or r.id in seen
+                ):
+                    continue
+                spec = workers[r.worker].spec  # type: ignore[index]
+                if model is not None and not spec.serves(model):
+                    continue
+                seen.add(r.id)
+                taken += 1
+                ran = now - r.started_s
+                held = costs.tokens_held(r.prompt_tokens, r.tokens_done + costs.generated_in(ran))
+                eta = max(r.est_s - r.run_s - ran, 0.25 * r.est_s)
+                out.append(
+                    Candidate(
+                        r.id,
+                        spec.id,
+                        v,
+                        r.seq,
+                        eta,
+                        costs.checkpoint_cost_s(held),
+                        costs.recompute_cost_s(held),
+                        spec.can_checkpoint,
+                    )
+                )
+    return out

@@ -21,7 +21,6 @@ import math
 from collections.abc import Sequence
 
 from laneway.core.admission import Admission
-from laneway.core.aging import aged_rank
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import Decision, Dispatch, Preempt, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
@@ -29,16 +28,15 @@ from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
 from laneway.core.expiry import Expiry
 from laneway.core.lanes import Lanes
 from laneway.core.policies import PolicySpec, policy
-from laneway.core.preemption import Candidate, choose_action
+from laneway.core.preemption import Candidate, choose_action, gather_candidates
 from laneway.core.request import Request, State, transition
+from laneway.core.selection import best_in_class, select_share, select_strict
 from laneway.core.stats import Counters, Snapshot
 from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
 
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
-_MAX_SCAN = 16  # running requests examined per victim search, from each end
-_PER_END = 2  # candidates taken from each end
 OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x this
 
 
@@ -83,11 +81,19 @@ class Scheduler:
         self._k = k
         self._max_queued = [c.max_queued for c in cfg.classes.classes]
         self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
-        self._victims = [tuple(sorted(c.may_preempt)) for c in cfg.classes.classes]
+        self._weights = [c.weight for c in cfg.classes.classes]
+        # aging never lifts a request to a rank whose class may preempt it: it
+        # would be dispatched only to be preempted at once
+        self._ceilings = [
+            max([cfg.aging_ceiling] + [r + 1 for r in range(k) if c in cfg.classes[r].may_preempt])
+            for c in range(k)
+        ]
+        table = cfg.classes.classes
+        # the preemptible classes each class may preempt
+        self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
         self._interval = cfg.aging_interval_s if self.pol.aging else None
         # for estimates: the classes a new request of each class may preempt,
         # and those whose queued work dispatches before it
-        table = cfg.classes.classes
         self._est_rights: list[frozenset[int]] = []
         self._est_ahead: list[tuple[int, ...]] = []
         for c in range(k):
@@ -493,9 +499,13 @@ class Scheduler:
             self._start(req, w, now, out)
 
     def _reserved_head(self, now: float, blocked: set[int]) -> Request | None:
+        """The request a freed, reserved slot goes to: the class it was freed for,
+        unless a request of a more urgent class arrived meanwhile (the class
+        that lost the slot claims another one in the same step)."""
+        best = self._select(now, blocked)
         for c, n in enumerate(self._reserved):
             if n:
-                req = self._best_in_class(c, now, blocked)
+                req = best if best is not None and best.cls < c else self._best_in_class(c, now, blocked)
                 if req is None:
                     self._reserved_total -= n
                     self._reserved[c] = 0  # nobody of that class is waiting any more
@@ -506,67 +516,13 @@ class Scheduler:
         return None
 
     def _select(self, now: float, blocked: set[int]) -> Request | None:
-        lanes = self.lanes
-        if lanes.single:
-            return None if blocked else lanes.head(0)
         if self.pol.shares:
-            return self._select_share(now, blocked)
-        interval = self._interval
-        ceiling = self.cfg.aging_ceiling
-        best: Request | None = None
-        best_key: tuple[int, float, int] | None = None
-        count = lanes.count
-        for lane in range(len(count)):
-            if not count[lane] or lane in blocked:
-                continue
-            req = lanes.head(lane)
-            if req is None:
-                continue
-            rank = req.cls
-            if interval is not None and rank > ceiling:
-                rank = aged_rank(rank, now - req.arrival_s, interval, ceiling)
-            key = (rank, req.arrival_s, req.seq)
-            if best_key is None or key < best_key:
-                best, best_key = req, key
-                if rank < ceiling:
-                    break  # later lanes are less urgent and age no higher than the ceiling
-        return best
+            running = [len(r) for r in self._running]
+            return select_share(self.lanes, running, self._weights, now, blocked, self._boost)
+        return select_strict(self.lanes, now, blocked, self._interval, self._ceilings)
 
     def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
-        lanes = self.lanes
-        if lanes.single:
-            return None if blocked else lanes.head(0)
-        boost = self._boost
-        best: Request | None = None
-        best_key: tuple[int, float, int] | None = None
-        for lane in lanes.lanes_of_class(cls):
-            if not lanes.count[lane] or lane in blocked:
-                continue
-            req = lanes.head(lane)
-            if req is None:
-                continue
-            level = req.level
-            if boost is not None and level:
-                level = max(0, level - int((now - req.enqueued_s) // boost))
-            key = (level, req.arrival_s, req.seq)
-            if best_key is None or key < best_key:
-                best, best_key = req, key
-        return best
-
-    def _select_share(self, now: float, blocked: set[int]) -> Request | None:
-        """Weighted shares: the class furthest below its share of running slots."""
-        best: Request | None = None
-        best_key: tuple[float, int] | None = None
-        for c, pc in enumerate(self.classes.classes):
-            if not self.lanes.class_count[c]:
-                continue
-            key = (len(self._running[c]) / pc.weight, c)
-            if best_key is not None and key >= best_key:
-                continue
-            req = self._best_in_class(c, now, blocked)
-            if req is not None:
-                best, best_key = req, key
-        return best
+        return best_in_class(self.lanes, cls, now, blocked, self._boost)
 
     # ------------------------------------------------------------------ preemption
     def _preemptible(self, req: Request) -> bool:
@@ -579,56 +535,9 @@ class Scheduler:
         )
 
     def _candidates(self, victims: tuple[int, ...], model: str | None, now: float) -> list[Candidate]:
-        """Running requests that may be preempted, least urgent classes first.
-
-        Per class it looks at the few most recently started (least progress to
-        lose) and the few started longest ago (soonest to finish, for drains),
-        examining at most ``_MAX_SCAN`` requests from each end.
-        """
-        costs = self.cfg.costs
-        maxp = self.cfg.max_preemptions
-        classes = self.classes.classes
-        out: list[Candidate] = []
-        for v in reversed(victims):
-            running = self._running[v]
-            if not running or not classes[v].preemptible:
-                continue
-            seen: set[str] = set()
-            for it in (reversed(running.values()), iter(running.values())):
-                taken = scanned = 0
-                for r in it:
-                    scanned += 1
-                    if taken >= _PER_END or scanned > _MAX_SCAN:
-                        break
-                    if (
-                        r.state is not _RUNNING
-                        or r.claimed_for is not None
-                        or not r.preemptible
-                        or r.preemptions >= maxp
-                        or r.id in seen
-                    ):
-                        continue
-                    spec = self.workers[r.worker].spec  # type: ignore[index]
-                    if model is not None and not spec.serves(model):
-                        continue
-                    seen.add(r.id)
-                    taken += 1
-                    ran = now - r.started_s
-                    held = costs.tokens_held(r.prompt_tokens, r.tokens_done + costs.generated_in(ran))
-                    eta = max(r.est_s - r.run_s - ran, 0.25 * r.est_s)
-                    out.append(
-                        Candidate(
-                            r.id,
-                            spec.id,
-                            v,
-                            r.seq,
-                            eta,
-                            costs.checkpoint_cost_s(held),
-                            costs.recompute_cost_s(held),
-                            spec.can_checkpoint,
-                        )
-                    )
-        return out
+        return gather_candidates(
+            self._running, victims, self.workers, model, now, self.cfg.costs, self.cfg.max_preemptions
+        )
 
     def _preempt(self, now: float, out: list[Decision]) -> None:
         mode = self.pol.preemption
@@ -658,7 +567,9 @@ class Scheduler:
                 self._incoming[c] += 1
                 if action.kind == "drain":
                     wait = cap if mode == "drain" else action.victim.eta_s + action.victim.lost_s
-                    victim.claim_deadline_s = now + wait
+                    # stop draining in time for the waiting request to start before it expires
+                    latest = head.deadline_s - action.victim.lost_s if head is not None else math.inf
+                    victim.claim_deadline_s = max(now, min(now + wait, latest))
                     self._drains[victim.id] = victim
                     self.counters.drains += 1
                 else:
@@ -692,8 +603,17 @@ class Scheduler:
         return hint is None or req.run_s + (now - req.started_s) > OVERRUN * hint
 
     def _overdue_drains(self, now: float, out: list[Decision]) -> None:
+        """A drained victim that has not ended by its deadline is preempted, if
+        its claimant class still needs the slot; otherwise the claim lapses."""
+        count = self.lanes.class_count
         for req in [r for r in self._drains.values() if r.claim_deadline_s <= now]:
-            self._stop(req, self._cheapest_mode(req, now), req.claimed_for, now, out)  # type: ignore[arg-type]
+            c: int = req.claimed_for  # type: ignore[assignment]
+            if count[c] - self._incoming[c] - self._reserved[c] < 0:
+                req.claimed_for = None
+                self._incoming[c] -= 1
+                del self._drains[req.id]
+                continue
+            self._stop(req, self._cheapest_mode(req, now), c, now, out)
 
     def _feedback(self, now: float, out: list[Decision]) -> None:
         """Multi-level feedback: a request past its time slice drops a level and

@@ -1,0 +1,92 @@
+"""Which queued request gets the next free slot: pure functions over the lanes.
+
+- :func:`select_strict`: strict class order with aging — the lowest
+  ``(aged rank, arrival, seq)`` among the lane heads;
+- :func:`select_share`: weighted class shares — the class furthest below its
+  share of running slots, then the best of that class;
+- :func:`best_in_class`: inside one class, the lowest ``(level, arrival, seq)``
+  over its feedback levels, a level rising back one step per ``boost_s`` waited.
+
+Heads are enough: inside a lane the head has the earliest arrival, so it has
+waited longest and carries the largest aging boost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from laneway.core.aging import aged_rank
+from laneway.core.lanes import Lanes
+from laneway.core.request import Request
+
+
+def select_strict(
+    lanes: Lanes, now: float, blocked: set[int], interval_s: float | None, ceilings: Sequence[int]
+) -> Request | None:
+    """``ceilings[c]``: the most urgent rank class ``c`` may age to."""
+    if lanes.single:
+        return None if blocked else lanes.head(0)
+    best: Request | None = None
+    best_key: tuple[int, float, int] | None = None
+    floor = min(ceilings)
+    count = lanes.count
+    for lane in range(len(count)):
+        if not count[lane] or lane in blocked:
+            continue
+        req = lanes.head(lane)
+        if req is None:
+            continue
+        rank = cls = req.cls
+        if interval_s is not None and rank > ceilings[cls]:
+            rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
+        key = (rank, req.arrival_s, req.seq)
+        if best_key is None or key < best_key:
+            best, best_key = req, key
+            if rank < floor:
+                break  # later lanes are less urgent and none ages that far
+    return best
+
+
+def best_in_class(
+    lanes: Lanes, cls: int, now: float, blocked: set[int], boost_s: float | None
+) -> Request | None:
+    if lanes.single:
+        return None if blocked else lanes.head(0)
+    best: Request | None = None
+    best_key: tuple[int, float, int] | None = None
+    for lane in lanes.lanes_of_class(cls):
+        if not lanes.count[lane] or lane in blocked:
+            continue
+        req = lanes.head(lane)
+        if req is None:
+            continue
+        level = req.level
+        if boost_s is not None and level:
+            level = max(0, level - int((now - req.enqueued_s) // boost_s))
+        key = (level, req.arrival_s, req.seq)
+        if best_key is None or key < best_key:
+            best, best_key = req, key
+    return best
+
+
+def select_share(
+    lanes: Lanes,
+    running: Sequence[int],
+    weights: Sequence[float],
+    now: float,
+    blocked: set[int],
+    boost_s: float | None,
+) -> Request | None:
+    """Work-conserving: a class with nothing queued leaves its share to others."""
+    best: Request | None = None
+    best_key: tuple[float, int] | None = None
+    for c, weight in enumerate(weights):
+        if not lanes.class_count[c]:
+            continue
+        key = (running[c] / weight, c)
+        if best_key is not None and key >= best_key:
+            continue
+        req = best_in_class(lanes, c, now, blocked, boost_s)
+        if req is not None:
+            best, best_key = req, key
+    return best
