@@ -29,10 +29,16 @@ from laneway.core import (
     SchedulerConfig,
     WorkerSpec,
 )
+from laneway.core.errors import LanewayError
 from laneway.sim.workload import SimRequest
 
 # event order at one instant: slots free first, then arrivals, then timers
 _FINISH, _STOPPED, _ARRIVAL, _WAKE = 0, 1, 2, 3
+_MAX_STEPS_AT_ONE_INSTANT = 100_000  # a livelock guard: the clock must move on
+
+
+class SimulationError(LanewayError, RuntimeError):
+    """The simulation cannot go on (a scheduler that stops making progress)."""
 
 
 @dataclass(slots=True)
@@ -111,7 +117,9 @@ class Simulation:
         scenario: str = "trace",
         seed: int | None = None,
         depth_every_s: float = 5.0,
+        check: bool = False,
     ) -> None:
+        self.check = check  # assert the scheduler's invariants after every step
         self.cfg = config or SchedulerConfig()
         self.costs = self.cfg.costs
         self.workers = list(workers) if workers is not None else make_workers(slots)
@@ -145,9 +153,16 @@ class Simulation:
         k = len(self.cfg.classes)
         now = 0.0
         last_end = 0.0
+        stuck = 0
         while heap or next_arrival < n:
             t_heap = heap[0][0] if heap else math.inf
             t_arr = reqs[next_arrival].arrival_s if next_arrival < n else math.inf
+            if min(t_heap, t_arr) > now:
+                stuck = 0
+            else:
+                stuck += 1
+                if stuck > _MAX_STEPS_AT_ONE_INSTANT:
+                    raise SimulationError(f"the simulation made no progress at t={now:.6f} s")
             now = min(t_heap, t_arr)
             while now >= next_depth:
                 depth.append((next_depth, tuple(sched.lanes.class_count[:k])))
@@ -193,7 +208,10 @@ class Simulation:
             # 3. timers due now
             while heap and heap[0][0] <= now:
                 heapq.heappop(heap)
-            for decision in sched.schedule(now):
+            decisions = sched.schedule(now)
+            if self.check:
+                sched.check_invariants()
+            for decision in decisions:
                 if type(decision) is Dispatch:
                     self._start(outcomes[decision.request_id], decision, now)
                 elif type(decision) is Preempt:
@@ -258,5 +276,8 @@ def simulate(
     config: SchedulerConfig | None = None,
     scenario: str = "trace",
     seed: int | None = None,
+    check: bool = False,
 ) -> SimResult:
-    return Simulation(requests, slots=slots, policy=policy, config=config, scenario=scenario, seed=seed).run()
+    return Simulation(
+        requests, slots=slots, policy=policy, config=config, scenario=scenario, seed=seed, check=check
+    ).run()
