@@ -71,10 +71,10 @@ def test_no_aging_under_the_priority_policy() -> None:
 
 @pytest.mark.parametrize(("p2_at", "p3_at", "first"), [(0.0, 1.0, "p2"), (1.0, 0.0, "p3")])
 def test_equal_aged_ranks_go_by_arrival(p2_at: float, p3_at: float, first: str) -> None:
-    d = _blocked(aging_interval_s=10.0, aging_ceiling=1)
+    d = _blocked(aging_interval_s=10.0, aging_ceiling=2)
     d.submit(req("p2", 2, p2_at))
     d.submit(req("p3", 3, p3_at))
-    d.now = 50.0  # both aged up to the ceiling (rank 1)
+    d.now = 50.0  # the P3 has aged up to the ceiling (rank 2)
     d.finish("blocker")
     assert ids(d.step()) == [first]
 
@@ -97,10 +97,20 @@ def test_ceiling(ceiling: int, newer: int, first: str) -> None:
     assert ids(d.step(), Dispatch) == [first]
 
 
-@pytest.mark.parametrize(("ceiling", "newer"), [(1, 1), (0, 0)])
-def test_aged_dispatch_is_not_taken_back_in_the_same_step(ceiling: int, newer: int) -> None:
-    """Known bug (scheduler.py ``_select``): aging lifts a P3 past a waiting class
-    that may preempt it, so the P3 is dispatched and preempted in one step."""
+def test_aged_p2_may_pass_a_newer_p1_under_ceiling_1() -> None:
+    # a P1 may not preempt a P2, so aging the P2 up to rank 1 is safe
+    d = _blocked(aging_interval_s=10.0, aging_ceiling=1)
+    d.submit(req("old-p2", 2, 0.0))
+    d.now = 200.0  # within the P2 queue timeout
+    d.submit(req("new-p1", 1, 200.0))
+    d.finish("blocker")
+    assert d.step() == [Dispatch("old-p2", "w0", None)]
+
+
+@pytest.mark.parametrize(("ceiling", "newer"), [(1, 1), (0, 0), (0, 1)])
+def test_aging_stops_below_classes_that_may_preempt(ceiling: int, newer: int) -> None:
+    """Aging a P3 past a waiting P0/P1 would dispatch it only to preempt it in
+    the same step: the newer, more urgent request goes first instead."""
     d = _blocked(aging_interval_s=10.0, aging_ceiling=ceiling)
     d.submit(req("old-p3", 3, 0.0, est_service_s=100.0))
     d.now = 1000.0
@@ -108,6 +118,7 @@ def test_aged_dispatch_is_not_taken_back_in_the_same_step(ceiling: int, newer: i
     d.finish("blocker")
     out = d.step()
     assert not set(ids(out, Dispatch)) & set(ids(out, Preempt)), out
+    assert out == [Dispatch("new", "w0", None)]
 
 
 def test_aged_p3_gains_no_preemption_rights() -> None:
