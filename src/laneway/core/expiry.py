@@ -76,14 +76,28 @@ class Expiry:
         return out
 
     def next_deadline(self) -> float:
+        """The earliest deadline of a request that could still expire (inf: none)."""
         best = math.inf
         for cls, dq in enumerate(self.fresh):
             limit = self.timeouts[cls]
-            if limit is not None and dq:
+            if limit is None:
+                continue
+            while dq and not _fresh(dq[0]):
+                dq.popleft()
+            if dq:
                 best = min(best, dq[0].arrival_s + limit)
-        if self.custom:
-            best = min(best, self.custom[0][0])
+        heap = self.custom
+        while heap and not _fresh(heap[0][2]):
+            heapq.heappop(heap)
+        if heap:
+            best = min(best, heap[0][0])
         return best
+
+    def refresh(self) -> float:
+        """Drop deadlines of requests that started or ended; the next one left."""
+        if self.next_due < math.inf:
+            self.next_due = self.next_deadline()
+        return self.next_due
 
     def newest(self, cls: int) -> Request | None:
         """The newest never-started queued request of native class ``cls``."""

@@ -83,7 +83,6 @@ class Request:
     gen: int = 0  # queue-entry generation, for lazy deletion from heaps
     deadline_s: float = math.inf  # queue-timeout deadline (never-started requests)
     est_s: float = 0.0  # expected service time used for estimates
-    estimate_s: float = 0.0  # wait estimate given at submission
     worker: str | None = None
     started_s: float = math.nan  # start of the current run
     expected_end_s: float = math.nan  # when the current run is expected to end

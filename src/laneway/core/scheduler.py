@@ -198,6 +198,9 @@ class Scheduler:
         if req.state is not _RUNNING and req.state is not _PREEMPTED:
             raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
         service = req.run_s + (now - req.started_s)
+        if req.state is _PREEMPTED:  # it ended before the preemption took effect
+            req.preemptions -= 1
+            self.counters.preemptions[req.cls] -= 1
         self._release(req)
         transition(req, State.FAILED if failed else State.FINISHED)
         if failed:
@@ -269,7 +272,7 @@ class Scheduler:
 
     def next_wakeup(self) -> float:
         """Earliest time ``schedule`` has work to do without a new event (inf: none)."""
-        t = self.expiry.next_due
+        t = self.expiry.refresh()
         for req in self._drains.values():
             t = min(t, req.claim_deadline_s)
         if self._slices:

@@ -154,7 +154,8 @@ class Simulation:
         now = 0.0
         last_end = 0.0
         stuck = 0
-        while heap or next_arrival < n:
+        # stop when nothing is left to arrive or to end (timer events may remain)
+        while next_arrival < n or (heap and sched.live):
             t_heap = heap[0][0] if heap else math.inf
             t_arr = reqs[next_arrival].arrival_s if next_arrival < n else math.inf
             if min(t_heap, t_arr) > now:

@@ -124,9 +124,9 @@ def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
     mean_work = sum(share * (lo + hi) / 2 for _, share, (lo, hi), _ in _MIX)
     capacity = slots / mean_work  # requests per second the slots can serve
     base = sum(load for _, load in _HOURS) * capacity * 3600.0
-    scale = 1.0 if requests is None else max(requests / base, 1e-3)
+    scale = 1.0 if requests is None else max(requests / base, 1e-6)
+    capacity *= scale  # rates follow the exact scale; the slot count is rounded
     slots = max(1, round(slots * scale))
-    capacity = slots / mean_work
     reqs: list[SimRequest] = []
     for start, load in _HOURS:
         for cls, share, (lo, hi), prompt in _MIX:
