@@ -1,0 +1,153 @@
+"""Wait estimates: zero with a free slot, growing with the queue ahead, ~0 for P0
+when it may preempt; the measurements behind them."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
+
+from .helpers import Driver, req, sched
+
+
+def test_zero_with_a_free_slot() -> None:
+    s = sched(2)
+    for cls in range(4):
+        assert s.estimate_wait(cls, None, 0.0) == 0.0
+    d = Driver(s)
+    d.submit(req("a", 2, 0.0, est_service_s=100.0))
+    d.step()
+    for cls in range(4):
+        assert s.estimate_wait(cls, None, 0.0) == 0.0  # one slot is still free
+
+
+def _busy(policy: str = "laneway", n_slots: int = 1, cls: int = 1, *, preemptible: bool = False) -> Driver:
+    d = Driver(sched(n_slots, policy))
+    for i in range(n_slots):
+        d.submit(req(f"busy{i}", cls, 0.0, est_service_s=100.0, preemptible=preemptible))
+    d.step()
+    return d
+
+
+@pytest.mark.parametrize("policy", ["fifo", "priority", "graceful", "mlfq", "laneway"])
+def test_grows_with_the_queue_ahead(policy: str) -> None:
+    d = _busy(policy)
+    seen = [d.sched.estimate_wait(2, None, 0.0)]
+    assert seen[0] > 0.0
+    for i in range(5):
+        d.submit(req(f"q{i}", 2, 0.0, est_service_s=10.0))
+        seen.append(d.sched.estimate_wait(2, None, 0.0))
+    assert all(b > a for a, b in itertools.pairwise(seen)), seen
+
+
+def test_less_urgent_queues_are_not_ahead() -> None:
+    d = _busy()
+    before = {c: d.sched.estimate_wait(c, None, 0.0) for c in range(4)}
+    for i in range(5):
+        d.submit(req(f"p3-{i}", 3, 0.0, est_service_s=10.0))
+    after = {c: d.sched.estimate_wait(c, None, 0.0) for c in range(4)}
+    assert after[2] == pytest.approx(before[2])
+    assert after[3] > before[3]
+
+
+def test_fifo_sees_every_class_ahead() -> None:
+    d = _busy("fifo")
+    before = d.sched.estimate_wait(0, None, 0.0)
+    for i in range(5):
+        d.submit(req(f"p3-{i}", 3, 0.0, est_service_s=10.0))
+    assert d.sched.estimate_wait(0, None, 0.0) > before
+
+
+def test_p0_sees_about_zero_when_it_can_preempt() -> None:
+    d = _busy(n_slots=2, cls=3, preemptible=True)
+    assert d.sched.estimate_wait(0, None, 0.0) == pytest.approx(0.0, abs=1e-9)
+    assert d.sched.estimate_wait(1, None, 0.0) == pytest.approx(0.0, abs=1e-9)  # P1 may preempt P3 too
+    assert d.sched.estimate_wait(2, None, 0.0) > 1.0  # P2 may not
+    d2 = _busy("priority", n_slots=2, cls=3, preemptible=True)  # no preemption under this policy
+    assert d2.sched.estimate_wait(0, None, 0.0) > 1.0
+
+
+def test_p0_waits_for_work_it_may_not_preempt() -> None:
+    d = _busy(n_slots=2, cls=1)
+    est = d.sched.estimate_wait(0, None, 0.0)
+    assert 1.0 < est <= 100.0
+    # the estimate shrinks as the blocking work gets closer to its end
+    assert d.sched.estimate_wait(0, None, 60.0) < est
+
+
+def test_rejections_carry_the_estimate() -> None:
+    d = _busy()
+    d.submit(req("p0", 0, 0.0))
+    d.now = 30.0
+    (rej,) = d.step()
+    assert rej.estimated_wait_s == pytest.approx(d.sched.estimate_wait(0, None, 30.0))  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------- the pure parts
+def test_wait_estimate_function() -> None:
+    base = {
+        "slots": 4,
+        "available": 0,
+        "ahead": 0,
+        "ahead_work_s": 0.0,
+        "blocking": 4,
+        "blocking_remaining_s": 40.0,
+        "mean_service_s": 10.0,
+        "urgent_load": 0.0,
+    }
+    assert math.isinf(wait_estimate(**{**base, "slots": 0}))  # type: ignore[arg-type]
+    assert wait_estimate(**{**base, "available": 1}) == 0.0  # type: ignore[arg-type]
+    first = wait_estimate(**base)  # type: ignore[arg-type]
+    assert first == pytest.approx(2 * 10.0 * 1 / 5)  # first of 4 uniform remainders
+    more = wait_estimate(**{**base, "ahead": 3, "ahead_work_s": 30.0})  # type: ignore[arg-type]
+    assert more > first
+    beyond = wait_estimate(**{**base, "ahead": 8, "ahead_work_s": 80.0})  # type: ignore[arg-type]
+    assert beyond > more
+    loaded = wait_estimate(**{**base, "urgent_load": 0.5})  # type: ignore[arg-type]
+    assert loaded == pytest.approx(2 * first)
+    capped = wait_estimate(**{**base, "urgent_load": 7.0})  # type: ignore[arg-type]
+    assert capped == pytest.approx(first / 0.1)
+    assert wait_estimate(**{**base, "urgent_load": -1.0}) == pytest.approx(first)  # type: ignore[arg-type]
+
+
+def test_service_stats() -> None:
+    st = ServiceStats(4, prior_s=10.0)
+    assert st.mean(0) == 10.0 and st.mean(3, "m") == 10.0
+    st.record(2, "m", 30.0)
+    assert st.mean(2) == pytest.approx((30.0 + 10.0) / 2)  # one sample, one prior
+    assert st.mean(0) == pytest.approx(30.0)  # unmeasured classes borrow the measured mean
+    for _ in range(4):
+        st.record(2, "m", 30.0)
+    assert st.mean(2, "m") == pytest.approx(30.0)  # five samples: the model's own mean
+    assert st.mean(2, "other") == st.mean(2)
+    st.record(0, None, 2.0)
+    assert st.mean(0) == pytest.approx(6.0)
+
+
+def test_scheduler_measures_service_times() -> None:
+    d = Driver(sched(1))
+    d.submit(req("a", 2, 0.0))
+    d.step()
+    d.now = 50.0
+    d.finish("a")
+    assert d.sched.service.mean(2) == pytest.approx(30.0)
+    d.submit(req("b", 2, 50.0))
+    assert d.sched.get("b").est_s == pytest.approx(30.0)
+    d.step()
+    d.now = 60.0
+    d.finish("b", failed=True)  # failures are not service-time samples
+    assert d.sched.service.mean(2) == pytest.approx(30.0)
+
+
+def test_arrival_rates() -> None:
+    ar = ArrivalRates(2, bucket_s=100.0)
+    assert ar.rate(0, 0.0) == 0.0
+    ar.add(0, 50.0, 10.0)
+    ar.add(0, 50.0, 20.0)
+    assert ar.rate(0, 50.0) == pytest.approx(100.0 / 150.0)
+    assert ar.rate(1, 50.0) == 0.0
+    assert ar.rate(0, 150.0) == pytest.approx(100.0 / 150.0)  # the last complete bucket
+    assert ar.rate(0, 1000.0) == 0.0  # long forgotten
