@@ -40,19 +40,16 @@ class Lanes:
         return req.cls * self.levels + req.level
 
     def push(self, req: Request) -> None:
-        lane = 0 if self.single else req.cls * self.levels + req.level
+        c = req.cls
+        lane = 0 if self.single else c * self.levels + req.level
         req.gen += 1
         heapq.heappush(self.heaps[lane], (req.arrival_s, req.seq, req.gen, req))
         self.count[lane] += 1
-        self._add(req, 1)
-
-    def _add(self, req: Request, sign: int) -> None:
-        c = req.cls
-        self.class_count[c] += sign
-        self.total += sign
+        self.class_count[c] += 1
+        self.total += 1
         if req.est_service_s is not None:
-            self.hint_work[c] += sign * req.est_service_s
-            self.hint_count[c] += sign
+            self.hint_work[c] += req.est_service_s
+            self.hint_count[c] += 1
 
     def head(self, lane: int) -> Request | None:
         heap = self.heaps[lane]
@@ -65,9 +62,14 @@ class Lanes:
 
     def take(self, req: Request) -> None:
         """Remove a queued request (dispatched, expired, shed or cancelled)."""
-        lane = 0 if self.single else req.cls * self.levels + req.level
+        c = req.cls
+        lane = 0 if self.single else c * self.levels + req.level
         self.count[lane] -= 1
-        self._add(req, -1)
+        self.class_count[c] -= 1
+        self.total -= 1
+        if req.est_service_s is not None:
+            self.hint_work[c] -= req.est_service_s
+            self.hint_count[c] -= 1
         req.gen += 1  # its heap entry is now stale
         heap = self.heaps[lane]
         if heap and heap[0][3] is req:

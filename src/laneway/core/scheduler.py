@@ -37,6 +37,7 @@ from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerSta
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
+_NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
 OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x this
 
 
@@ -91,6 +92,7 @@ class Scheduler:
         table = cfg.classes.classes
         # the preemptible classes each class may preempt
         self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
+        self._preempting = self.pol.preemption != "none"
         self._interval = cfg.aging_interval_s if self.pol.aging else None
         # for estimates: the classes a new request of each class may preempt,
         # and those whose queued work dispatches before it
@@ -145,9 +147,10 @@ class Scheduler:
         self._seq += 1
         req.cls = cls
         self.counters.submitted += 1
-        why = self.placement.never(req)
-        if why is not None:
-            return self._refuse(req, "unplaceable", why, now=now)
+        if req.model is not None:
+            why = self.placement.never(req)
+            if why is not None:
+                return self._refuse(req, "unplaceable", why, now=now)
         if req.tenant is not None:
             refused = self.admission.check(req.tenant, cls, now)
             if refused is not None:
@@ -266,7 +269,7 @@ class Scheduler:
         self._dispatch(now, out)
         if self._slices:
             self._feedback(now, out)
-        if self.pol.preemption != "none" and self.lanes.total:
+        if self._preempting and self.lanes.total:
             self._preempt(now, out)
         return out
 
@@ -396,9 +399,12 @@ class Scheduler:
             self.admission.on_dequeue(req.tenant)
 
     def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
-        self._dequeue(req, now)
+        self.lanes.take(req)
+        req.queued_total_s += now - req.enqueued_s
+        if req.tenant is not None:
+            self.admission.on_dequeue(req.tenant)
         transition(req, _RUNNING)
-        if math.isnan(req.first_start_s):
+        if req.first_start_s != req.first_start_s:  # NaN: never started
             req.first_start_s = now
         else:
             self.counters.resumed += 1
@@ -487,7 +493,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, now: float, out: list[Decision]) -> None:
-        blocked: set[int] = set()
+        blocked: set[int] = _NONE_BLOCKED
         lanes = self.lanes
         while self._free > 0 and lanes.total:
             req = self._reserved_head(now, blocked) if self._reserved_total else None
@@ -497,6 +503,8 @@ class Scheduler:
                     return
             w = self.placement.place(req)
             if w is None:
+                if blocked is _NONE_BLOCKED:
+                    blocked = set()
                 blocked.add(lanes.lane_of(req))
                 continue
             self._start(req, w, now, out)

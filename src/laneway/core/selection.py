@@ -29,9 +29,8 @@ def select_strict(
     best: Request | None = None
     best_key: tuple[int, float, int] | None = None
     floor = min(ceilings)
-    count = lanes.count
-    for lane in range(len(count)):
-        if not count[lane] or lane in blocked:
+    for lane, n in enumerate(lanes.count):
+        if not n or lane in blocked:
             continue
         req = lanes.head(lane)
         if req is None:
