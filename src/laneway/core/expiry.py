@@ -1,12 +1,17 @@
 """Queue timeouts and overload shedding over never-started requests.
 
-Per native class, a deque of requests that have not started yet, in arrival
-order. Requests using their class's default timeout therefore have
-non-decreasing deadlines along the deque, so expiry is a scan from the left;
-requests with their own timeout go to a heap as well. Shedding takes the
-newest from the right. A request that has started once (and was preempted)
-is never expired: it was accepted into work and being preempted is not its
-fault.
+Per native class, two deques in submission order:
+
+- ``fresh``: every never-started request (shedding takes the newest from the
+  right);
+- ``scan``: those on the class's default timeout whose deadlines come in
+  order, so expiry is a scan from the left.
+
+Requests with their own timeout, and default-timeout requests submitted out of
+arrival order (their deadline falls before one already in ``scan``), go to a
+heap instead. A request that has started once (and was preempted) is never
+expired: it was accepted into work and being preempted is not its fault.
+Entries are dropped lazily once their request started or ended.
 """
 
 from __future__ import annotations
@@ -29,42 +34,48 @@ class Expiry:
         self.enabled = enabled
         self.timeouts = class_timeouts if enabled else [None] * len(class_timeouts)
         self.fresh: list[deque[Request]] = [deque() for _ in class_timeouts]
+        self.scan: list[deque[Request]] = [deque() for _ in class_timeouts]
         self.custom: list[tuple[float, int, Request]] = []
         self.next_due = math.inf  # no deadline falls before this: due() has nothing
 
     def add(self, req: Request, now: float) -> None:
         """Set ``req.deadline_s`` and track it."""
         own = req.timeout_s
-        default = self.timeouts[req.priority]
-        self.fresh[req.priority].append(req)
+        cls = req.priority
+        default = self.timeouts[cls]
+        fresh = self.fresh[cls]
+        while fresh and not _fresh(fresh[0]):  # amortised trim: classes without deadlines too
+            fresh.popleft()
+        fresh.append(req)
         if own is None or not self.enabled:
-            req.deadline_s = math.inf if default is None else req.arrival_s + default
-            if req.deadline_s < self.next_due:
-                self.next_due = req.deadline_s
+            if default is None:
+                req.deadline_s = math.inf
+                return
+            req.deadline_s = deadline = req.arrival_s + default
+            scan = self.scan[cls]
+            if scan and scan[-1].deadline_s > deadline:
+                heapq.heappush(self.custom, (deadline, req.seq, req))  # out of order
+            else:
+                scan.append(req)
         else:
-            req.deadline_s = req.arrival_s + own
-            if math.isfinite(own):
-                heapq.heappush(self.custom, (req.deadline_s, req.seq, req))
-                if req.deadline_s < self.next_due:
-                    self.next_due = req.deadline_s
+            req.deadline_s = deadline = req.arrival_s + own
+            if not math.isfinite(own):
+                return
+            heapq.heappush(self.custom, (deadline, req.seq, req))
+        if deadline < self.next_due:
+            self.next_due = deadline
 
     def due(self, now: float) -> list[Request]:
         """Never-started queued requests whose deadline has passed."""
         out: list[Request] = []
-        for cls, dq in enumerate(self.fresh):
-            limit = self.timeouts[cls]
-            if limit is None:
-                while dq and not _fresh(dq[0]):
-                    dq.popleft()
-                continue
-            while dq:
-                req = dq[0]
+        for scan in self.scan:
+            while scan:
+                req = scan[0]
                 if not _fresh(req):
-                    dq.popleft()
-                elif req.arrival_s + limit <= now:
-                    dq.popleft()  # custom-timeout requests are the heap's concern
-                    if req.timeout_s is None:
-                        out.append(req)
+                    scan.popleft()
+                elif req.deadline_s <= now:
+                    scan.popleft()
+                    out.append(req)
                 else:
                     break
         heap = self.custom
@@ -78,19 +89,16 @@ class Expiry:
     def next_deadline(self) -> float:
         """The earliest deadline of a request that could still expire (inf: none)."""
         best = math.inf
-        for cls, dq in enumerate(self.fresh):
-            limit = self.timeouts[cls]
-            if limit is None:
-                continue
-            while dq and not _fresh(dq[0]):
-                dq.popleft()
-            if dq:
-                best = min(best, dq[0].arrival_s + limit)
+        for scan in self.scan:
+            while scan and not _fresh(scan[0]):
+                scan.popleft()
+            if scan and scan[0].deadline_s < best:
+                best = scan[0].deadline_s
         heap = self.custom
         while heap and not _fresh(heap[0][2]):
             heapq.heappop(heap)
-        if heap:
-            best = min(best, heap[0][0])
+        if heap and heap[0][0] < best:
+            best = heap[0][0]
         return best
 
     def refresh(self) -> float:

@@ -1,10 +1,12 @@
 """The queued requests: one FIFO heap per lane, with lazy deletion.
 
-A lane is ``(class, level)``: the effective class (after priority
-inheritance) and the multi-level-feedback level (always 0 unless the policy
-uses feedback). Under ``fifo`` there is a single lane. Inside a lane the order
-is the total order ``(arrival_s, seq)``; a preempted request keeps its arrival
-time and so goes back to the head of its class.
+A lane is ``(model, class, level)``: the model asked for, the effective
+class (after priority inheritance) and the multi-level-feedback level (always
+0 unless the policy uses feedback). Under ``fifo`` a lane is just the model:
+one queue per model, as an engine has. Separate lanes per model keep a request
+whose model cannot be placed now from blocking requests for other models.
+Inside a lane the order is the total order ``(arrival_s, seq)``; a preempted
+request keeps its arrival time and so goes back to the head of its class.
 
 Removal is lazy: a heap entry carries the request's generation, and an entry
 whose generation or state no longer matches is dropped when it reaches the top.
@@ -26,26 +28,43 @@ class Lanes:
         self.n_classes = n_classes
         self.levels = levels
         self.single = single
-        n = 1 if single else n_classes * levels
-        self.heaps: list[list[Entry]] = [[] for _ in range(n)]
-        self.count = [0] * n  # valid entries per lane
+        self.width = 1 if single else n_classes * levels  # lanes per model
+        self.models: dict[str | None, int] = {}
+        self.heaps: list[list[Entry]] = []
+        self.count: list[int] = []  # valid entries per lane
+        self.lane_class: list[int] = []  # the class of each lane (0 under fifo)
         self.class_count = [0] * n_classes  # queued per effective class
+        self.level_count = [0] * (n_classes * levels)  # queued per (class, level)
         self.hint_work = [0.0] * n_classes  # sum of service hints per class
         self.hint_count = [0] * n_classes
         self.total = 0
+        self._model_index(None)
+
+    def _model_index(self, model: str | None) -> int:
+        m = self.models.get(model)
+        if m is None:
+            m = self.models[model] = len(self.models)
+            self.heaps.extend([] for _ in range(self.width))
+            self.count.extend([0] * self.width)
+            self.lane_class.extend(0 if self.single else i // self.levels for i in range(self.width))
+        return m
 
     def lane_of(self, req: Request) -> int:
+        m = self.models.get(req.model)
+        if m is None:
+            m = self._model_index(req.model)
         if self.single:
-            return 0
-        return req.cls * self.levels + req.level
+            return m
+        return m * self.width + req.cls * self.levels + req.level
 
     def push(self, req: Request) -> None:
         c = req.cls
-        lane = 0 if self.single else c * self.levels + req.level
+        lane = self.lane_of(req)
         req.gen += 1
         heapq.heappush(self.heaps[lane], (req.arrival_s, req.seq, req.gen, req))
         self.count[lane] += 1
         self.class_count[c] += 1
+        self.level_count[c * self.levels + req.level] += 1
         self.total += 1
         if req.est_service_s is not None:
             self.hint_work[c] += req.est_service_s
@@ -63,9 +82,10 @@ class Lanes:
     def take(self, req: Request) -> None:
         """Remove a queued request (dispatched, expired, shed or cancelled)."""
         c = req.cls
-        lane = 0 if self.single else c * self.levels + req.level
+        lane = self.lane_of(req)
         self.count[lane] -= 1
         self.class_count[c] -= 1
+        self.level_count[c * self.levels + req.level] -= 1
         self.total -= 1
         if req.est_service_s is not None:
             self.hint_work[c] -= req.est_service_s
@@ -75,21 +95,18 @@ class Lanes:
         if heap and heap[0][3] is req:
             heapq.heappop(heap)
 
-    def lanes_of_class(self, cls: int) -> range:
+    def lanes_of_class(self, cls: int) -> list[int]:
+        """Every lane holding class ``cls`` (every lane under fifo)."""
         if self.single:
-            return range(1)
-        return range(cls * self.levels, (cls + 1) * self.levels)
+            return list(range(len(self.heaps)))
+        base = cls * self.levels
+        return [m * self.width + base + lv for m in range(len(self.models)) for lv in range(self.levels)]
 
-    def queued_in(self, lanes: range) -> int:
-        return sum(self.count[i] for i in lanes)
+    def waiting_below(self, cls: int, level: int) -> bool:
+        """Whether class ``cls`` has queued work at a level better than ``level``."""
+        base = cls * self.levels
+        return any(self.level_count[base + lv] for lv in range(level))
 
-    def iter_class(self, cls: int) -> list[Request]:
-        """Valid queued requests of effective class ``cls`` in dispatch order (O(n log n))."""
-        out: list[Request] = []
-        for lane in self.lanes_of_class(cls):
-            for entry in sorted(self.heaps[lane]):
-                req = entry[3]
-                if req.gen == entry[2] and req.state is _QUEUED and req.cls == cls:
-                    out.append(req)
-        out.sort(key=lambda r: (r.level, r.arrival_s, r.seq))
-        return out
+    def queued_up_to(self, cls: int, level: int) -> int:
+        base = cls * self.levels
+        return sum(self.level_count[base : base + level + 1])

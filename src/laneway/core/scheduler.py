@@ -77,12 +77,14 @@ class Scheduler:
         self._changes = 0  # bumped whenever a slot changes hands
         self._barren = [-1] * k  # _changes when a victim search for a class found none
         self._drains: dict[str, Request] = {}
+        self._awaited: dict[str, set[str]] = {}  # ids not yet submitted -> live waiters
         self._slices: list[tuple[float, int, float, Request]] = []
         self._pending: list[Decision] = []
         self._k = k
         self._max_queued = [c.max_queued for c in cfg.classes.classes]
         self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
         self._weights = [c.weight for c in cfg.classes.classes]
+        self._rights_of = [c.may_preempt for c in cfg.classes.classes]
         # aging never lifts a request to a rank whose class may preempt it: it
         # would be dispatched only to be preempted at once
         self._ceilings = [
@@ -179,7 +181,7 @@ class Scheduler:
         self.expiry.add(req, now)
         if req.tenant is not None:
             self.admission.on_admit(req.tenant)
-        if req.depends_on:
+        if req.depends_on or self._awaited:
             self._inherit(req)
         return None
 
@@ -297,9 +299,7 @@ class Scheduler:
                 continue
             if c == cls and self.pol.feedback and est_service_s is not None:
                 # only the class's queued work at its own level or shorter is ahead
-                lanes = self.lanes.lanes_of_class(c)
-                level = self._start_level(est_service_s)
-                part = sum(self.lanes.count[lane] for lane in lanes[: level + 1])
+                part = self.lanes.queued_up_to(c, self._start_level(est_service_s))
                 ahead += part
                 work += self._queued_work(c) * part / n
             else:
@@ -452,17 +452,28 @@ class Scheduler:
             if dep is not None and dep.waiters:
                 dep.waiters.discard(req.id)
                 self._reclass(dep, set())
+            awaited = self._awaited.get(dep_id)
+            if awaited is not None:
+                awaited.discard(req.id)
+                if not awaited:
+                    del self._awaited[dep_id]
 
     # ------------------------------------------------------------------ priority inheritance
     def _inherit(self, req: Request) -> None:
+        """Link ``req`` to what it depends on, and to what already waits for it."""
         for dep_id in req.depends_on:
             dep = self._reqs.get(dep_id)
-            if dep is None:
+            if dep is None:  # not submitted yet (or already ended): remember the wait
+                self._awaited.setdefault(dep_id, set()).add(req.id)
                 continue
             if dep.waiters is None:
                 dep.waiters = set()
             dep.waiters.add(req.id)
             self._reclass(dep, set())
+        waiters = self._awaited.pop(req.id, None)
+        if waiters:
+            req.waiters = (req.waiters or set()) | waiters
+            self._reclass(req, set())
 
     def _reclass(self, req: Request, seen: set[str]) -> None:
         """Set ``req``'s effective class from its own and its live waiters'."""
@@ -476,6 +487,13 @@ class Scheduler:
                 target = waiter.cls
         req.inherited = target if target != req.priority else None
         if target != req.cls:
+            self._changes += 1  # preemptibility may change: victim searches look again
+            c = req.claimed_for
+            if c is not None and req.state is _RUNNING and target not in self._victims[c]:
+                # a drain claim on it lapses: its claimant may not preempt it any more
+                req.claimed_for = None
+                self._incoming[c] -= 1
+                self._drains.pop(req.id, None)
             if req.state is _QUEUED:
                 self.lanes.take(req)
                 req.cls = target
@@ -529,7 +547,9 @@ class Scheduler:
     def _select(self, now: float, blocked: set[int]) -> Request | None:
         if self.pol.shares:
             running = [len(r) for r in self._running]
-            return select_share(self.lanes, running, self._weights, now, blocked, self._boost)
+            return select_share(
+                self.lanes, running, self._weights, self._rights_of, now, blocked, self._boost
+            )
         return select_strict(self.lanes, now, blocked, self._interval, self._ceilings)
 
     def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
@@ -638,7 +658,7 @@ class Scheduler:
                 continue
             if req.level < top:
                 req.level += 1
-            waiting = any(lanes.count[lane] for lane in lanes.lanes_of_class(req.cls)[: req.level])
+            waiting = lanes.waiting_below(req.cls, req.level)
             if waiting and self._free == 0 and self._overran(req, now) and self._preemptible(req):
                 req.claimed_for = req.cls
                 self._incoming[req.cls] += 1

@@ -8,7 +8,8 @@
   over its feedback levels, a level rising back one step per ``boost_s`` waited.
 
 Heads are enough: inside a lane the head has the earliest arrival, so it has
-waited longest and carries the largest aging boost.
+waited longest and carries the largest aging boost. A blocked lane (its head
+cannot be placed now) is skipped.
 """
 
 from __future__ import annotations
@@ -23,26 +24,26 @@ from laneway.core.request import Request
 def select_strict(
     lanes: Lanes, now: float, blocked: set[int], interval_s: float | None, ceilings: Sequence[int]
 ) -> Request | None:
-    """``ceilings[c]``: the most urgent rank class ``c`` may age to."""
-    if lanes.single:
-        return None if blocked else lanes.head(0)
+    """``ceilings[c]``: the most urgent rank class ``c`` may age to. Under fifo
+    (a single lane per model) the earliest arrival wins."""
+    single = lanes.single
     best: Request | None = None
     best_key: tuple[int, float, int] | None = None
-    floor = min(ceilings)
     for lane, n in enumerate(lanes.count):
         if not n or lane in blocked:
             continue
         req = lanes.head(lane)
         if req is None:
             continue
-        rank = cls = req.cls
-        if interval_s is not None and rank > ceilings[cls]:
-            rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
+        if single:
+            rank = 0
+        else:
+            rank = cls = req.cls
+            if interval_s is not None and rank > ceilings[cls]:
+                rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
         key = (rank, req.arrival_s, req.seq)
         if best_key is None or key < best_key:
             best, best_key = req, key
-            if rank < floor:
-                break  # later lanes are less urgent and none ages that far
     return best
 
 
@@ -50,7 +51,7 @@ def best_in_class(
     lanes: Lanes, cls: int, now: float, blocked: set[int], boost_s: float | None
 ) -> Request | None:
     if lanes.single:
-        return None if blocked else lanes.head(0)
+        return select_strict(lanes, now, blocked, None, ())
     best: Request | None = None
     best_key: tuple[int, float, int] | None = None
     for lane in lanes.lanes_of_class(cls):
@@ -72,11 +73,16 @@ def select_share(
     lanes: Lanes,
     running: Sequence[int],
     weights: Sequence[float],
+    rights: Sequence[frozenset[int]],
     now: float,
     blocked: set[int],
     boost_s: float | None,
 ) -> Request | None:
-    """Work-conserving: a class with nothing queued leaves its share to others."""
+    """Work-conserving: a class with nothing queued leaves its share to others.
+
+    A class with queued work that may preempt the class the shares pick goes
+    first: the slot would only be taken back at once.
+    """
     best: Request | None = None
     best_key: tuple[float, int] | None = None
     for c, weight in enumerate(weights):
@@ -88,4 +94,11 @@ def select_share(
         req = best_in_class(lanes, c, now, blocked, boost_s)
         if req is not None:
             best, best_key = req, key
+    if best is None:
+        return None
+    for c in range(best.cls):
+        if best.cls in rights[c] and lanes.class_count[c]:
+            req = best_in_class(lanes, c, now, blocked, boost_s)
+            if req is not None:
+                return req
     return best
