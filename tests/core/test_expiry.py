@@ -155,3 +155,26 @@ def test_expiry_structure_directly() -> None:
     disabled.add(d, 0.0)
     assert math.isinf(d.deadline_s)
     assert disabled.due(1e9) == []
+
+
+def test_out_of_order_arrivals_expire_on_time() -> None:
+    d = _busy()
+    d.now = 10.0
+    d.submit(req("late", 0, 10.0))  # deadline 40
+    d.submit(req("early", 0, 0.0))  # arrived first (say, at a gateway): deadline 30
+    assert d.sched.next_wakeup() == 30.0
+    out = d.advance(20.0)
+    assert ids(out) == ["early"]
+    assert ids(d.advance(10.0)) == ["late"]
+
+
+def test_requests_with_long_own_timeouts_can_still_be_shed() -> None:
+    # batch lines carry their batch's completion window: they outlive the P2 default
+    d = _busy(max_queued_total=2)
+    d.submit(req("batch-a", 2, 0.0, timeout_s=86_400.0))
+    d.submit(req("batch-b", 2, 0.0, timeout_s=math.inf))
+    d.advance(400.0)  # past the P2 default of 300 s
+    assert d.sched.queued == 2
+    assert d.submit(req("p0", 0, d.now)) is None  # sheds the newest P2
+    assert ids(d.step()) == ["batch-b"]
+    assert d.ended["batch-b"] == "rejected"
