@@ -112,7 +112,10 @@ class Driver:
         """Move the clock by ``dt``, calling ``schedule`` at every wakeup on the way."""
         target = self.now + dt
         out: list[Decision] = []
+        spins = 0
         while (wake := self.sched.next_wakeup()) <= target:
+            spins = spins + 1 if wake <= self.now else 0
+            assert spins < 5, f"next_wakeup() stays at {wake} <= now {self.now}"
             self.now = max(self.now, wake)
             out += self.step()
         self.now = target

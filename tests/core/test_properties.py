@@ -149,7 +149,10 @@ def run(
                 d.cancel(d.submitted[ev[1] % len(d.submitted)])  # type: ignore[operator]
         else:
             target = d.now + ev[1]  # type: ignore[operator]
+            spins = 0
             while (wake := d.sched.next_wakeup()) <= target:
+                spins = spins + 1 if wake <= d.now else 0
+                assert spins < 5, f"next_wakeup() stays at {wake} <= now {d.now}"
                 d.now = max(d.now, wake)
                 step()
             d.now = target
@@ -184,6 +187,16 @@ EXPECTED_STATE = {
 
 def _basic_checks(d: Driver, reqs: dict[str, Request], out: list[Decision]) -> None:
     max_pre = d.sched.cfg.max_preemptions
+    # the driver's own view agrees with the scheduler's (independently of check_invariants)
+    for rid in d.running:
+        assert reqs[rid].state in (State.RUNNING, State.PREEMPTED), rid
+    queued = [r.id for r in reqs.values() if r.state is State.QUEUED]
+    assert not set(queued) & set(d.running), "a request both queued and running"
+    assert len(queued) == d.sched.queued
+    assert len(d.running) + d.sched.free_slots == d.sched.slots
+    for cls in range(4):
+        est = d.sched.estimate_wait(cls, None, d.now)
+        assert 0.0 <= est < math.inf, (cls, est)
     for x in out:
         r = reqs[x.request_id]
         if type(x) is Preempt:
