@@ -240,3 +240,29 @@ def test_worker_with_several_slots() -> None:
     out = d.step()
     assert [x.worker_id for x in out] == ["big", "big", "big", "w0"]  # type: ignore[union-attr]
     assert d.sched.free_slots == 0
+
+
+def test_shedding_spares_a_dependency_running_at_an_inherited_rank() -> None:
+    """Known bug (scheduler.py ``_shed_candidate``): shedding picks by native
+    class, so a P3 that a queued P0 depends on (queued at P0 rank) is dropped to
+    make room for a P1."""
+    d = _busy(max_queued_total=2)
+    d.submit(req("dep", 3, 0.0))
+    d.submit(req("waiter", 0, 0.0, depends_on=("dep",)))
+    assert d.sched.get("dep").cls == 0
+    rej = d.submit(req("p1", 1, 0.0))
+    assert rej is not None and rej.reason == "overloaded"
+    assert d.step() == []
+    assert d.sched.get("dep").state is State.QUEUED
+
+
+def test_a_refused_request_does_not_use_up_the_tenant_quota() -> None:
+    """Known bug (scheduler.py ``submit``): the token bucket is charged before the
+    queue bounds are checked, so a request refused as overloaded still uses up
+    its tenant's quota and the retry is rate limited."""
+    d = _busy(max_queued_total=1, tenants={"t": TenantPolicy(quotas={3: Quota(1.0)})})
+    d.submit(req("other", 2, 0.0))
+    assert _reject(d, req("a", 3, 0.0, tenant="t")).reason == "overloaded"
+    d.cancel("other")  # room again
+    d.now = 0.1
+    assert d.submit(req("b", 3, 0.1, tenant="t")) is None
