@@ -57,9 +57,15 @@ class Lanes:
             return m
         return m * self.width + req.cls * self.levels + req.level
 
+    # ``take`` uses ``req.lane``, set by ``push``: a queued request's class and
+    # level change only through take + push.
+
     def push(self, req: Request) -> None:
         c = req.cls
-        lane = self.lane_of(req)
+        m = self.models.get(req.model)
+        if m is None:
+            m = self._model_index(req.model)
+        lane = req.lane = m if self.single else m * self.width + c * self.levels + req.level
         req.gen += 1
         heapq.heappush(self.heaps[lane], (req.arrival_s, req.seq, req.gen, req))
         self.count[lane] += 1
@@ -82,7 +88,7 @@ class Lanes:
     def take(self, req: Request) -> None:
         """Remove a queued request (dispatched, expired, shed or cancelled)."""
         c = req.cls
-        lane = self.lane_of(req)
+        lane = req.lane
         self.count[lane] -= 1
         self.class_count[c] -= 1
         self.level_count[c * self.levels + req.level] -= 1

@@ -523,7 +523,7 @@ class Scheduler:
             if w is None:
                 if blocked is _NONE_BLOCKED:
                     blocked = set()
-                blocked.add(lanes.lane_of(req))
+                blocked.add(req.lane)
                 continue
             self._start(req, w, now, out)
 
