@@ -224,8 +224,7 @@ def test_idle_worker_takes_work_queued_behind_an_unplaceable_head() -> None:
     d.submit(req("m1-first", 2, 0.0, model="m1"))
     d.submit(req("m1-second", 2, 1.0, model="m1"))
     d.submit(req("m2", 2, 2.0, model="m2"))
-    # Known bug (scheduler.py ``_dispatch``): when a lane's head cannot be
-    # placed the whole lane is blocked, so "m2" waits while worker b idles.
+    # the m1 head cannot be placed, but that must not keep "m2" off idle worker b
     assert d.step() == [Dispatch("m1-first", "a", None), Dispatch("m2", "b", None)]
     d.finish("m2")
     assert d.step() == []  # the m1 request cannot use worker b
@@ -243,9 +242,8 @@ def test_worker_with_several_slots() -> None:
 
 
 def test_shedding_spares_a_dependency_running_at_an_inherited_rank() -> None:
-    """Known bug (scheduler.py ``_shed_candidate``): shedding picks by native
-    class, so a P3 that a queued P0 depends on (queued at P0 rank) is dropped to
-    make room for a P1."""
+    """A P3 that a queued P0 depends on waits at P0 rank: it is not shed to make
+    room for a P1. (Found failing: ``_shed_candidate`` picked by native class.)"""
     d = _busy(max_queued_total=2)
     d.submit(req("dep", 3, 0.0))
     d.submit(req("waiter", 0, 0.0, depends_on=("dep",)))
@@ -257,9 +255,9 @@ def test_shedding_spares_a_dependency_running_at_an_inherited_rank() -> None:
 
 
 def test_a_refused_request_does_not_use_up_the_tenant_quota() -> None:
-    """Known bug (scheduler.py ``submit``): the token bucket is charged before the
-    queue bounds are checked, so a request refused as overloaded still uses up
-    its tenant's quota and the retry is rate limited."""
+    """A request refused as overloaded does not use up its tenant's token, so
+    the retry is not rate limited. (Found failing: ``submit`` charged the
+    bucket before checking the queue bounds.)"""
     d = _busy(max_queued_total=1, tenants={"t": TenantPolicy(quotas={3: Quota(1.0)})})
     d.submit(req("other", 2, 0.0))
     assert _reject(d, req("a", 3, 0.0, tenant="t")).reason == "overloaded"

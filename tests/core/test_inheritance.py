@@ -101,8 +101,7 @@ def test_waiter_on_a_request_that_is_not_live() -> None:
 
 
 def test_dependency_submitted_after_its_waiter_inherits() -> None:
-    """Known bug (scheduler.py ``submit``): inheritance is only set up when the
-    waiter is submitted; a dependency submitted later never inherits."""
+    """A dependency submitted after its waiter still inherits its rank."""
     d = _busy()
     d.submit(req("waiter", 0, 0.0, depends_on=("dep",)))
     d.submit(req("p2", 2, 1.0))
@@ -111,9 +110,8 @@ def test_dependency_submitted_after_its_waiter_inherits() -> None:
 
 
 def test_inherited_request_with_a_drain_claim_is_not_preempted() -> None:
-    """Known bug (scheduler.py ``_reclass`` / ``_overdue_drains``): a P3 that a P1
-    is draining keeps the claim after a P0 starts to depend on it, and is
-    preempted at the claim's deadline although it runs at P0 rank."""
+    """A P3 that a P1 is draining, and that a P0 then starts to depend on, is not
+    preempted when the drain claim runs out: it runs at P0 rank now."""
     d = Driver(sched(1, aging_interval_s=None))
     d.submit(req("dep", 3, 0.0, est_service_s=0.2))
     assert ids(d.step()) == ["dep"]
@@ -128,9 +126,8 @@ def test_inherited_request_with_a_drain_claim_is_not_preempted() -> None:
 
 
 def test_victim_freed_by_a_waiter_leaving_is_found() -> None:
-    """Known bug (scheduler.py ``_preempt``, the ``_barren`` cache): after a victim
-    search found nothing, a request that becomes preemptible without a slot
-    changing hands (its inheritance ends) is not looked at again."""
+    """After a victim search found nothing, a request that becomes preemptible
+    without a slot changing hands (its inheritance ends) is found next time."""
     d = Driver(sched(2, aging_interval_s=None))
     d.submit(req("pinned", 3, 0.0, est_service_s=LONG, preemptible=False))
     d.submit(req("dep", 3, 0.0, est_service_s=LONG))

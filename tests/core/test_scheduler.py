@@ -214,9 +214,8 @@ def test_no_time_slices_for_classes_that_are_never_preempted() -> None:
 
 
 def test_mlfq_does_not_dispatch_what_it_preempts_in_the_same_step() -> None:
-    """Known bug (scheduler.py ``schedule``): under weighted shares a slot goes
-    to a P3 (its class is furthest below its share) while a P0 waits, and the P0
-    then preempts that same P3 in the same step."""
+    """Weighted shares do not hand a slot to a P3 (its class furthest below its
+    share) while a P0 that may preempt it waits: it would be taken back at once."""
     d = Driver(sched(2, "mlfq", **MLFQ))
     d.submit(req("a", 0, 0.0, est_service_s=100.0))
     d.submit(req("b", 0, 0.0, est_service_s=100.0))
