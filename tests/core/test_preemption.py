@@ -416,3 +416,13 @@ def test_stale_drain_claim_does_not_preempt_when_nobody_waits() -> None:
     assert ids(d.step()) == ["p0"]  # the P0 found another slot
     assert d.advance(5.0) == []  # so nothing may be preempted for it any more
     assert not any(type(x) is Preempt for _, x in d.log)
+
+
+def test_least_work_lost_among_many_running() -> None:
+    """The cheapest victim is found wherever it sits in start order. (Fails
+    while ``gather_candidates`` looks only at the two started first and the two
+    started last of each class: here it picks r4, which holds 50,000 tokens.)"""
+    prompts = [50_000, 50_000, 10, 50_000, 50_000]
+    d = _full(5, [(f"r{i}", 3, {**LONG, "prompt_tokens": p}) for i, p in enumerate(prompts)])
+    d.submit(req("p0", 0, 1.0))
+    assert ids(d.step(), Preempt) == ["r2"]
