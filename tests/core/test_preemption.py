@@ -426,3 +426,21 @@ def test_least_work_lost_among_many_running() -> None:
     d = _full(5, [(f"r{i}", 3, {**LONG, "prompt_tokens": p}) for i, p in enumerate(prompts)])
     d.submit(req("p0", 0, 1.0))
     assert ids(d.step(), Preempt) == ["r2"]
+
+
+def test_victim_released_by_a_lapsed_drain_claim_is_found_again() -> None:
+    """A P1 whose victim search found only a victim claimed by a P0's drain gets
+    it once that claim lapses (the P0 started elsewhere). (Fails while a claim
+    lapsing in ``_overdue_drains`` leaves the ``_barren`` cache of the P1 valid:
+    the P1 then waits for the whole overrunning P3 run, up to its timeout.)"""
+    d = _full(2, [("quick", 3, QUICK), ("other", 2, {**LONG, "preemptible": False})], at=0.15)
+    d.submit(req("p0", 0, 0.15))
+    d.submit(req("p1", 1, 0.15))
+    assert d.step() == []  # the P0 drains quick; nothing is left for the P1
+    assert d.sched.get("quick").claimed_for == 0
+    d.now = 0.16
+    d.finish("other")
+    assert ids(d.step()) == ["p0"]
+    out = d.advance(2.0)  # quick overruns its estimate: the P1 takes its slot
+    assert [(type(x), x.request_id) for x in out] == [(Preempt, "quick")]
+    assert out[0].for_class == 1  # type: ignore[union-attr]
