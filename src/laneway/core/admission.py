@@ -44,15 +44,21 @@ class TokenBucket:
         self.tokens = quota.burst
         self.stamp = now
 
-    def take(self, now: float) -> float:
-        """Take one token; return 0 on success, else seconds until one is there."""
+    def wait(self, now: float) -> float:
+        """Seconds until a token is there (0: one is there now); takes nothing."""
         if now > self.stamp:
             self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
             self.stamp = now
         if self.tokens >= 1.0:
-            self.tokens -= 1.0
             return 0.0
         return (1.0 - self.tokens) / self.rate
+
+    def take(self, now: float) -> float:
+        """Take one token; return 0 on success, else seconds until one is there."""
+        wait = self.wait(now)
+        if wait == 0.0:
+            self.tokens -= 1.0
+        return wait
 
 
 @dataclass(slots=True)
@@ -82,7 +88,10 @@ class Admission:
         return self.tenants.get(tenant, self.default)
 
     def check(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
-        """``None`` when admitted, else ``(reason, message, retry_after_s)``."""
+        """``None`` when admissible, else ``(reason, message, retry_after_s)``.
+
+        It charges nothing: call :meth:`charge` once the request is admitted.
+        """
         pol = self.policy_for(tenant)
         if pol is None:
             return None
@@ -106,11 +115,7 @@ class Admission:
                 )
         quota = pol.quotas.get(cls)
         if quota is not None:
-            key = (tenant, cls)
-            bucket = self._buckets.get(key)  # type: ignore[arg-type]
-            if bucket is None:
-                bucket = self._buckets[key] = TokenBucket(quota, now)  # type: ignore[index]
-            wait = bucket.take(now)
+            wait = self._bucket(tenant, cls, quota, now).wait(now)  # type: ignore[arg-type]
             if wait > 0:
                 return (
                     "rate_limited",
@@ -118,6 +123,20 @@ class Admission:
                     wait,
                 )
         return None
+
+    def charge(self, tenant: str, cls: int, now: float) -> None:
+        """Take the quota token of an admitted request (``check`` only looks)."""
+        pol = self.policy_for(tenant)
+        quota = pol.quotas.get(cls) if pol is not None else None
+        if quota is not None:
+            self._bucket(tenant, cls, quota, now).take(now)
+
+    def _bucket(self, tenant: str, cls: int, quota: Quota, now: float) -> TokenBucket:
+        key = (tenant, cls)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(quota, now)
+        return bucket
 
     def on_admit(self, tenant: str | None) -> None:
         if tenant is None:

@@ -23,6 +23,7 @@ from collections import deque
 from laneway.core.request import Request, State
 
 _QUEUED = State.QUEUED
+_SHED_SCAN = 64
 
 
 def _fresh(req: Request) -> bool:
@@ -107,12 +108,16 @@ class Expiry:
             self.next_due = self.next_deadline()
         return self.next_due
 
-    def newest(self, cls: int) -> Request | None:
-        """The newest never-started queued request of native class ``cls``."""
+    def newest(self, cls: int, above: int | None = None) -> Request | None:
+        """The newest never-started queued request of native class ``cls`` whose
+        effective class is still less urgent than ``above`` (looking at no more
+        than ``_SHED_SCAN`` of the newest)."""
         dq = self.fresh[cls]
-        while dq:
-            req = dq[-1]
-            if _fresh(req):
-                return req
+        while dq and not _fresh(dq[-1]):
             dq.pop()
+        for i, req in enumerate(reversed(dq)):
+            if i >= _SHED_SCAN:
+                break
+            if _fresh(req) and (above is None or req.cls > above):
+                return req
         return None

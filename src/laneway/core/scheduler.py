@@ -167,6 +167,8 @@ class Scheduler:
             if victim is None:
                 return self._refuse(req, "overloaded", "the server is overloaded", now=now)
             self._shed(victim, now)
+        if req.tenant is not None:
+            self.admission.charge(req.tenant, cls, now)
         est = req.est_service_s
         if est is None:
             est = self.service.means[cls] if req.model is None else self.service.mean(cls, req.model)
@@ -366,8 +368,10 @@ class Scheduler:
         return Reject(req.id, reason, message, est, max(retry_s, est if reason != "rate_limited" else 0.0))
 
     def _shed_candidate(self, cls: int) -> Request | None:
+        """The newest never-started request of the least urgent class below ``cls``
+        (by effective class: a request others depend on is spared)."""
         for c in range(len(self.classes) - 1, cls, -1):
-            victim = self.expiry.newest(c)
+            victim = self.expiry.newest(c, above=cls)
             if victim is not None:
                 return victim
         return None
