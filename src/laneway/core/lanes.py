@@ -94,8 +94,9 @@ class Lanes:
         self.level_count[c * self.levels + req.level] -= 1
         self.total -= 1
         if req.est_service_s is not None:
-            self.hint_work[c] -= req.est_service_s
             self.hint_count[c] -= 1
+            # no float residue once the last hinted request of the class leaves
+            self.hint_work[c] = self.hint_work[c] - req.est_service_s if self.hint_count[c] else 0.0
         req.gen += 1  # its heap entry is now stale
         heap = self.heaps[lane]
         if heap and heap[0][3] is req:
