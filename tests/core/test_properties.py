@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, currently_in_test_context, given, note, settings
 from hypothesis import strategies as st
 
 from laneway.core import (
@@ -111,7 +111,8 @@ def run(
 ) -> Run:
     d = Driver(Scheduler(workers, cfg, policy))
     reqs: dict[str, Request] = {}
-    note(f"events: {events}")
+    if currently_in_test_context():
+        note(f"events: {events}")
 
     def step() -> None:
         out = d.step()  # applies the decisions and checks the scheduler's invariants
@@ -267,6 +268,25 @@ def _preemption_check(d: Driver, reqs: dict[str, Request], out: list[Decision]) 
     for rid in stopped:
         r = reqs[rid]
         assert r.cls not in (0, 1), f"{r.id} preempted while it runs at P{r.cls} rank (inherited)"
+    # a class with preemption rights and unserved waiting work leaves no victim unclaimed
+    s = d.sched
+    live = [r for r in reqs.values() if r.id in s]
+    for c, pc in enumerate(s.classes.classes):
+        victims = {v for v in pc.may_preempt if s.classes[v].preemptible}
+        waiting = sum(1 for r in live if r.state is State.QUEUED and r.cls == c)
+        claimed = sum(1 for r in live if r.claimed_for == c)
+        if not victims or waiting <= claimed:
+            continue
+        idle = [
+            r.id
+            for r in live
+            if r.state is State.RUNNING
+            and r.cls in victims
+            and r.claimed_for is None
+            and r.preemptible
+            and r.preemptions < s.cfg.max_preemptions
+        ]
+        assert not idle, f"{waiting} P{c} waiting with {claimed} claims while {idle} could be preempted"
 
 
 @pytest.mark.parametrize("policy", ["graceful", "laneway", "mlfq"])
