@@ -63,3 +63,9 @@ class CostModel:
 
     def recompute_cost_s(self, tokens: int) -> float:
         return self.step_s + self.recompute_s(tokens)
+
+    def round_trips(self, prompt_tokens: int, generated: int, running_s: float) -> tuple[float, float]:
+        """``(checkpoint_cost_s, recompute_cost_s)`` of a request that holds
+        ``prompt + generated`` tokens plus what it decoded in ``running_s``."""
+        held = self.tokens_held(prompt_tokens, generated + self.generated_in(running_s))
+        return self.checkpoint_cost_s(held), self.recompute_cost_s(held)

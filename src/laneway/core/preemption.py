@@ -8,7 +8,7 @@ decide. Nothing here looks at queues or workers.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from laneway.core.costs import CostModel
 from laneway.core.request import Request, State
@@ -19,8 +19,7 @@ MAX_SCAN = 16  # running requests examined per victim class, from each end
 PER_END = 2  # candidates taken from each end
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     request_id: str
     worker_id: str
     cls: int  # the victim's class rank (larger = less urgent)
@@ -42,24 +41,31 @@ class Candidate:
         return self.checkpoint_s if self.best_mode == "checkpoint" else self.recompute_s
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Action(NamedTuple):
     kind: str  # "preempt" or "drain"
     victim: Candidate
     mode: str  # "checkpoint" / "recompute" for a preemption, "drain" for a drain
+
+
+def _victim_key(c: Candidate) -> tuple[int, float, int]:
+    return (-c.cls, c.lost_s, -c.seq)
+
+
+def _soonest_key(c: Candidate) -> tuple[float, int, int]:
+    return (c.eta_s, -c.cls, -c.seq)
 
 
 def choose_victim(cands: Sequence[Candidate]) -> Candidate | None:
     """Lowest class first, then least work lost, then the latest arrival (seq)."""
     if not cands:
         return None
-    return min(cands, key=lambda c: (-c.cls, c.lost_s, -c.seq))
+    return min(cands, key=_victim_key)
 
 
 def soonest(cands: Sequence[Candidate]) -> Candidate | None:
     if not cands:
         return None
-    return min(cands, key=lambda c: (c.eta_s, -c.cls, -c.seq))
+    return min(cands, key=_soonest_key)
 
 
 def choose_action(cands: Sequence[Candidate], mode: str, drain_cap_s: float) -> Action | None:
@@ -103,10 +109,11 @@ def gather_candidates(
 ) -> list[Candidate]:
     """Running requests of the ``victims`` classes that may be preempted.
 
-    ``running[c]`` holds class ``c``'s running requests in start order. Per
-    class it takes the few started last (least progress to lose) and the few
-    started first (soonest to finish, for drains), looking at no more than
-    ``MAX_SCAN`` from each end: victim choice stays O(1) however many run.
+    ``running[c]`` holds class ``c``'s running requests in start order. A
+    class with up to ``2 x MAX_SCAN`` running is looked at whole; a larger one
+    gives the few started last (least progress to lose) and the few started
+    first (soonest to finish, for drains), looking at no more than
+    ``MAX_SCAN`` from each end, so victim choice stays O(1) however many run.
     """
     out: list[Candidate] = []
     for v in sorted(victims, reverse=True):
@@ -114,11 +121,13 @@ def gather_candidates(
         if not group:
             continue
         seen: set[str] = set()
-        for it in (reversed(group.values()), iter(group.values())):
+        small = len(group) <= 2 * MAX_SCAN  # few enough to look at every one
+        ends = (group.values(),) if small else (reversed(group.values()), iter(group.values()))
+        for it in ends:
             taken = scanned = 0
             for r in it:
                 scanned += 1
-                if taken >= PER_END or scanned > MAX_SCAN:
+                if not small and (taken >= PER_END or scanned > MAX_SCAN):
                     break
                 if (
                     r.state is not _RUNNING
@@ -134,18 +143,9 @@ def gather_candidates(
                 seen.add(r.id)
                 taken += 1
                 ran = now - r.started_s
-                held = costs.tokens_held(r.prompt_tokens, r.tokens_done + costs.generated_in(ran))
+                checkpoint_s, recompute_s = costs.round_trips(r.prompt_tokens, r.tokens_done, ran)
                 eta = max(r.est_s - r.run_s - ran, 0.25 * r.est_s)
                 out.append(
-                    Candidate(
-                        r.id,
-                        spec.id,
-                        v,
-                        r.seq,
-                        eta,
-                        costs.checkpoint_cost_s(held),
-                        costs.recompute_cost_s(held),
-                        spec.can_checkpoint,
-                    )
+                    Candidate(r.id, spec.id, v, r.seq, eta, checkpoint_s, recompute_s, spec.can_checkpoint)
                 )
     return out

@@ -647,6 +647,7 @@ class Scheduler:
                 req.claimed_for = None
                 self._incoming[c] -= 1
                 del self._drains[req.id]
+                self._changes += 1  # it may be a victim for someone else now
                 continue
             self._stop(req, self._cheapest_mode(req, now), c, now, out)
 
