@@ -67,5 +67,10 @@ class CostModel:
     def round_trips(self, prompt_tokens: int, generated: int, running_s: float) -> tuple[float, float]:
         """``(checkpoint_cost_s, recompute_cost_s)`` of a request that holds
         ``prompt + generated`` tokens plus what it decoded in ``running_s``."""
-        held = self.tokens_held(prompt_tokens, generated + self.generated_in(running_s))
-        return self.checkpoint_cost_s(held), self.recompute_cost_s(held)
+        # the arithmetic of tokens_held, generated_in, checkpoint_cost_s and
+        # recompute_cost_s in one place: it runs for every victim candidate
+        held = (prompt_tokens or self.default_prompt_tokens) + generated
+        if running_s > 0:
+            held += int(running_s * self.decode_tokens_s)
+        moved = held * self.kv_bytes_per_token / self.host_link_bytes_s
+        return self.step_s + 2 * moved, self.step_s + held / self.prefill_tokens_s

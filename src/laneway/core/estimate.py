@@ -78,6 +78,13 @@ class ArrivalRates:
         span = self.bucket_s + (now - self.index * self.bucket_s)
         return (self.prev[cls] + self.cur[cls]) / span
 
+    def rate_before(self, cls: int, now: float) -> float:
+        """Total rate of the classes more urgent than ``cls``."""
+        if int(now // self.bucket_s) != self.index:
+            self._roll(now)
+        span = self.bucket_s + (now - self.index * self.bucket_s)
+        return (sum(self.prev[:cls]) + sum(self.cur[:cls])) / span
+
 
 def wait_estimate(
     *,

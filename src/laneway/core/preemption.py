@@ -15,8 +15,8 @@ from laneway.core.request import Request, State
 from laneway.core.workers import WorkerState
 
 _RUNNING = State.RUNNING
-MAX_SCAN = 16  # running requests examined per victim class, from each end
-PER_END = 2  # candidates taken from each end
+MAX_SCAN = 8  # running requests examined per victim class, from each end
+PER_END = 1  # candidates taken from each end
 
 
 class Candidate(NamedTuple):

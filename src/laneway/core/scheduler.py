@@ -291,7 +291,9 @@ class Scheduler:
     ) -> float:
         """Expected seconds a new class-``cls`` request would wait to start
         (``est_service_s``: its size hint, which places it under feedback)."""
-        count = self.lanes.class_count
+        lanes = self.lanes
+        count = lanes.class_count
+        means = self.service.means
         rights = self._est_rights[cls]
         ahead = 0
         work = 0.0
@@ -299,14 +301,16 @@ class Scheduler:
             n = count[c]
             if not n:
                 continue
+            # hinted work where given, the measured mean for the rest
+            queued_work = lanes.hint_work[c] + (n - lanes.hint_count[c]) * means[c]
             if c == cls and self.pol.feedback and est_service_s is not None:
                 # only the class's queued work at its own level or shorter is ahead
-                part = self.lanes.queued_up_to(c, self._start_level(est_service_s))
+                part = lanes.queued_up_to(c, self._start_level(est_service_s))
                 ahead += part
-                work += self._queued_work(c) * part / n
+                work += queued_work * part / n
             else:
                 ahead += n
-                work += self._queued_work(c)
+                work += queued_work
         available = self._free
         blocking = 0
         remaining = 0.0
@@ -320,8 +324,8 @@ class Scheduler:
                 blocking += n
                 remaining += max(self._end_sum[v] - n * now, 0.0)
         urgent = 0.0
-        if not self.lanes.single and cls:
-            urgent = sum(self.arrivals.rate(c, now) for c in range(cls)) / self.slots
+        if cls and not lanes.single:
+            urgent = self.arrivals.rate_before(cls, now) / self.slots
         return wait_estimate(
             slots=self.slots,
             available=available,
@@ -329,16 +333,9 @@ class Scheduler:
             ahead_work_s=work,
             blocking=blocking,
             blocking_remaining_s=remaining,
-            mean_service_s=self.service.mean(cls, model),
+            mean_service_s=means[cls] if model is None else self.service.mean(cls, model),
             urgent_load=urgent,
         )
-
-    def _queued_work(self, cls: int) -> float:
-        """Expected service of the queued requests of a class: hints where given,
-        the measured mean for the rest."""
-        lanes = self.lanes
-        unhinted = lanes.class_count[cls] - lanes.hint_count[cls]
-        return lanes.hint_work[cls] + unhinted * self.service.mean(cls)
 
     def snapshot(self) -> Snapshot:
         names = self.classes.names
@@ -590,7 +587,7 @@ class Scheduler:
                 continue  # nothing it may preempt is running
             if self._barren[c] == self._changes:
                 continue  # searched in vain and no slot changed hands since
-            head = self._best_in_class(c, now, set())
+            head = self._best_in_class(c, now, _NONE_BLOCKED)
             model = head.model if head is not None else None
             while need > 0:
                 action = choose_action(self._candidates(self._victims[c], model, now), mode, cap)

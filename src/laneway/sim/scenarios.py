@@ -127,15 +127,15 @@ def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
     scale = 1.0 if requests is None else max(requests / base, 1e-6)
     capacity *= scale  # rates follow the exact scale; the slot count is rounded
     slots = max(1, round(slots * scale))
-    reqs: list[SimRequest] = []
+    drawn: list[tuple[float, int, float, int]] = []
     for start, load in _HOURS:
         for cls, share, (lo, hi), prompt in _MIX:
             for t in _poisson(rng, load * capacity * share, start, start + 3600.0):
-                reqs.append(SimRequest("", t, cls, rng.uniform(lo, hi), prompt_tokens=prompt))
-    reqs.sort(key=lambda r: r.arrival_s)
+                drawn.append((t, cls, rng.uniform(lo, hi), prompt))
+    drawn.sort(key=lambda d: d[0])
     named = [
-        SimRequest(f"m{i}", r.arrival_s, r.priority, r.duration_s, prompt_tokens=r.prompt_tokens)
-        for i, r in enumerate(reqs)
+        SimRequest(f"m{i}", t, cls, duration, prompt_tokens=prompt)
+        for i, (t, cls, duration, prompt) in enumerate(drawn)
     ]
     return Scenario(
         "mixed", named, slots, f"{len(named)} requests, 4 classes, busy + quiet hour, {slots} slots"

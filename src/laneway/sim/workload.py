@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from laneway.core import ClassTable
 from laneway.core.errors import LanewayError
@@ -22,8 +22,9 @@ class TraceError(LanewayError, ValueError):
     """A trace line is invalid; the message names the file and line."""
 
 
-@dataclass(frozen=True, slots=True)
-class SimRequest:
+class SimRequest(NamedTuple):
+    """One request of a workload (immutable; a named tuple: millions are made)."""
+
     id: str
     arrival_s: float
     priority: int
