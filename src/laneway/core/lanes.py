@@ -38,6 +38,7 @@ class Lanes:
         self.hint_work = [0.0] * n_classes  # sum of service hints per class
         self.hint_count = [0] * n_classes
         self.total = 0
+        self._class_lanes: list[list[int]] = []
         self._model_index(None)
 
     def _model_index(self, model: str | None) -> int:
@@ -47,6 +48,7 @@ class Lanes:
             self.heaps.extend([] for _ in range(self.width))
             self.count.extend([0] * self.width)
             self.lane_class.extend(0 if self.single else i // self.levels for i in range(self.width))
+            self._index_lanes()
         return m
 
     def lane_of(self, req: Request) -> int:
@@ -104,10 +106,18 @@ class Lanes:
 
     def lanes_of_class(self, cls: int) -> list[int]:
         """Every lane holding class ``cls`` (every lane under fifo)."""
+        return self._class_lanes[cls]
+
+    def _index_lanes(self) -> None:
         if self.single:
-            return list(range(len(self.heaps)))
-        base = cls * self.levels
-        return [m * self.width + base + lv for m in range(len(self.models)) for lv in range(self.levels)]
+            every = list(range(len(self.heaps)))
+            self._class_lanes = [every] * self.n_classes
+            return
+        models = range(len(self.models))
+        self._class_lanes = [
+            [m * self.width + c * self.levels + lv for m in models for lv in range(self.levels)]
+            for c in range(self.n_classes)
+        ]
 
     def waiting_below(self, cls: int, level: int) -> bool:
         """Whether class ``cls`` has queued work at a level better than ``level``."""

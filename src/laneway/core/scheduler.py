@@ -587,8 +587,11 @@ class Scheduler:
                 continue  # nothing it may preempt is running
             if self._barren[c] == self._changes:
                 continue  # searched in vain and no slot changed hands since
-            head = self._best_in_class(c, now, _NONE_BLOCKED)
-            model = head.model if head is not None else None
+            model = None
+            head: Request | None = None
+            if len(self.lanes.models) > 1:  # requests name models: victims must serve it
+                head = self._best_in_class(c, now, _NONE_BLOCKED)
+                model = head.model if head is not None else None
             while need > 0:
                 action = choose_action(self._candidates(self._victims[c], model, now), mode, cap)
                 if action is None:
@@ -600,6 +603,8 @@ class Scheduler:
                 if action.kind == "drain":
                     wait = cap if mode == "drain" else action.victim.eta_s + action.victim.lost_s
                     # stop draining in time for the waiting request to start before it expires
+                    if head is None:
+                        head = self._best_in_class(c, now, _NONE_BLOCKED)
                     latest = head.deadline_s - action.victim.lost_s if head is not None else math.inf
                     victim.claim_deadline_s = max(now, min(now + wait, latest))
                     self._drains[victim.id] = victim

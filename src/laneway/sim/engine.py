@@ -34,7 +34,8 @@ from laneway.sim.workload import SimRequest
 
 # event order at one instant: slots free first, then arrivals, then timers
 _FINISH, _STOPPED, _ARRIVAL, _WAKE = 0, 1, 2, 3
-_MAX_STEPS_AT_ONE_INSTANT = 100_000  # a livelock guard: the clock must move on
+_MAX_STEPS_AT_ONE_INSTANT = 100_000
+ESTIMATE_ALL = 200_000  # a livelock guard: the clock must move on
 
 
 class SimulationError(LanewayError, RuntimeError):
@@ -47,7 +48,7 @@ class Outcome:
 
     spec: SimRequest
     req: Request
-    estimate_s: float = 0.0
+    estimate_s: float = math.nan  # NaN: no estimate was asked for this one
     status: str = "queued"  # finished / rejected / expired / ...
     reason: str | None = None
     end_s: float = math.nan
@@ -154,6 +155,9 @@ class Simulation:
         now = 0.0
         last_end = 0.0
         stuck = 0
+        # wait estimates are asked at submission: of every request in runs up to
+        # ESTIMATE_ALL requests, of an evenly spread sample above (they cost ~10 %)
+        sample = max(1, n // ESTIMATE_ALL)
         # stop when nothing is left to arrive or to end (timer events may remain)
         while next_arrival < n or (heap and sched.live):
             t_heap = heap[0][0] if heap else math.inf
@@ -200,7 +204,8 @@ class Simulation:
                     est_service_s=service_hint(spec, self.costs),
                 )
                 out = Outcome(spec, req, remaining_s=service_time(spec, self.costs))
-                out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now, req.est_service_s)
+                if next_arrival % sample == 0:
+                    out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now, req.est_service_s)
                 outcomes[spec.id] = out
                 order.append(out)
                 rejected = sched.submit(req, now)

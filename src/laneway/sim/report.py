@@ -19,7 +19,8 @@ Definitions:
   last completion (per class: of that class's last completion).
 - estimate error: per completed request |estimate - first wait| / max(first
   wait, 1 s), where the estimate is the wait predicted at submission and the
-  first wait runs from arrival to the first start; the median over requests.
+  first wait runs from arrival to the first start; the median over requests
+  (over every k-th request in runs of more than 200,000, see the engine).
 - model loads: model swaps on workers; always 0 here (slot workers hold no models).
 """
 
@@ -71,7 +72,7 @@ def estimate_errors(outcomes: Sequence[Outcome]) -> list[float]:
     """Relative errors of the submission-time wait estimates of completed requests."""
     out = []
     for o in outcomes:
-        if o.status == "finished":
+        if o.status == "finished" and o.estimate_s == o.estimate_s:  # NaN: not sampled
             first = o.first_wait_s
             out.append(abs(o.estimate_s - first) / max(first, 1.0))
     return out
