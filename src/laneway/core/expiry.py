@@ -38,6 +38,7 @@ class Expiry:
         self.scan: list[deque[Request]] = [deque() for _ in class_timeouts]
         self.custom: list[tuple[float, int, Request]] = []
         self.next_due = math.inf  # no deadline falls before this: due() has nothing
+        self.stale = False  # next_due may belong to a request no longer waiting
 
     def add(self, req: Request, now: float) -> None:
         """Set ``req.deadline_s`` and track it."""
@@ -103,8 +104,10 @@ class Expiry:
         return best
 
     def refresh(self) -> float:
-        """Drop deadlines of requests that started or ended; the next one left."""
-        if self.next_due < math.inf:
+        """The next deadline, after dropping those of requests that started or
+        ended if one of them held the earliest (the scheduler sets ``stale``)."""
+        if self.stale:
+            self.stale = False
             self.next_due = self.next_deadline()
         return self.next_due
 

@@ -395,12 +395,16 @@ class Scheduler:
     # ------------------------------------------------------------------ state changes
     def _dequeue(self, req: Request, now: float) -> None:
         self.lanes.take(req)
+        if req.deadline_s <= self.expiry.next_due:
+            self.expiry.stale = True  # the earliest deadline may be gone with it
         req.queued_total_s += now - req.enqueued_s
         if req.tenant is not None:
             self.admission.on_dequeue(req.tenant)
 
     def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
         self.lanes.take(req)
+        if req.deadline_s <= self.expiry.next_due:
+            self.expiry.stale = True  # the earliest deadline may be gone with it
         req.queued_total_s += now - req.enqueued_s
         if req.tenant is not None:
             self.admission.on_dequeue(req.tenant)
