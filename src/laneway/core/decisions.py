@@ -48,6 +48,27 @@ class Reject(NamedTuple):
     retry_after_s: float = 0.0
 
 
+class Load(NamedTuple):
+    """Load ``model`` as a new replica ``replica_id`` on ``gpu_ids`` (one node).
+
+    The GPUs' VRAM is held from now on; the replica takes work once the runtime
+    answers ``Scheduler.loaded(replica_id, now)``, about ``load_s`` later.
+    """
+
+    replica_id: str
+    model: str
+    gpu_ids: tuple[str, ...]
+    load_s: float
+
+
+class Evict(NamedTuple):
+    """Unload the idle replica ``replica_id``: its VRAM is free from now on."""
+
+    replica_id: str
+    model: str
+    gpu_ids: tuple[str, ...]
+
+
 REJECT_REASONS = (
     "queue_timeout",  # waited past its class timeout (503)
     "queue_full",  # its class queue is at its bound (503)
@@ -59,4 +80,4 @@ REJECT_REASONS = (
     "unplaceable",  # no worker could ever run it (404/400)
 )
 
-Decision = Dispatch | Preempt | Reject
+Decision = Dispatch | Preempt | Reject | Load | Evict

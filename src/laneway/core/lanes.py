@@ -104,6 +104,16 @@ class Lanes:
         if heap and heap[0][3] is req:
             heapq.heappop(heap)
 
+    def model_queued(self, model: str | None) -> int:
+        """Queued requests naming ``model``."""
+        m = self.models.get(model)
+        if m is None:
+            return 0
+        if self.single:
+            return self.count[m]
+        base = m * self.width
+        return sum(self.count[base : base + self.width])
+
     def lanes_of_class(self, cls: int) -> list[int]:
         """Every lane holding class ``cls`` (every lane under fifo)."""
         return self._class_lanes[cls]

@@ -106,6 +106,7 @@ def gather_candidates(
     now: float,
     costs: CostModel,
     max_preemptions: int,
+    for_class: int | None = None,
 ) -> list[Candidate]:
     """Running requests of the ``victims`` classes that may be preempted.
 
@@ -138,8 +139,10 @@ def gather_candidates(
                 ):
                     continue
                 spec = workers[r.worker].spec  # type: ignore[index]
-                if model is not None and not spec.serves(model):
-                    continue
+                if (model is not None and not spec.serves(model)) or (
+                    for_class is not None and not spec.admits(for_class)
+                ):
+                    continue  # its slot could not serve the waiting request
                 seen.add(r.id)
                 taken += 1
                 ran = now - r.started_s

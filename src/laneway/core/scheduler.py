@@ -22,10 +22,11 @@ from collections.abc import Sequence
 
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
-from laneway.core.decisions import Decision, Dispatch, Preempt, Reject
+from laneway.core.decisions import Decision, Dispatch, Evict, Preempt, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
 from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
 from laneway.core.expiry import Expiry
+from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.lanes import Lanes
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.preemption import Candidate, choose_action, gather_candidates
@@ -49,7 +50,7 @@ class Scheduler:
         policy_name: str | PolicySpec = "laneway",
         placement: Placement | None = None,
     ) -> None:
-        if not workers:
+        if not workers and (placement is None or not hasattr(placement, "plan")):
             raise LanewayError("at least one worker is required")
         self.cfg = cfg = config or SchedulerConfig()
         self.pol = policy(policy_name)
@@ -59,6 +60,10 @@ class Scheduler:
         if len(self.workers) != len(workers):
             raise LanewayError("worker ids must be unique")
         self.placement: Placement = placement or SlotPlacement(list(self.workers.values()))
+        # a placement that can load models (GpuPlacement) plans loads and evictions
+        self._planner: GpuPlacement | None = placement if isinstance(placement, GpuPlacement) else None
+        # whether a request without a model may still be unplaceable
+        self._check_every = self._planner is not None or any(w.classes is not None for w in workers)
         self.lanes = Lanes(k, cfg.mlfq_levels if self.pol.feedback else 1, not self.pol.classes)
         self.expiry = Expiry([c.timeout_s for c in cfg.classes.classes], self.pol.timeouts)
         self.admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
@@ -149,7 +154,7 @@ class Scheduler:
         self._seq += 1
         req.cls = cls
         self.counters.submitted += 1
-        if req.model is not None:
+        if req.model is not None or self._check_every:
             why = self.placement.never(req)
             if why is not None:
                 return self._refuse(req, "unplaceable", why, now=now)
@@ -291,6 +296,8 @@ class Scheduler:
     ) -> float:
         """Expected seconds a new class-``cls`` request would wait to start
         (``est_service_s``: its size hint, which places it under feedback)."""
+        if self._planner is not None and model is not None:
+            return self._estimate_on_gpus(cls, model, now)
         lanes = self.lanes
         count = lanes.class_count
         means = self.service.means
@@ -335,6 +342,40 @@ class Scheduler:
             blocking_remaining_s=remaining,
             mean_service_s=means[cls] if model is None else self.service.mean(cls, model),
             urgent_load=urgent,
+        )
+
+    def _estimate_on_gpus(self, cls: int, model: str, now: float) -> float:
+        """The wait for ``model``'s replicas: its queue ahead over its slots, after
+        the rest of a load when no replica of it is ready."""
+        assert self._planner is not None
+        spec = self._planner.inv.models.get(model)
+        if spec is None:
+            return 0.0
+        reps = self._planner.by_model.get(model, [])
+        ready = [r for r in reps if r.ready]
+        cold = 0.0
+        if not ready:
+            loading = [r.ready_at for r in reps if not r.ready]
+            cold = max(min(loading) - now, 0.0) if loading else spec.load_s
+        slots = sum(r.model.slots for r in ready) or spec.slots
+        running = sum(len(r.worker.running) for r in ready)
+        free = sum(r.worker.free for r in ready if not r.draining)
+        lanes = self.lanes
+        m = lanes.models.get(model)
+        ahead = 0
+        if m is not None:
+            base = m * lanes.width
+            ahead = sum(lanes.count[base : base + (cls + 1) * lanes.levels])
+        mean = self.service.mean(cls, model)
+        return cold + wait_estimate(
+            slots=slots,
+            available=free,
+            ahead=ahead,
+            ahead_work_s=ahead * mean,
+            blocking=running,
+            blocking_remaining_s=running * mean / 2,
+            mean_service_s=mean,
+            urgent_load=0.0,
         )
 
     def snapshot(self) -> Snapshot:
@@ -421,6 +462,8 @@ class Scheduler:
         w.free -= 1
         self._free -= 1
         self.placement.slot_taken(w)
+        if self._planner is not None:
+            self._planner.touch(w.id, now)
         self._running[req.cls][req.id] = req
         self._end_sum[req.cls] += req.expected_end_s
         self.counters.dispatched += 1
@@ -518,19 +561,46 @@ class Scheduler:
     def _dispatch(self, now: float, out: list[Decision]) -> None:
         blocked: set[int] = _NONE_BLOCKED
         lanes = self.lanes
-        while self._free > 0 and lanes.total:
+        planner = self._planner
+        while (self._free > 0 or planner is not None) and lanes.total:
             req = self._reserved_head(now, blocked) if self._reserved_total else None
             if req is None:
                 req = self._select(now, blocked)
                 if req is None:
                     return
-            w = self.placement.place(req)
+            w = self.placement.place(req, now) if self._free > 0 else None
             if w is None:
+                if planner is not None:
+                    self._plan_load(req, now, out)
                 if blocked is _NONE_BLOCKED:
                     blocked = set()
                 blocked.add(req.lane)
                 continue
             self._start(req, w, now, out)
+
+    # ------------------------------------------------------------------ model loads
+    def _plan_load(self, req: Request, now: float, out: list[Decision]) -> None:
+        """Ask the GPU placement for loads (and evictions) that would serve ``req``."""
+        assert self._planner is not None
+        for d in self._planner.plan(req, now, self.lanes.model_queued, now - req.arrival_s):
+            if type(d) is Evict:
+                w = self.workers.pop(d.replica_id)
+                self._free -= w.free
+                self.slots -= w.spec.slots
+                self._changes += 1
+            else:
+                self.counters.model_loads += 1
+            out.append(d)
+
+    def loaded(self, replica_id: str, now: float) -> None:
+        """The runtime finished loading a replica: its slots take work from now on."""
+        if self._planner is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        w = self._planner.loaded(replica_id, now)
+        self.workers[w.id] = w
+        self._free += w.free
+        self.slots += w.spec.slots
+        self._changes += 1
 
     def _reserved_head(self, now: float, blocked: set[int]) -> Request | None:
         """The request a freed, reserved slot goes to: the class it was freed for,
@@ -570,9 +640,11 @@ class Scheduler:
             and req.preemptions < self.cfg.max_preemptions
         )
 
-    def _candidates(self, victims: tuple[int, ...], model: str | None, now: float) -> list[Candidate]:
+    def _candidates(
+        self, victims: tuple[int, ...], model: str | None, now: float, cls: int | None = None
+    ) -> list[Candidate]:
         return gather_candidates(
-            self._running, victims, self.workers, model, now, self.cfg.costs, self.cfg.max_preemptions
+            self._running, victims, self.workers, model, now, self.cfg.costs, self.cfg.max_preemptions, cls
         )
 
     def _preempt(self, now: float, out: list[Decision]) -> None:
@@ -597,7 +669,7 @@ class Scheduler:
                 head = self._best_in_class(c, now, _NONE_BLOCKED)
                 model = head.model if head is not None else None
             while need > 0:
-                action = choose_action(self._candidates(self._victims[c], model, now), mode, cap)
+                action = choose_action(self._candidates(self._victims[c], model, now, c), mode, cap)
                 if action is None:
                     self._barren[c] = self._changes
                     break
@@ -681,6 +753,11 @@ class Scheduler:
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
         """Raise ``AssertionError`` if the internal state is inconsistent."""
+        if self._planner is not None:
+            self._planner.check()
+            ready = {rid for rid, r in self._planner.replicas.items() if r.ready}
+            assert ready == set(self.workers), "ready replicas and workers differ"
+        assert self.slots == sum(w.spec.slots for w in self.workers.values())
         k = len(self.classes)
         queued = [0] * k
         incoming = [0] * k

@@ -13,6 +13,7 @@ class Counters:
     dispatched: int = 0
     resumed: int = 0
     drains: int = 0
+    model_loads: int = 0
     completed: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)

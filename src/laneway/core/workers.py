@@ -22,6 +22,7 @@ class WorkerSpec:
     slots: int = 1
     models: frozenset[str] | None = None
     can_checkpoint: bool = True
+    classes: frozenset[int] | None = None  # the classes it may run (reserved GPUs); None: any
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -29,6 +30,9 @@ class WorkerSpec:
 
     def serves(self, model: str | None) -> bool:
         return model is None or self.models is None or model in self.models
+
+    def admits(self, cls: int) -> bool:
+        return self.classes is None or cls in self.classes
 
 
 class WorkerState:
@@ -42,7 +46,7 @@ class WorkerState:
 
 
 class Placement(Protocol):
-    def place(self, req: Request) -> WorkerState | None:
+    def place(self, req: Request, now: float) -> WorkerState | None:
         """A worker with a free slot for ``req`` now, or ``None`` (not now)."""
 
     def never(self, req: Request) -> str | None:
@@ -59,19 +63,20 @@ class SlotPlacement:
     def __init__(self, workers: Sequence[WorkerState]) -> None:
         self.workers = list(workers)
         self._free: dict[str, WorkerState] = {w.id: w for w in self.workers if w.free > 0}
-        self._models = {m for w in self.workers if w.spec.models for m in w.spec.models}
-        self._any = any(w.spec.models is None for w in self.workers)
 
-    def place(self, req: Request) -> WorkerState | None:
+    def place(self, req: Request, now: float) -> WorkerState | None:
         for w in self._free.values():
-            if w.spec.serves(req.model):
+            if w.spec.serves(req.model) and w.spec.admits(req.cls):
                 return w
         return None
 
     def never(self, req: Request) -> str | None:
-        if req.model is None or self._any or req.model in self._models:
-            return None
-        return f"no worker serves model {req.model!r}"
+        fits = [w for w in self.workers if w.spec.serves(req.model)]
+        if not fits:
+            return f"no worker serves model {req.model!r}"
+        if not any(w.spec.admits(req.priority) for w in fits):
+            return f"no worker serving model {req.model!r} may run class rank {req.priority}"
+        return None
 
     def slot_freed(self, worker: WorkerState) -> None:
         if worker.free == 1:

@@ -1,0 +1,303 @@
+"""GPU-aware placement: replicas of models on GPUs, chosen by filter then score.
+
+A *replica* is one loaded copy of a model on one GPU, or on ``gpus`` GPUs of
+one node for a tensor-parallel model. To the scheduler a ready replica is a
+worker with ``ModelSpec.slots`` slots serving that one model.
+
+Answers, as the Kubernetes scheduler framework does:
+
+- :meth:`GpuPlacement.place` — a ready replica with a free slot (*now*), or
+  ``None`` (*not now*: waiting, a load or a preemption may help);
+- :meth:`GpuPlacement.never` — why no GPU group could *ever* hold the model
+  (reject at once, naming the model and its VRAM need);
+- :meth:`GpuPlacement.plan` — the loads (and the evictions of idle replicas
+  they need) that would serve a waiting request, as decisions.
+
+Filters: the weights fit in the VRAM left after the KV-cache reserve (never
+over-committed), the GPU is not reserved for other classes, a multi-GPU model
+gets GPUs of one node. Scores: a resident replica first (no cold start), then
+a load that evicts nothing, then best fit (the least VRAM left over, keeping
+big GPUs for big models), then the least loaded GPU.
+
+Same-model grouping: a request whose model is not resident waits while other
+models' requests keep their replicas busy; only idle replicas that nobody is
+queued for are evicted. After ``switch_wait_s`` it stops waiting politely:
+replicas in its way are *drained* (no new work) so they become idle and can be
+evicted — overtaking is bounded, nobody starves.
+
+The ``naive`` mode is the baseline: the first GPU group in configuration order
+that can take the request now, resident model or not (no affinity), evicting
+whatever idle replica is in the way (no grouping).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from laneway.core.decisions import Decision, Evict, Load
+from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
+from laneway.core.request import Request
+from laneway.core.workers import WorkerSpec, WorkerState
+
+_EPS = 1e-9
+
+
+class Replica:
+    __slots__ = ("classes", "draining", "gpus", "id", "last_used", "model", "ready", "ready_at", "worker")
+
+    def __init__(self, rid: str, model: ModelSpec, gpus: tuple[str, ...], classes: frozenset[int] | None):
+        self.id = rid
+        self.model = model
+        self.gpus = gpus
+        self.classes = classes
+        self.ready = False
+        self.ready_at = 0.0  # when its load is expected to end
+        self.draining = 0.0  # until when no new work is placed here (0: not draining)
+        self.last_used = 0.0
+        self.worker = WorkerState(WorkerSpec(rid, model.slots, frozenset({model.name}), True, classes))
+
+    @property
+    def idle(self) -> bool:
+        return self.ready and not self.worker.running
+
+
+def _classes_of(gpus: list[GpuSpec]) -> frozenset[int] | None:
+    out: frozenset[int] | None = None
+    for g in gpus:
+        if g.reserved_for is not None:
+            out = g.reserved_for if out is None else out & g.reserved_for
+    return out
+
+
+class GpuPlacement:
+    def __init__(self, inventory: Inventory, *, naive: bool = False, switch_wait_s: float = 60.0) -> None:
+        self.inv = inventory
+        self.naive = naive
+        self.switch_wait_s = switch_wait_s
+        self.gpus = {g.id: g for g in inventory.gpus}
+        self.nodes = inventory.nodes
+        self.used = {g.id: 0.0 for g in inventory.gpus}  # VRAM held by replicas, loading or ready
+        self.on_gpu: dict[str, dict[str, Replica]] = {g.id: {} for g in inventory.gpus}
+        self.replicas: dict[str, Replica] = {}
+        self.by_model: dict[str, list[Replica]] = {}
+        self.loads = 0
+        self.evictions = 0
+        self._seq = 0
+        self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
+
+    # ------------------------------------------------------------------ Placement protocol
+    def place(self, req: Request, now: float) -> WorkerState | None:
+        if self.naive:
+            return self._place_naive(req)
+        best: WorkerState | None = None
+        for r in self.by_model.get(req.model, ()):  # type: ignore[arg-type]
+            w = r.worker
+            if not r.ready or w.free <= 0 or not w.spec.admits(req.cls):
+                continue
+            if r.draining:
+                if now < r.draining:
+                    continue
+                r.draining = 0.0  # nobody needed the room after all
+            if best is None or w.free > best.free:  # the least loaded
+                best = w
+        return best
+
+    def _place_naive(self, req: Request) -> WorkerState | None:
+        """GPUs in configuration order: the first with a replica of the model and a
+        free slot, unless an earlier idle GPU could load it (then: not now)."""
+        model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        for g in self.inv.gpus:
+            for r in self.on_gpu[g.id].values():
+                if r.model is model and r.ready and r.worker.free > 0 and r.worker.spec.admits(req.cls):
+                    return r.worker
+            if model is not None and model.gpus == 1 and self._naive_fits(g, model, req.cls):
+                return None  # an idle GPU comes first: load there
+        return None
+
+    def _naive_fits(self, g: GpuSpec, model: ModelSpec, cls: int) -> bool:
+        reps = self.on_gpu[g.id].values()
+        return (
+            g.admits(cls)
+            and not any(r.worker.running or not r.ready for r in reps)
+            and g.usable_gb >= model.per_gpu_gb - _EPS
+        )
+
+    def never(self, req: Request) -> str | None:
+        return self.inv.never(req.model, req.priority)
+
+    def slot_freed(self, worker: WorkerState) -> None:
+        pass
+
+    def slot_taken(self, worker: WorkerState) -> None:
+        pass
+
+    # ------------------------------------------------------------------ loads
+    def touch(self, worker_id: str, now: float) -> None:
+        r = self.replicas.get(worker_id)
+        if r is not None:
+            r.last_used = now
+
+    def loading_slots(self, model: str) -> int:
+        return sum(r.model.slots for r in self.by_model.get(model, ()) if not r.ready)
+
+    def plan(self, req: Request, now: float, demand: Callable[[str], int], waited_s: float) -> list[Decision]:
+        """Loads (after evictions) that would serve ``req``; [] if none is possible
+        or useful now. ``demand(model)`` counts the queued requests of a model."""
+        model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        if model is None:
+            return []
+        if self.loading_slots(model.name) >= demand(model.name):
+            return []  # what is already loading will serve the queue
+        group = self._choose(model, req.cls, demand, evict_wanted=False)
+        if group is None and (self.naive or waited_s >= self.switch_wait_s):
+            group = self._choose(model, req.cls, demand, evict_wanted=True)
+        if group is None:
+            if not self.naive and waited_s >= self.switch_wait_s:
+                self._drain_for(model, req.cls, demand, now)
+            return []
+        return self._load(model, group, now, demand, force=self.naive or waited_s >= self.switch_wait_s)
+
+    def _evictable(self, r: Replica, demand: Callable[[str], int], force: bool) -> bool:
+        return r.idle and (force or bool(r.draining) or demand(r.model.name) == 0)
+
+    def _room(self, gpu: GpuSpec, demand: Callable[[str], int], force: bool) -> tuple[float, float]:
+        """(free now, free once evictable idle replicas are gone) on one GPU."""
+        free = gpu.usable_gb - self.used[gpu.id]
+        extra = sum(
+            r.model.per_gpu_gb for r in self.on_gpu[gpu.id].values() if self._evictable(r, demand, force)
+        )
+        return free, free + extra
+
+    def _choose(
+        self, model: ModelSpec, cls: int, demand: Callable[[str], int], evict_wanted: bool
+    ) -> list[GpuSpec] | None:
+        need = model.per_gpu_gb - _EPS
+        best: tuple[tuple[float, ...], list[GpuSpec]] | None = None
+        for gpus in self.nodes.values():
+            rows = []
+            for g in gpus:
+                if not g.admits(cls):
+                    continue
+                if self.naive:
+                    if self._naive_fits(g, model, cls):  # an idle GPU: everything on it may go
+                        rows.append(((0.0, 0.0, 0.0, self._order[g.id]), g))
+                    continue
+                free, most = self._room(g, demand, evict_wanted)
+                if free >= need:
+                    rows.append(((0.0, free - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
+                elif evict_wanted and most >= need:
+                    rows.append(((1.0, most - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
+            if len(rows) < model.gpus:
+                continue
+            if self.naive:
+                rows.sort(key=lambda row: row[0][3])  # configuration order, nothing else
+            else:
+                rows.sort(key=lambda row: row[0])
+            picked = rows[: model.gpus]
+            score = tuple(sum(row[0][i] for row in picked) for i in range(4))
+            if self.naive:
+                score = (min(row[0][3] for row in picked),)
+            if best is None or score < best[0]:
+                best = (score, [row[1] for row in picked])
+        return None if best is None else best[1]
+
+    def _load_of(self, gpu: GpuSpec) -> float:
+        return float(sum(len(r.worker.running) for r in self.on_gpu[gpu.id].values()))
+
+    def _load(
+        self, model: ModelSpec, group: list[GpuSpec], now: float, demand: Callable[[str], int], force: bool
+    ) -> list[Decision]:
+        out: list[Decision] = []
+        for g in group:
+            # evict least recently used idle replicas until the share fits
+            idle = sorted(
+                (r for r in self.on_gpu[g.id].values() if self._evictable(r, demand, force or self.naive)),
+                key=lambda r: (r.last_used, r.id),
+            )
+            while g.usable_gb - self.used[g.id] < model.per_gpu_gb - _EPS and idle:
+                out.append(self.evict(idle.pop(0)))
+            assert g.usable_gb - self.used[g.id] >= model.per_gpu_gb - _EPS, "plan over-commits VRAM"
+        self._seq += 1
+        rid = f"{model.name}#{self._seq}@{'+'.join(g.id for g in group)}"
+        r = Replica(rid, model, tuple(g.id for g in group), _classes_of(group))
+        r.last_used = now
+        r.ready_at = now + model.load_s
+        self.replicas[rid] = r
+        self.by_model.setdefault(model.name, []).append(r)
+        for g in group:
+            self.used[g.id] += model.per_gpu_gb
+            self.on_gpu[g.id][rid] = r
+        self.loads += 1
+        out.append(Load(rid, model.name, r.gpus, model.load_s))
+        return out
+
+    def evict(self, r: Replica) -> Evict:
+        assert not r.worker.running, "only idle replicas are evicted"
+        del self.replicas[r.id]
+        self.by_model[r.model.name].remove(r)
+        for gid in r.gpus:
+            self.used[gid] -= r.model.per_gpu_gb
+            if self.used[gid] < _EPS:
+                self.used[gid] = 0.0
+            del self.on_gpu[gid][r.id]
+        self.evictions += 1
+        return Evict(r.id, r.model.name, r.gpus)
+
+    def loaded(self, replica_id: str, now: float) -> WorkerState:
+        r = self.replicas[replica_id]
+        r.ready = True
+        r.last_used = now
+        return r.worker
+
+    def _drain_for(self, model: ModelSpec, cls: int, demand: Callable[[str], int], now: float) -> None:
+        """Stop feeding replicas on the best node for ``model`` so that they go idle.
+
+        It drains, per GPU, the replicas with the least queued demand until the
+        share would fit, never a model's last ready replica while that model is
+        in demand, nor a replica of ``model`` itself.
+        """
+        for gpus in sorted(self.nodes.values(), key=len, reverse=True):
+            usable = [g for g in gpus if g.admits(cls) and g.usable_gb >= model.per_gpu_gb]
+            if len(usable) < model.gpus:
+                continue
+            usable.sort(key=lambda g: self.used[g.id])
+            for g in usable[: model.gpus]:
+                free = (
+                    g.usable_gb
+                    - self.used[g.id]
+                    + sum(r.model.per_gpu_gb for r in self.on_gpu[g.id].values() if r.draining)
+                )
+                for r in sorted(self.on_gpu[g.id].values(), key=lambda r: (demand(r.model.name), r.id)):
+                    if free >= model.per_gpu_gb - _EPS:
+                        break
+                    if r.draining or r.model is model:
+                        continue
+                    peers = [p for p in self.by_model[r.model.name] if p.ready and not p.draining]
+                    if demand(r.model.name) and len(peers) <= 1:
+                        continue
+                    r.draining = now + self.switch_wait_s  # re-marked while still needed
+                    free += r.model.per_gpu_gb
+            return
+
+    # ------------------------------------------------------------------ gauges and checks
+    def gauges(self) -> dict[str, object]:
+        return {
+            "vram_used_gb": dict(self.used),
+            "vram_total_gb": {g.id: g.vram_gb for g in self.inv.gpus},
+            "loaded_models": {
+                gid: sorted(r.model.name for r in reps.values()) for gid, reps in self.on_gpu.items()
+            },
+            "model_loads": self.loads,
+            "model_evictions": self.evictions,
+        }
+
+    def check(self) -> None:
+        """VRAM never over-committed, the KV reserve held, multi-GPU replicas on one node."""
+        for gid, reps in self.on_gpu.items():
+            g = self.gpus[gid]
+            held = sum(r.model.per_gpu_gb for r in reps.values())
+            assert abs(held - self.used[gid]) < 1e-6, f"{gid}: VRAM books disagree"
+            assert held <= g.usable_gb + 1e-6, f"{gid}: {held} GB > {g.usable_gb} GB usable"
+        for r in self.replicas.values():
+            assert len({self.gpus[gid].node for gid in r.gpus}) == 1, f"{r.id} spans nodes"
+            assert len(r.gpus) == r.model.gpus

@@ -1,0 +1,178 @@
+"""The GPU fleet as configuration: nodes of GPUs, and the model catalogue.
+
+- :class:`GpuSpec`: one GPU — its node, total VRAM, the VRAM kept free for
+  KV cache (``kv_reserve_gb``) and, optionally, the classes it is reserved for.
+- :class:`ModelSpec`: one model — the VRAM of one replica (``vram_gb``),
+  spread evenly over ``gpus`` GPUs of one node (tensor parallel), its load
+  time and how many sequences a replica runs at once (``slots``).
+- :class:`Inventory`: both, validated, with :meth:`Inventory.never` answering
+  "could any GPU group of this fleet ever hold this model?".
+
+Built from plain data with :meth:`Inventory.from_dict` (what a TOML file gives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneway.core.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    id: str
+    node: str
+    vram_gb: float
+    kv_reserve_gb: float = 0.0
+    reserved_for: frozenset[int] | None = None  # class ranks; None: any class
+
+    def __post_init__(self) -> None:
+        if self.vram_gb <= 0:
+            raise ConfigError(f"gpus.{self.id}.vram_gb: must be > 0")
+        if not 0 <= self.kv_reserve_gb < self.vram_gb:
+            raise ConfigError(f"gpus.{self.id}.kv_reserve_gb: must be >= 0 and below vram_gb")
+
+    @property
+    def usable_gb(self) -> float:
+        """VRAM that model weights may take: the KV-cache reserve is always held."""
+        return self.vram_gb - self.kv_reserve_gb
+
+    def admits(self, cls: int) -> bool:
+        return self.reserved_for is None or cls in self.reserved_for
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    vram_gb: float  # the whole replica; each of its GPUs holds vram_gb / gpus
+    gpus: int = 1
+    load_s: float = 30.0
+    slots: int = 4
+
+    def __post_init__(self) -> None:
+        if self.vram_gb <= 0:
+            raise ConfigError(f"models.{self.name}.vram_gb: must be > 0")
+        if self.gpus < 1:
+            raise ConfigError(f"models.{self.name}.gpus: must be >= 1")
+        if self.load_s < 0:
+            raise ConfigError(f"models.{self.name}.load_s: must be >= 0")
+        if self.slots < 1:
+            raise ConfigError(f"models.{self.name}.slots: must be >= 1")
+
+    @property
+    def per_gpu_gb(self) -> float:
+        return self.vram_gb / self.gpus
+
+
+@dataclass(frozen=True)
+class Inventory:
+    gpus: tuple[GpuSpec, ...]
+    models: Mapping[str, ModelSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.gpus:
+            raise ConfigError("gpus: at least one GPU is required")
+        seen: set[str] = set()
+        for g in self.gpus:
+            if g.id in seen:
+                raise ConfigError(f"gpus.{g.id}: duplicate GPU id")
+            seen.add(g.id)
+        for name, m in self.models.items():
+            if name != m.name:
+                raise ConfigError(f"models.{name}: name mismatch ({m.name!r})")
+
+    @property
+    def nodes(self) -> dict[str, list[GpuSpec]]:
+        out: dict[str, list[GpuSpec]] = {}
+        for g in self.gpus:
+            out.setdefault(g.node, []).append(g)
+        return out
+
+    def never(self, model: str | None, cls: int) -> str | None:
+        """Why no GPU group could ever hold ``model`` for class ``cls`` (None: some could)."""
+        if model is None:
+            return "this fleet serves named models only: the request names none"
+        spec = self.models.get(model)
+        if spec is None:
+            known = ", ".join(sorted(self.models)) or "none"
+            return f"unknown model {model!r} (known: {known})"
+        for gpus in self.nodes.values():
+            fit = [g for g in gpus if g.usable_gb >= spec.per_gpu_gb and g.admits(cls)]
+            if len(fit) >= spec.gpus:
+                return None
+        biggest = max(g.usable_gb for g in self.gpus)
+        where = f"{spec.gpus} GPUs of one node" if spec.gpus > 1 else "one GPU"
+        return (
+            f"model {model!r} needs {spec.vram_gb:g} GB of VRAM on {where} "
+            f"({spec.per_gpu_gb:g} GB each); no GPU group of this fleet can hold it "
+            f"(largest usable GPU: {biggest:g} GB after the KV reserve)"
+        )
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], class_names: tuple[str, ...] = ("P0", "P1", "P2", "P3")
+    ) -> Inventory:
+        """Build from ``{"nodes": {NODE: {"gpus": [{id, vram_gb, kv_reserve_gb?,
+        reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?}}}``;
+        errors name the key."""
+        gpus: list[GpuSpec] = []
+        nodes = data.get("nodes")
+        if not isinstance(nodes, Mapping) or not nodes:
+            raise ConfigError("nodes: a table of nodes, each with a list of gpus, is required")
+        for node, body in nodes.items():
+            items = body.get("gpus") if isinstance(body, Mapping) else None
+            if not isinstance(items, list) or not items:
+                raise ConfigError(f"nodes.{node}.gpus: a non-empty list is required")
+            for i, g in enumerate(items):
+                key = f"nodes.{node}.gpus[{i}]"
+                if not isinstance(g, Mapping):
+                    raise ConfigError(f"{key}: expected a table")
+                reserved = g.get("reserved_for")
+                ranks = None
+                if reserved is not None:
+                    try:
+                        ranks = frozenset(_rank(v, class_names) for v in reserved)
+                    except (TypeError, ValueError) as exc:
+                        raise ConfigError(f"{key}.reserved_for: {exc}") from None
+                try:
+                    gpus.append(
+                        GpuSpec(
+                            str(g.get("id", f"{node}-gpu{i}")),
+                            str(node),
+                            float(g["vram_gb"]),
+                            float(g.get("kv_reserve_gb", 0.0)),
+                            ranks,
+                        )
+                    )
+                except KeyError as exc:
+                    raise ConfigError(f"{key}.{exc.args[0]}: required") from None
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"{key}: {exc}") from None
+        models: dict[str, ModelSpec] = {}
+        for name, m in (data.get("models") or {}).items():
+            key = f"models.{name}"
+            if not isinstance(m, Mapping):
+                raise ConfigError(f"{key}: expected a table")
+            try:
+                models[name] = ModelSpec(
+                    name,
+                    float(m["vram_gb"]),
+                    int(m.get("gpus", 1)),
+                    float(m.get("load_s", 30.0)),
+                    int(m.get("slots", 4)),
+                )
+            except KeyError as exc:
+                raise ConfigError(f"{key}.{exc.args[0]}: required") from None
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+        return cls(tuple(gpus), models)
+
+
+def _rank(value: object, names: tuple[str, ...]) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return value
+    if isinstance(value, str) and value.upper() in names:
+        return names.index(value.upper())
+    raise ValueError(f"unknown class {value!r}")
