@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,8 +23,8 @@ from laneway import __version__
 from laneway.core import POLICIES, ClassTable, LanewayError
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.report import print_summaries, summarize
-from laneway.sim.scenarios import SCENARIOS, scenario
-from laneway.sim.workload import SimRequest, load_trace
+from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
+from laneway.sim.workload import load_trace
 
 TRACE_SLOTS = 8  # slots for trace replay unless --slots says otherwise
 USAGE_ERROR = 2
@@ -90,12 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_policies(text: str) -> list[str]:
+def parse_policies(text: str, gpus: bool = False) -> list[str]:
+    """``all`` is every policy; ``naive`` (a GPU-placement baseline) only on GPU runs."""
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
         raise UsageError("argument --policy: no policy given")
     if names == ["all"]:
-        return list(POLICIES)
+        return [p for p in POLICIES if gpus or POLICIES[p].placement != "naive"]
     out: list[str] = []
     for name in names:
         if name not in POLICIES:
@@ -105,13 +107,13 @@ def parse_policies(text: str) -> list[str]:
     return out
 
 
-def load_workload(args: argparse.Namespace) -> tuple[str, list[SimRequest], int, str | None]:
-    """(scenario name, requests, slots, description) from --scenario or --trace."""
+def load_workload(args: argparse.Namespace) -> Scenario:
+    """The workload of --scenario or --trace (a trace runs on --slots slots)."""
     if args.trace is not None:
         if args.requests is not None:
             raise UsageError("argument --requests: only for --scenario mixed")
         requests = load_trace(args.trace, ClassTable())
-        return "trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}"
+        return Scenario("trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}")
     if args.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {args.scenario!r}: choose from {', '.join(SCENARIOS)}")
     params: dict[str, int] = {}
@@ -121,32 +123,46 @@ def load_workload(args: argparse.Namespace) -> tuple[str, list[SimRequest], int,
         params["requests"] = args.requests
     seed = 0 if args.seed is None else args.seed
     sc = scenario(args.scenario, seed, **params)
-    return sc.name, sc.requests, args.slots or sc.slots, sc.description
+    if args.slots is not None:
+        if sc.inventory is not None:
+            raise UsageError(f"argument --slots: scenario {sc.name} runs on its own GPU fleet")
+        sc = replace(sc, slots=args.slots)
+    return sc
 
 
-def run_policies(
-    policies: Sequence[str], requests: list[SimRequest], *, slots: int, name: str, seed: int | None
-) -> list[SimResult]:
+def run_policies(policies: Sequence[str], sc: Scenario, seed: int | None) -> list[SimResult]:
     err = Console(stderr=True)
     show = sys.stderr.isatty()
     results = []
     for i, policy in enumerate(policies, start=1):
-        label = f"simulating {name} ({len(requests)} requests) under {policy} [{i}/{len(policies)}]"
+        label = f"simulating {sc.name} ({len(sc.requests)} requests) under {policy} [{i}/{len(policies)}]"
+
+        def run(policy: str = policy) -> SimResult:
+            return simulate(
+                sc.requests,
+                slots=sc.slots,
+                policy=policy,
+                scenario=sc.name,
+                seed=seed,
+                inventory=sc.inventory,
+            )
+
         if show:
             with err.status(label):
-                results.append(simulate(requests, slots=slots, policy=policy, scenario=name, seed=seed))
+                results.append(run())
         else:
-            results.append(simulate(requests, slots=slots, policy=policy, scenario=name, seed=seed))
+            results.append(run())
     return results
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    policies = parse_policies(args.policy)
-    name, requests, slots, description = load_workload(args)
+    sc = load_workload(args)
+    policies = parse_policies(args.policy, gpus=sc.inventory is not None)
+    description = sc.description
     if args.report is not None:
         args.report.mkdir(parents=True, exist_ok=True)  # fail before simulating, not after
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
-    results = run_policies(policies, requests, slots=slots, name=name, seed=seed)
+    results = run_policies(policies, sc, seed)
     summaries = [summarize(r) for r in results]
     if args.json:
         for s in summaries:

@@ -10,6 +10,9 @@
   shorter work of its class; preemption rights as in the class table.
 - ``laneway``: the full default — classes, aging, preemption choosing per case
   the cheapest of drain, checkpoint and recompute.
+- ``naive``: ``laneway``'s order and preemption with naive GPU placement — the
+  first idle GPU that fits, no model affinity, no grouping (the baseline for
+  GPU runs; on plain slots it is ``laneway``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class PolicySpec:
     shares: bool = False  # weighted class shares instead of strict order
     feedback: bool = False  # time-slice demotion (multi-level feedback)
     timeouts: bool = True  # per-class queue timeouts
+    placement: str = "affinity"  # on GPUs: "affinity" (resident first, grouping) or "naive"
 
     def __post_init__(self) -> None:
         if self.preemption not in PREEMPTION_MODES:
@@ -40,6 +44,7 @@ POLICIES: dict[str, PolicySpec] = {
     "graceful": PolicySpec("graceful", preemption="drain"),
     "mlfq": PolicySpec("mlfq", aging=True, preemption="auto", shares=True, feedback=True),
     "laneway": PolicySpec("laneway"),
+    "naive": PolicySpec("naive", placement="naive"),
 }
 
 

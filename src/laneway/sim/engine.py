@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from laneway.core import (
     CostModel,
@@ -29,11 +29,15 @@ from laneway.core import (
     SchedulerConfig,
     WorkerSpec,
 )
+from laneway.core.decisions import Evict, Load
 from laneway.core.errors import LanewayError
+from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.inventory import Inventory
+from laneway.core.policies import policy as policy_spec
 from laneway.sim.workload import SimRequest
 
 # event order at one instant: slots free first, then arrivals, then timers
-_FINISH, _STOPPED, _ARRIVAL, _WAKE = 0, 1, 2, 3
+_FINISH, _STOPPED, _LOADED, _ARRIVAL, _WAKE = 0, 1, 2, 3, 4
 _MAX_STEPS_AT_ONE_INSTANT = 100_000
 ESTIMATE_ALL = 200_000  # a livelock guard: the clock must move on
 
@@ -57,6 +61,7 @@ class Outcome:
     overhead_s: float = 0.0
     token: int = 0
     tokens_done: int = 0
+    gpus: tuple[str, ...] = ()  # GPU runs: where the current run is
 
     @property
     def first_wait_s(self) -> float:
@@ -83,6 +88,11 @@ class SimResult:
     makespan_s: float
     busy_s: float
     depth: list[tuple[float, tuple[int, ...]]]  # (time, queued per class) samples
+    # GPU runs only: the GPU ids and what happened on them, as
+    # ("run", gpus, start, end, model, class, request id), ("load", gpus, start, end, model),
+    # ("evict", gpus, t, model) and ("preempt", gpus, t, model, class)
+    gpus: list[str] = field(default_factory=list)
+    timeline: list[tuple[object, ...]] = field(default_factory=list)
 
 
 def service_time(spec: SimRequest, costs: CostModel) -> float:
@@ -119,13 +129,22 @@ class Simulation:
         seed: int | None = None,
         depth_every_s: float = 5.0,
         check: bool = False,
+        inventory: Inventory | None = None,
     ) -> None:
         self.check = check  # assert the scheduler's invariants after every step
         self.cfg = config or SchedulerConfig()
         self.costs = self.cfg.costs
-        self.workers = list(workers) if workers is not None else make_workers(slots)
-        self.slots = sum(w.slots for w in self.workers)
-        self.sched = Scheduler(self.workers, self.cfg, policy)
+        self.gpu: GpuPlacement | None = None
+        if inventory is not None:  # GPUs and models: replicas come and go with loads
+            self.gpu = GpuPlacement(inventory, naive=policy_spec(policy).placement == "naive")
+            self.workers: list[WorkerSpec] = []
+            self.slots = len(inventory.gpus)
+            self.sched = Scheduler([], self.cfg, policy, placement=self.gpu)
+        else:
+            self.workers = list(workers) if workers is not None else make_workers(slots)
+            self.slots = sum(w.slots for w in self.workers)
+            self.sched = Scheduler(self.workers, self.cfg, policy)
+        self.timeline: list[tuple[object, ...]] = []
         self.policy = policy
         self.scenario = scenario
         self.seed = seed
@@ -175,9 +194,14 @@ class Simulation:
             # 1. slot-freeing events due now
             while heap and heap[0][0] <= now and heap[0][1] < _ARRIVAL:
                 _, kind, _, _, payload = heapq.heappop(heap)
+                if kind == _LOADED:
+                    sched.loaded(payload, now)  # type: ignore[arg-type]
+                    continue
                 out, token = payload  # type: ignore[misc]
                 if token != out.token:
                     continue  # a run that was preempted: stale
+                if self.gpu is not None:
+                    self._ran(out, now)
                 if kind == _FINISH:
                     self.busy_s += now - out.run_start_s
                     sched.finished(out.req.id, now)
@@ -222,9 +246,16 @@ class Simulation:
                     self._start(outcomes[decision.request_id], decision, now)
                 elif type(decision) is Preempt:
                     self._stop(outcomes[decision.request_id], decision, now)
-                else:
-                    assert type(decision) is Reject
+                elif type(decision) is Reject:
                     self._reject(outcomes, decision, now)
+                elif type(decision) is Load:
+                    self._push(now + decision.load_s, _LOADED, decision.replica_id)
+                    self.timeline.append(
+                        ("load", decision.gpu_ids, now, now + decision.load_s, decision.model)
+                    )
+                else:
+                    assert type(decision) is Evict
+                    self.timeline.append(("evict", decision.gpu_ids, now, decision.model))
             wake = sched.next_wakeup()
             if wake < math.inf and (wake < wake_at or wake_at <= now):
                 wake_at = max(wake, now)
@@ -240,7 +271,13 @@ class Simulation:
             makespan_s=last_end,
             busy_s=self.busy_s,
             depth=depth,
+            gpus=[g.id for g in self.gpu.inv.gpus] if self.gpu is not None else [],
+            timeline=self.timeline,
         )
+
+    def _ran(self, out: Outcome, now: float) -> None:
+        req = out.req
+        self.timeline.append(("run", out.gpus, out.run_start_s, now, req.model, req.priority, req.id))
 
     def _reject(self, outcomes: dict[str, Outcome], decision: Reject, now: float) -> None:
         out = outcomes[decision.request_id]
@@ -258,6 +295,8 @@ class Simulation:
         out.token += 1
         out.run_start_s = now
         out.overhead_s = overhead
+        if self.gpu is not None:
+            out.gpus = self.gpu.replicas[decision.worker_id].gpus
         self._push(now + overhead + out.remaining_s, _FINISH, (out, out.token))
 
     def _stop(self, out: Outcome, decision: Preempt, now: float) -> None:
@@ -270,6 +309,8 @@ class Simulation:
         out.tokens_done += costs.generated_in(progress)
         held = costs.tokens_held(req.prompt_tokens, out.tokens_done)
         save = costs.save_s(held) if decision.mode == "checkpoint" else costs.step_s
+        if self.gpu is not None:
+            self.timeline.append(("preempt", out.gpus, now, req.model, req.priority))
         out.token += 1
         self._push(now + save, _STOPPED, (out, out.token))
 
@@ -283,7 +324,15 @@ def simulate(
     scenario: str = "trace",
     seed: int | None = None,
     check: bool = False,
+    inventory: Inventory | None = None,
 ) -> SimResult:
     return Simulation(
-        requests, slots=slots, policy=policy, config=config, scenario=scenario, seed=seed, check=check
+        requests,
+        slots=slots,
+        policy=policy,
+        config=config,
+        scenario=scenario,
+        seed=seed,
+        check=check,
+        inventory=inventory,
     ).run()

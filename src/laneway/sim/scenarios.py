@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from laneway.core.inventory import Inventory
 from laneway.sim.workload import SimRequest
 
 DAY_S = 24 * 3600.0
@@ -31,7 +32,8 @@ class Scenario:
     name: str
     requests: list[SimRequest]
     slots: int
-    description: str
+    description: str | None
+    inventory: Inventory | None = None  # a GPU fleet instead of plain slots
 
 
 def _poisson(rng: random.Random, rate: float, start: float, end: float) -> list[float]:
