@@ -25,9 +25,9 @@ queued for are evicted. After ``switch_wait_s`` it stops waiting politely:
 replicas in its way are *drained* (no new work) so they become idle and can be
 evicted — overtaking is bounded, nobody starves.
 
-The ``naive`` mode is the baseline: the first GPU group in configuration order
-that can take the request now, resident model or not (no affinity), evicting
-whatever idle replica is in the way (no grouping).
+The ``naive`` mode is the baseline: one request per GPU, on the first idle GPU
+(group) in configuration order that can hold the model, resident there or not
+(no affinity), evicting whatever is in the way (no grouping).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from laneway.core.decisions import Decision, Evict, Load
+from laneway.core.errors import ConfigError
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.request import Request
 from laneway.core.workers import WorkerSpec, WorkerState
@@ -84,6 +85,14 @@ class GpuPlacement:
         self.evictions = 0
         self._seq = 0
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
+        for name in inventory.preload:  # ready at start-up; not counted as loads
+            model = inventory.models[name]
+            group = self._choose(model, 0, lambda _m: 0, evict_wanted=False)
+            if group is None:
+                raise ConfigError(f"preload: model {name!r} does not fit next to the ones before it")
+            self._load(model, group, 0.0, lambda _m: 0, force=False)
+            self.loaded(next(reversed(self.replicas)), 0.0)
+            self.loads -= 1
 
     # ------------------------------------------------------------------ Placement protocol
     def place(self, req: Request, now: float) -> WorkerState | None:
@@ -103,24 +112,27 @@ class GpuPlacement:
         return best
 
     def _place_naive(self, req: Request) -> WorkerState | None:
-        """GPUs in configuration order: the first with a replica of the model and a
-        free slot, unless an earlier idle GPU could load it (then: not now)."""
+        """One request per GPU: the first idle GPU (configuration order) that fits.
+        If the model happens to be resident there it runs at once; else it is
+        loaded there (``plan``), whatever other GPU holds it already."""
         model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        if model is None:
+            return None
         for g in self.inv.gpus:
+            if not self._naive_fits(g, model, req.cls):
+                continue
             for r in self.on_gpu[g.id].values():
-                if r.model is model and r.ready and r.worker.free > 0 and r.worker.spec.admits(req.cls):
+                if r.model is model and all(self._idle_gpu(gid) for gid in r.gpus):
                     return r.worker
-            if model is not None and model.gpus == 1 and self._naive_fits(g, model, req.cls):
-                return None  # an idle GPU comes first: load there
+            if model.gpus == 1:
+                return None  # load it here
         return None
 
+    def _idle_gpu(self, gid: str) -> bool:
+        return not any(r.worker.running or not r.ready for r in self.on_gpu[gid].values())
+
     def _naive_fits(self, g: GpuSpec, model: ModelSpec, cls: int) -> bool:
-        reps = self.on_gpu[g.id].values()
-        return (
-            g.admits(cls)
-            and not any(r.worker.running or not r.ready for r in reps)
-            and g.usable_gb >= model.per_gpu_gb - _EPS
-        )
+        return g.admits(cls) and self._idle_gpu(g.id) and g.usable_gb >= model.per_gpu_gb - _EPS
 
     def never(self, req: Request) -> str | None:
         return self.inv.never(req.model, req.priority)

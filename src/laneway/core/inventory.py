@@ -70,6 +70,7 @@ class ModelSpec:
 class Inventory:
     gpus: tuple[GpuSpec, ...]
     models: Mapping[str, ModelSpec] = field(default_factory=dict)
+    preload: tuple[str, ...] = ()  # models loaded at start-up, one replica each
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -82,6 +83,9 @@ class Inventory:
         for name, m in self.models.items():
             if name != m.name:
                 raise ConfigError(f"models.{name}: name mismatch ({m.name!r})")
+        for name in self.preload:
+            if name not in self.models:
+                raise ConfigError(f"preload: unknown model {name!r}")
 
     @property
     def nodes(self) -> dict[str, list[GpuSpec]]:
@@ -167,7 +171,10 @@ class Inventory:
                 raise ConfigError(f"{key}.{exc.args[0]}: required") from None
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{key}: {exc}") from None
-        return cls(tuple(gpus), models)
+        preload = data.get("preload", [])
+        if not isinstance(preload, list) or not all(isinstance(p, str) for p in preload):
+            raise ConfigError("preload: a list of model names is expected")
+        return cls(tuple(gpus), models, tuple(preload))
 
 
 def _rank(value: object, names: tuple[str, ...]) -> int:

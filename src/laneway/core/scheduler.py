@@ -62,6 +62,10 @@ class Scheduler:
         self.placement: Placement = placement or SlotPlacement(list(self.workers.values()))
         # a placement that can load models (GpuPlacement) plans loads and evictions
         self._planner: GpuPlacement | None = placement if isinstance(placement, GpuPlacement) else None
+        if self._planner is not None:  # replicas loaded at start-up take work at once
+            for rid, rep in self._planner.replicas.items():
+                if rep.ready:
+                    self.workers[rid] = rep.worker
         # whether a request without a model may still be unplaceable
         self._check_every = self._planner is not None or any(w.classes is not None for w in workers)
         self.lanes = Lanes(k, cfg.mlfq_levels if self.pol.feedback else 1, not self.pol.classes)

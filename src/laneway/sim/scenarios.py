@@ -12,6 +12,9 @@
 - ``mixed``: 8 slots, all four classes as Poisson streams, one busy hour
   (~105% of capacity) then one quiet hour (~40%). ``requests=N`` scales the
   arrival rates and the slot count together to reach about N requests.
+- ``gpu-mix``: a GPU fleet (4 x 80 GB in one node, 4 x 24 GB in another) with
+  a 7B chat model (14 GB), a 13B (26 GB) and a 70B (140 GB on 4 GPUs); loads
+  take 30-60 s. For an hour: P0 chat on the 7B model, P2 batch on all three.
 """
 
 from __future__ import annotations
@@ -144,10 +147,68 @@ def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
     )
 
 
+def gpu_fleet() -> Inventory:
+    """Node ``a``: 4 x 80 GB; node ``b``: 4 x 24 GB; 10 % of each GPU kept for KV cache.
+    A 7B chat model (14 GB), a 13B model (26 GB) and a 70B model (140 GB over the
+    4 GPUs of one node); loads take 30-60 s; the chat model is loaded at start-up."""
+    return Inventory.from_dict(
+        {
+            "nodes": {
+                "a": {"gpus": [{"id": f"a{i}", "vram_gb": 80, "kv_reserve_gb": 8} for i in range(4)]},
+                "b": {"gpus": [{"id": f"b{i}", "vram_gb": 24, "kv_reserve_gb": 2.4} for i in range(4)]},
+            },
+            "models": {
+                "chat-7b": {"vram_gb": 14, "load_s": 30, "slots": 8},
+                "mid-13b": {"vram_gb": 26, "load_s": 40, "slots": 4},
+                "big-70b": {"vram_gb": 140, "gpus": 4, "load_s": 60, "slots": 4},
+            },
+            "preload": ["chat-7b"],
+        }
+    )
+
+
+_GPU_TRAFFIC = (  # name prefix, class, model, arrivals per second, duration range (s), prompt tokens
+    ("chat", 0, "chat-7b", 0.5, (1.0, 3.0), 300),
+    ("batch7", 2, "chat-7b", 0.1, (5.0, 20.0), 1500),
+    ("batch13", 2, "mid-13b", 0.1, (10.0, 30.0), 2000),
+    ("batch70", 2, "big-70b", 0.05, (20.0, 60.0), 3000),
+)
+
+
+def gpu_mix(seed: int = 0, hours: float = 1.0) -> Scenario:
+    rng = random.Random(seed)
+    end = hours * 3600.0
+    drawn: list[tuple[float, str, int, str, float, int]] = []
+    for prefix, cls, model, rate, (lo, hi), prompt in _GPU_TRAFFIC:
+        for t in _poisson(rng, rate, 0.0, end):
+            drawn.append((t, prefix, cls, model, rng.uniform(lo, hi), prompt))
+    drawn.sort(key=lambda d: d[0])
+    reqs = [
+        SimRequest(
+            f"{prefix}-{i}",
+            t,
+            cls,
+            duration,
+            model=model,
+            timeout_s=None if cls == 0 else DAY_S,  # batch lines queue for their window
+            prompt_tokens=prompt,
+        )
+        for i, (t, prefix, cls, model, duration, prompt) in enumerate(drawn)
+    ]
+    return Scenario(
+        "gpu-mix",
+        reqs,
+        8,
+        f"{len(reqs)} requests: P0 chat + P2 batch on 7B/13B/70B models, 4 x 80 GB + 4 x 24 GB GPUs",
+        gpu_fleet(),
+    )
+
+
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "chat-vs-batch": chat_vs_batch,
     "code-review": code_review,
     "mixed": mixed,
+    "gpu-mix": gpu_mix,
 }
 
 
