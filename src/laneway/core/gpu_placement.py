@@ -33,6 +33,7 @@ The ``naive`` mode is the baseline: one request per GPU, on the first idle GPU
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.errors import ConfigError
@@ -87,7 +88,7 @@ class GpuPlacement:
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
         for name in inventory.preload:  # ready at start-up; not counted as loads
             model = inventory.models[name]
-            group = self._choose(model, 0, lambda _m: 0, evict_wanted=False)
+            group = self._choose(model, 0, lambda _m: 0, False, False, 0.0)
             if group is None:
                 raise ConfigError(f"preload: model {name!r} does not fit next to the ones before it")
             self._load(model, group, 0.0, lambda _m: 0, force=False)
@@ -160,29 +161,47 @@ class GpuPlacement:
             return []
         if self.loading_slots(model.name) >= demand(model.name):
             return []  # what is already loading will serve the queue
-        group = self._choose(model, req.cls, demand, evict_wanted=False)
-        if group is None and (self.naive or waited_s >= self.switch_wait_s):
-            group = self._choose(model, req.cls, demand, evict_wanted=True)
+        switch = waited_s >= self.switch_wait_s  # it waited long enough to displace others
+        force = self.naive or switch
+        # free VRAM first; then evicting idle replicas nobody is queued for (LRU);
+        # then, once it has waited long enough, idle replicas others are queued for
+        group = (
+            self._choose(model, req.cls, demand, False, False, now)
+            or self._choose(model, req.cls, demand, True, False, now)
+            or (self._choose(model, req.cls, demand, True, True, now) if force else None)
+        )
         if group is None:
-            if not self.naive and waited_s >= self.switch_wait_s:
+            if switch and not self.naive:
                 self._drain_for(model, req.cls, demand, now)
             return []
-        return self._load(model, group, now, demand, force=self.naive or waited_s >= self.switch_wait_s)
+        return self._load(model, group, now, demand, force=force)
 
-    def _evictable(self, r: Replica, demand: Callable[[str], int], force: bool) -> bool:
-        return r.idle and (force or bool(r.draining) or demand(r.model.name) == 0)
+    def _evictable(self, r: Replica, demand: Callable[[str], int], force: bool, now: float) -> bool:
+        """Idle, and: drained for someone, or forced, or unwanted — nobody queued for
+        it and idle for at least its own load time (evicting sooner risks paying
+        the load again for nothing: the ski-rental break-even)."""
+        if not r.idle:
+            return False
+        if force or r.draining:
+            return True
+        return demand(r.model.name) == 0 and now - r.last_used >= r.model.load_s
 
-    def _room(self, gpu: GpuSpec, demand: Callable[[str], int], force: bool) -> tuple[float, float]:
+    def _room(
+        self, gpu: GpuSpec, demand: Callable[[str], int], force: bool, now: float
+    ) -> tuple[float, float]:
         """(free now, free once evictable idle replicas are gone) on one GPU."""
         free = gpu.usable_gb - self.used[gpu.id]
         extra = sum(
-            r.model.per_gpu_gb for r in self.on_gpu[gpu.id].values() if self._evictable(r, demand, force)
+            r.model.per_gpu_gb for r in self.on_gpu[gpu.id].values() if self._evictable(r, demand, force, now)
         )
         return free, free + extra
 
     def _choose(
-        self, model: ModelSpec, cls: int, demand: Callable[[str], int], evict_wanted: bool
+        self, model: ModelSpec, cls: int, demand: Callable[[str], int], evict: bool, force: bool, now: float
     ) -> list[GpuSpec] | None:
+        """The best GPU group for a new replica of ``model``: without evictions,
+        or (``evict``) counting idle replicas that may go (``force``: even those
+        with queued demand). ``None`` if no group fits."""
         need = model.per_gpu_gb - _EPS
         best: tuple[tuple[float, ...], list[GpuSpec]] | None = None
         for gpus in self.nodes.values():
@@ -194,10 +213,10 @@ class GpuPlacement:
                     if self._naive_fits(g, model, cls):  # an idle GPU: everything on it may go
                         rows.append(((0.0, 0.0, 0.0, self._order[g.id]), g))
                     continue
-                free, most = self._room(g, demand, evict_wanted)
+                free, most = self._room(g, demand, force, now)
                 if free >= need:
                     rows.append(((0.0, free - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
-                elif evict_wanted and most >= need:
+                elif evict and most >= need:
                     rows.append(((1.0, most - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
             if len(rows) < model.gpus:
                 continue
@@ -222,9 +241,13 @@ class GpuPlacement:
         out: list[Decision] = []
         for g in group:
             # evict least recently used idle replicas until the share fits
-            idle = sorted(
-                (r for r in self.on_gpu[g.id].values() if self._evictable(r, demand, force or self.naive)),
-                key=lambda r: (r.last_used, r.id),
+            idle = sorted(  # nobody queued for it first, then least recently used
+                (
+                    r
+                    for r in self.on_gpu[g.id].values()
+                    if self._evictable(r, demand, force or self.naive, now)
+                ),
+                key=lambda r: (demand(r.model.name) > 0, r.last_used, r.id),
             )
             while g.usable_gb - self.used[g.id] < model.per_gpu_gb - _EPS and idle:
                 out.append(self.evict(idle.pop(0)))
@@ -292,14 +315,14 @@ class GpuPlacement:
             return
 
     # ------------------------------------------------------------------ gauges and checks
-    def gauges(self) -> dict[str, object]:
+    def gauges(self) -> dict[str, Any]:
+        """Per-GPU gauges for :class:`~laneway.core.stats.Snapshot`."""
         return {
             "vram_used_gb": dict(self.used),
             "vram_total_gb": {g.id: g.vram_gb for g in self.inv.gpus},
             "loaded_models": {
                 gid: sorted(r.model.name for r in reps.values()) for gid, reps in self.on_gpu.items()
             },
-            "model_loads": self.loads,
             "model_evictions": self.evictions,
         }
 

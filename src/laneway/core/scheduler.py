@@ -396,6 +396,8 @@ class Scheduler:
             completed=dict(zip(names, c.completed, strict=True)),
             preemptions=dict(zip(names, c.preemptions, strict=True)),
             rejections=dict(c.rejections),
+            model_loads=c.model_loads,
+            **(self._planner.gauges() if self._planner is not None else {}),
         )
 
     # ------------------------------------------------------------------ admission helpers

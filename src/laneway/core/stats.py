@@ -39,3 +39,10 @@ class Snapshot:
     completed: dict[str, int]
     preemptions: dict[str, int]
     rejections: dict[str, int]
+    model_loads: int = 0
+    model_evictions: int = 0
+    # GPU fleets only, keyed by GPU id: VRAM held by replicas (GB), total VRAM (GB)
+    # and the models resident (loading or ready)
+    vram_used_gb: dict[str, float] = field(default_factory=dict)
+    vram_total_gb: dict[str, float] = field(default_factory=dict)
+    loaded_models: dict[str, list[str]] = field(default_factory=dict)
