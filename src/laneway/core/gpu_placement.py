@@ -284,6 +284,56 @@ class GpuPlacement:
         r.last_used = now
         return r.worker
 
+    def make_room(
+        self, req: Request, now: float, stoppable: Callable[[Request], bool]
+    ) -> list[Request] | None:
+        """Room for ``req`` whose model fits nowhere now, by preemption.
+
+        It picks, on one node, the replicas whose removal frees the VRAM the model
+        needs on enough GPUs, taking only replicas whose running work is all
+        ``stoppable`` by the request's class, cheapest first (fewest running
+        requests to stop). They are drained (no new work) and their running
+        requests returned for preemption; once idle they are evicted for the
+        load. ``None`` when there is no such choice, or a replica of the model
+        is already loading.
+        """
+        model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        if model is None or any(not r.ready for r in self.by_model.get(model.name, ())):
+            return None
+        need = model.per_gpu_gb - _EPS
+        best: tuple[tuple[int, int], set[Replica]] | None = None
+        for gpus in self.nodes.values():
+            options: list[tuple[int, int, set[Replica]]] = []
+            for g in gpus:
+                if not g.admits(req.cls) or g.usable_gb < need:
+                    continue
+                free = g.usable_gb - self.used[g.id]
+                chosen: set[Replica] = set()
+                others = [r for r in self.on_gpu[g.id].values() if r.ready and r.model is not model]
+                for r in sorted(others, key=lambda r: (len(r.worker.running), r.id)):
+                    if free >= need:
+                        break
+                    if all(stoppable(x) for x in r.worker.running.values()):
+                        chosen.add(r)
+                        free += r.model.per_gpu_gb
+                if free >= need:
+                    stops = sum(len(r.worker.running) for r in chosen)
+                    options.append((stops, self._order[g.id], chosen))
+            if len(options) < model.gpus:
+                continue
+            options.sort(key=lambda o: (o[0], o[1]))
+            picked: set[Replica] = set().union(*(o[2] for o in options[: model.gpus]))
+            cost = (sum(len(r.worker.running) for r in picked), len(picked))
+            if best is None or cost < best[0]:
+                best = (cost, picked)
+        if best is None:
+            return None
+        victims: list[Request] = []
+        for r in sorted(best[1], key=lambda r: r.id):
+            r.draining = now + self.switch_wait_s
+            victims.extend(r.worker.running.values())
+        return victims
+
     def _drain_for(self, model: ModelSpec, cls: int, demand: Callable[[str], int], now: float) -> None:
         """Stop feeding replicas on the best node for ``model`` so that they go idle.
 

@@ -87,6 +87,8 @@ class Scheduler:
         self._barren = [-1] * k  # _changes when a victim search for a class found none
         self._drains: dict[str, Request] = {}
         self._awaited: dict[str, set[str]] = {}  # ids not yet submitted -> live waiters
+        # model -> (until when replicas are being cleared for it, by draining only?)
+        self._clearing: dict[str, tuple[float, bool]] = {}
         self._slices: list[tuple[float, int, float, Request]] = []
         self._pending: list[Decision] = []
         self._k = k
@@ -279,6 +281,8 @@ class Scheduler:
                 self._expire(req, now, out)
         if self._drains:
             self._overdue_drains(now, out)
+        if self._clearing:
+            self._lapsed_clearings(now)
         self._dispatch(now, out)
         if self._slices:
             self._feedback(now, out)
@@ -291,6 +295,9 @@ class Scheduler:
         t = self.expiry.refresh()
         for req in self._drains.values():
             t = min(t, req.claim_deadline_s)
+        for until, drained in self._clearing.values():
+            if drained:
+                t = min(t, until)
         if self._slices:
             t = min(t, self._slices[0][0])
         return t
@@ -677,6 +684,9 @@ class Scheduler:
             while need > 0:
                 action = choose_action(self._candidates(self._victims[c], model, now, c), mode, cap)
                 if action is None:
+                    if self._planner is not None and self._room_for(c, now, out):
+                        need -= 1
+                        continue
                     self._barren[c] = self._changes
                     break
                 victim = self._reqs[action.victim.request_id]
@@ -694,6 +704,45 @@ class Scheduler:
                 else:
                     self._stop(victim, action.mode, c, now, out)
                 need -= 1
+
+    def _lapsed_clearings(self, now: float) -> None:
+        """A graceful clearing whose window passed: search again (and preempt)."""
+        for model, (until, drained) in list(self._clearing.items()):
+            if until <= now:
+                if drained:
+                    self._clearing[model] = (now, True)  # ended draining: preempt next time
+                    self._changes += 1
+                else:
+                    del self._clearing[model]
+
+    def _room_for(self, c: int, now: float, out: list[Decision]) -> bool:
+        """GPU fleets: the head of class ``c`` fits nowhere and nothing it may
+        preempt runs its model: clear replicas of other models to load it."""
+        assert self._planner is not None
+        head = self._best_in_class(c, now, _NONE_BLOCKED)
+        if head is None or head.model is None:
+            return False
+        until, drained = self._clearing.get(head.model, (0.0, False))
+        if until > now:
+            return False  # clearing for it already
+        victims_of = self._victims[c]
+        victims = self._planner.make_room(head, now, lambda r: r.cls in victims_of and self._preemptible(r))
+        if victims is None:
+            return False
+        load_s = self._planner.inv.models[head.model].load_s
+        if self.pol.preemption == "drain" and not drained:
+            # graceful: let the victims end if they do so within the drain cap and
+            # in time for the load to finish before the request's queue timeout
+            window = min(self.cfg.drain_cap_s, head.deadline_s - now - load_s - 1.0)
+            if window > 0 and all(
+                max(v.est_s - v.run_s - (now - v.started_s), 0.0) <= window for v in victims
+            ):
+                self._clearing[head.model] = (now + window, True)
+                return True
+        self._clearing[head.model] = (now + self._planner.switch_wait_s, False)
+        for v in victims:
+            self._stop(v, self._cheapest_mode(v, now), c, now, out)
+        return True
 
     def _stop(self, victim: Request, mode: str, for_class: int, now: float, out: list[Decision]) -> None:
         transition(victim, _PREEMPTED)
