@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from laneway import __version__
-from laneway.core import POLICIES, ClassTable, LanewayError
+from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError
+from laneway.core.inventory import Inventory
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.report import print_summaries, summarize
 from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
@@ -85,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--requests", type=_positive_int, metavar="N", help="mixed scenario only: about N requests"
     )
+    sim.add_argument(
+        "--fleet",
+        metavar="FILE",
+        type=Path,
+        help="TOML file of GPU nodes and models: a trace runs on that fleet instead of --slots",
+    )
     sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
     sim.set_defaults(run=cmd_simulate)
@@ -107,13 +115,36 @@ def parse_policies(text: str, gpus: bool = False) -> list[str]:
     return out
 
 
+def load_fleet(path: Path) -> Inventory:
+    """A GPU fleet from TOML: ``[nodes.NAME]`` with ``gpus = [{id, vram_gb,
+    kv_reserve_gb, reserved_for}, ...]``, ``[models.NAME]`` with ``vram_gb,
+    gpus, load_s, slots``, and ``preload = [...]``; errors name the key."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    try:
+        return Inventory.from_dict(data)
+    except ConfigError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
 def load_workload(args: argparse.Namespace) -> Scenario:
     """The workload of --scenario or --trace (a trace runs on --slots slots)."""
     if args.trace is not None:
         if args.requests is not None:
             raise UsageError("argument --requests: only for --scenario mixed")
         requests = load_trace(args.trace, ClassTable())
+        if args.fleet is not None:
+            if args.slots is not None:
+                raise UsageError("argument --slots: not with --fleet (the fleet sets the capacity)")
+            fleet = load_fleet(args.fleet)
+            return Scenario("trace", requests, len(fleet.gpus), f"trace {args.trace} on {args.fleet}", fleet)
         return Scenario("trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}")
+    if args.fleet is not None:
+        raise UsageError("argument --fleet: only with --trace (scenarios bring their own capacity)")
     if args.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {args.scenario!r}: choose from {', '.join(SCENARIOS)}")
     params: dict[str, int] = {}

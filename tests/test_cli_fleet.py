@@ -1,0 +1,51 @@
+"""`laneway simulate --trace FILE --fleet FLEET.toml`: traces on a GPU fleet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from laneway.cli import main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_trace_on_the_example_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    trace, fleet = EXAMPLES / "gpu-trace.jsonl", EXAMPLES / "fleet.toml"
+    assert (
+        main(["simulate", "--trace", str(trace), "--fleet", str(fleet), "--policy", "laneway", "--json"]) == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    # chat-7b is preloaded; mid-13b and big-70b are loaded once each; the 405B model fits nowhere
+    assert out["model_loads"] == 2
+    assert out["classes"]["P0"]["completed"] == 2
+    assert out["classes"]["P2"]["completed"] == 2
+    assert out["classes"]["P2"]["rejected"] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("nodes = 3", "nodes"),
+        ('[nodes.a]\ngpus = [{ id = "g", vram_gb = -1 }]', "vram_gb"),
+        ('[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]\n[models.m]\nload_s = 3', "models.m.vram_gb"),
+        ('preload = ["nope"]\n[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]', "preload"),
+        ("[nodes.a\n", "not valid TOML"),
+    ],
+)
+def test_bad_fleet_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, needle: str
+) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(text, encoding="utf-8")
+    trace = EXAMPLES / "gpu-trace.jsonl"
+    assert main(["simulate", "--trace", str(trace), "--fleet", str(fleet)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("laneway: error: ") and needle in err and "\n" not in err
+
+
+def test_fleet_only_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "chat-vs-batch", "--fleet", str(EXAMPLES / "fleet.toml")]) == 2
+    assert "--fleet" in capsys.readouterr().err
