@@ -111,6 +111,24 @@ def test_report_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "gpu"
+    argv = ["simulate", "--scenario", "gpu-mix", "--policy", "naive,laneway", "--json"]
+    assert main([*argv, "--report", str(out_dir)]) == 0
+    captured = capsys.readouterr()
+    objs = json_lines(captured.out)
+    assert [s["policy"] for s in objs] == ["naive", "laneway"]
+    for s in objs:
+        assert s.keys() >= DESIGN_KEYS | {"gpu_utilization", "model_evictions"}
+        assert s["model_loads"] > 0
+        assert 0 < s["utilization"] <= 1
+        assert list(s["gpu_utilization"]) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+    assert "gpu_timeline.png" in captured.err
+    data = (out_dir / "gpu_timeline.png").read_bytes()
+    assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert "gpu_timeline.png" in (out_dir / "summary.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     ("bad", "words"),
     [

@@ -11,10 +11,21 @@ import pytest
 from rich.console import Console
 
 from laneway.core import ClassTable, CostModel, SchedulerConfig
+from laneway.core.inventory import Inventory
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.plots import definitions, summary_markdown, write_report
-from laneway.sim.report import estimate_errors, percentile, print_summaries, render_table, summarize
-from laneway.sim.workload import parse_trace
+from laneway.sim.report import (
+    estimate_errors,
+    merge_intervals,
+    percentile,
+    print_summaries,
+    render_gpus,
+    render_table,
+    render_totals,
+    summarize,
+)
+from laneway.sim.scenarios import gpu_mix
+from laneway.sim.workload import SimRequest, parse_trace
 
 DESIGN_KEYS = {
     "policy",
@@ -187,3 +198,112 @@ def test_write_report(tmp_path: Path) -> None:
     assert "- slots: 1" in md and "- seed: 7" in md and "three requests" in md
     assert len(definitions()) == 7
     assert all(item.split(":")[0] in md for item in definitions())
+
+
+# --------------------------------------------------------------------------- GPU runs
+
+
+def gpu_run(
+    gpus: int, models: dict[str, dict], requests: list[SimRequest], policy: str = "laneway"
+) -> SimResult:
+    inv = Inventory.from_dict(
+        {
+            "nodes": {"n": {"gpus": [{"id": f"g{i}", "vram_gb": 40} for i in range(gpus)]}},
+            "models": models,
+        }
+    )
+    return simulate(requests, slots=gpus, policy=policy, scenario="hand", seed=7, inventory=inv)
+
+
+ONE_SLOT = {"m": {"vram_gb": 30, "load_s": 10, "slots": 1}}
+
+
+def test_merge_intervals() -> None:
+    assert merge_intervals([(5, 6), (0, 2), (1, 3), (3, 4), (10, 11), (10, 10.5)]) == [
+        (0, 4),
+        (5, 6),
+        (10, 11),
+    ]
+    assert merge_intervals([]) == []
+
+
+@pytest.mark.parametrize("policy", ["laneway", "naive"])
+def test_gpu_utilization_counts_loads(policy: str) -> None:
+    # a: load on g0 0–10, runs 10–30; b arrives at 5 while the only replica is
+    # loading for a: a second load on g1 5–15, runs 15–20. Makespan 30:
+    # g0 busy 30/30, g1 busy 15/30 (10 s loading + 5 s running)
+    requests = [SimRequest("a", 0.0, 2, 20.0, model="m"), SimRequest("b", 5.0, 2, 5.0, model="m")]
+    s = summarize(gpu_run(2, ONE_SLOT, requests, policy))
+    assert s["makespan_s"] == pytest.approx(30.0)
+    assert s["gpu_utilization"] == pytest.approx({"g0": 1.0, "g1": 0.5})
+    assert s["utilization"] == pytest.approx(0.75)
+    assert (s["model_loads"], s["model_evictions"]) == (2, 0)
+
+
+def test_gpu_utilization_counts_concurrent_runs_once() -> None:
+    # a 2-slot replica loads on g0 0–10, then runs a (10–30) and b (10–15) at
+    # once: g0 is busy 30 of 30 s (not 10 + 20 + 5), g1 never is
+    models = {"m": {"vram_gb": 30, "load_s": 10, "slots": 2}}
+    requests = [SimRequest("a", 0.0, 2, 20.0, model="m"), SimRequest("b", 5.0, 2, 5.0, model="m")]
+    s = summarize(gpu_run(2, models, requests))
+    assert s["gpu_utilization"] == pytest.approx({"g0": 1.0, "g1": 0.0})
+    assert s["utilization"] == pytest.approx(0.5)
+    assert s["model_loads"] == 1
+
+
+def test_gpu_eviction_and_idle_gap() -> None:
+    # one 40 GB GPU, two 30 GB models: m1 loads 0–10 and runs a 10–15; b for m2
+    # arrives at 20, m1 is evicted, m2 loads 20–30 and runs b 30–35; the GPU is
+    # idle 15–20: busy 30 of 35 s
+    models = {"m1": ONE_SLOT["m"], "m2": ONE_SLOT["m"]}
+    requests = [SimRequest("a", 0.0, 2, 5.0, model="m1"), SimRequest("b", 20.0, 2, 5.0, model="m2")]
+    result = gpu_run(1, models, requests)
+    s = summarize(result)
+    assert s["makespan_s"] == pytest.approx(35.0)
+    assert s["utilization"] == pytest.approx(30 / 35)
+    assert (s["model_loads"], s["model_evictions"]) == (2, 1)
+    assert [e[0] for e in result.timeline].count("evict") == 1
+
+
+def test_gpu_json_keys() -> None:
+    requests = [SimRequest("a", 0.0, 2, 20.0, model="m"), SimRequest("b", 5.0, 2, 5.0, model="m")]
+    s = summarize(gpu_run(2, ONE_SLOT, requests))
+    assert s.keys() >= DESIGN_KEYS | {"gpu_utilization", "model_evictions"}
+    assert list(s["gpu_utilization"]) == ["g0", "g1"]  # configuration order
+    assert json.loads(json.dumps(s, allow_nan=False)) == s
+    slot_run = summarize(run(FIFO_TRACE, "laneway"))
+    assert not slot_run.keys() & {"gpu_utilization", "model_evictions"}
+
+
+def test_totals_show_loads_and_gpus() -> None:
+    requests = [SimRequest("a", 0.0, 2, 20.0, model="m"), SimRequest("b", 5.0, 2, 5.0, model="m")]
+    out = io.StringIO()
+    console = Console(file=out, width=160)
+    print_summaries([summarize(run(FIFO_TRACE, "fifo"))], console)
+    text = out.getvalue()
+    assert "loads" in text and "evictions" not in text and "GPU utilization" not in text
+    out.truncate(0)
+    out.seek(0)
+    summaries = [summarize(gpu_run(2, ONE_SLOT, requests, p)) for p in ("naive", "laneway")]
+    console.print(render_totals(summaries))
+    table = render_gpus(summaries)
+    assert table is not None
+    console.print(table)
+    text = out.getvalue()
+    for word in ("loads", "evictions", "75.0%", "GPU utilization", "g0", "g1", "100.0%", "50.0%"):
+        assert word in text
+
+
+def test_write_report_gpu_timeline(tmp_path: Path) -> None:
+    sc = gpu_mix(0, hours=0.1)
+    results = [
+        simulate(sc.requests, slots=sc.slots, policy=p, scenario=sc.name, inventory=sc.inventory)
+        for p in ("naive", "laneway")
+    ]
+    summaries = [summarize(r) for r in results]
+    paths = write_report(results, summaries, tmp_path, sc.description)
+    assert [p.name for p in paths] == ["summary.md", "wait_cdf.png", "queue_depth.png", "gpu_timeline.png"]
+    assert paths[-1].read_bytes().startswith(PNG_MAGIC)
+    md = paths[0].read_text(encoding="utf-8")
+    assert "![GPU timeline](gpu_timeline.png)" in md and "## GPU utilization" in md
+    assert "model evictions" in md

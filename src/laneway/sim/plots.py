@@ -1,10 +1,13 @@
-"""The ``--report DIR`` files: a Markdown summary and two PNG charts.
+"""The ``--report DIR`` files: a Markdown summary and two PNG charts (three on GPUs).
 
 - ``summary.md``: the figures of :mod:`laneway.sim.report` as Markdown tables,
   with the scenario, slots, seed and the definitions of the figures;
 - ``wait_cdf.png``: the wait-time CDF of completed requests, one panel per
   class, one line per policy;
-- ``queue_depth.png``: queued requests per class over time, one panel per policy.
+- ``queue_depth.png``: queued requests per class over time, one panel per policy;
+- ``gpu_timeline.png`` (runs on a GPU fleet only): per policy and GPU, which
+  model ran when and for which class, model loads, preemptions and evictions
+  (see :mod:`laneway.sim.gpu_plots`).
 
 Charts are drawn on the Agg canvas directly (no pyplot, no display needed).
 """
@@ -54,6 +57,7 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
     lines += [
         f"- requests: {first['requests']}",
         f"- slots: {first['slots']}",
+        *([f"- GPUs: {', '.join(first['gpu_utilization'])}"] if "gpu_utilization" in first else []),
         f"- seed: {seed}",
         f"- policies: {', '.join(s['policy'] for s in summaries)}",
         "",
@@ -67,25 +71,39 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         for name, figures in s["classes"].items():
             lines.append(_row([s["policy"], name, *(fmt(figures[key]) for key, _, fmt in columns)]))
     lines += ["", "## Per policy", ""]
-    headers = ["policy", "preemptions", "drains", "expired", "model loads", "utilization", "makespan s"]
+    gpus = [s for s in summaries if "gpu_utilization" in s]
+    headers = ["policy", "preemptions", "drains", "expired", "model loads"]
+    headers += ["model evictions"] if gpus else []
+    headers += ["utilization", "makespan s"]
     lines.append(_row([*headers, "estimate error (median)"]))
     lines.append(_row(["---", *("---:" for _ in headers)]))
     for s in summaries:
-        lines.append(
-            _row(
-                [
-                    s["policy"],
-                    s["preemptions"],
-                    s["drains"],
-                    s["expired"],
-                    s["model_loads"],
-                    f"{s['utilization']:.1%}",
-                    fmt_s(s["makespan_s"]),
-                    fmt_ratio(s["estimate_error_median"]),
-                ]
-            )
-        )
-    lines += ["", "![wait-time CDF](wait_cdf.png)", "", "![queue depth](queue_depth.png)", ""]
+        cells = [s["policy"], s["preemptions"], s["drains"], s["expired"], s["model_loads"]]
+        cells += [s.get("model_evictions", "-")] if gpus else []
+        cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), fmt_ratio(s["estimate_error_median"])]
+        lines.append(_row(cells))
+    if gpus:
+        gpu_ids = list(gpus[0]["gpu_utilization"])
+        lines += [
+            "",
+            "## GPU utilization",
+            "",
+            _row(["policy", *gpu_ids]),
+            _row(["---", *("---:" for _ in gpu_ids)]),
+        ]
+        for s in gpus:
+            lines.append(_row([s["policy"], *(f"{s['gpu_utilization'].get(g, 0.0):.1%}" for g in gpu_ids)]))
+    lines += [
+        "",
+        "## Figures",
+        "",
+        "![wait-time CDF](wait_cdf.png)",
+        "",
+        "![queue depth](queue_depth.png)",
+        "",
+    ]
+    if gpus:
+        lines += ["![GPU timeline](gpu_timeline.png)", ""]
     lines += ["## Definitions", "", *(f"- {item}" for item in definitions()), ""]
     return "\n".join(lines)
 
@@ -179,15 +197,21 @@ def write_report(
     out_dir: Path,
     description: str | None = None,
 ) -> list[Path]:
-    """Write ``summary.md``, ``wait_cdf.png`` and ``queue_depth.png``; return their paths."""
+    """Write ``summary.md``, ``wait_cdf.png``, ``queue_depth.png`` and, for runs on
+    GPUs, ``gpu_timeline.png``; return their paths."""
     if not results or len(results) != len(summaries):
         raise ValueError("write_report needs one summary per result, at least one")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "summary.md"
     md.write_text(summary_markdown(summaries, description), encoding="utf-8")
-    return [
+    paths = [
         md,
         wait_cdf(results, out_dir / "wait_cdf.png"),
         queue_depth(results, out_dir / "queue_depth.png"),
     ]
+    if any(r.gpus for r in results):
+        from laneway.sim.gpu_plots import gpu_timeline  # it imports this module
+
+        paths.append(gpu_timeline(results, out_dir / "gpu_timeline.png"))
+    return paths

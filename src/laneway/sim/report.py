@@ -15,20 +15,27 @@ Definitions:
   show null figures.
 - preemptions: running requests stopped for more urgent work (per class: the
   victims of that class); drains: slots claimed by waiting for a victim to end.
-- utilization: busy slot-seconds / (slots x makespan); makespan: time of the
-  last completion (per class: of that class's last completion).
+- utilization: on slots, busy slot-seconds / (slots x makespan); on GPUs, the
+  mean over GPUs of each GPU's busy fraction of [0, makespan], a GPU being busy
+  while any request runs on it or any model loads onto it (the union of those
+  intervals: concurrent requests on one replica, or replicas sharing a GPU,
+  count once; a run over 4 GPUs keeps each of them busy; a preempted run counts
+  until its KV cache is saved); per GPU in ``gpu_utilization`` (GPU runs only).
+  makespan: time of the last completion (per class: of that class's last completion).
 - estimate error: per completed request |estimate - first wait| / max(first
   wait, 1 s), where the estimate is the wait predicted at submission and the
   first wait runs from arrival to the first start; the median over requests
   (over every k-th request in runs of more than 200,000, see the engine).
-- model loads: model swaps on workers; always 0 here (slot workers hold no models).
+- model loads: model loads started on GPUs (models preloaded at start-up not
+  counted); 0 on slots (slot workers hold no models). model evictions (GPU
+  runs only): loaded replicas removed to make room for others.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -78,6 +85,48 @@ def estimate_errors(outcomes: Sequence[Outcome]) -> list[float]:
     return out
 
 
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of ``(start, end)`` intervals as sorted, disjoint intervals."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def gpu_busy_intervals(result: SimResult) -> dict[str, list[tuple[float, float]]]:
+    """Per GPU (configuration order): when a run or a model load covered it, merged."""
+    spans: dict[str, list[tuple[float, float]]] = {gid: [] for gid in result.gpus}
+    for event in result.timeline:
+        if event[0] in ("run", "load"):
+            start, end = float(event[2]), float(event[3])  # type: ignore[arg-type]
+            for gid in event[1]:  # type: ignore[union-attr]
+                spans[gid].append((start, end))
+    return {gid: merge_intervals(v) for gid, v in spans.items()}
+
+
+def gpu_utilization(result: SimResult) -> dict[str, float]:
+    """Per GPU: the busy fraction of [0, makespan] (see the definitions above)."""
+    horizon = result.makespan_s
+    out: dict[str, float] = {}
+    for gid, spans in gpu_busy_intervals(result).items():
+        busy = sum(max(0.0, min(end, horizon) - max(start, 0.0)) for start, end in spans)
+        out[gid] = busy / horizon if horizon > 0 else 0.0
+    return out
+
+
+def model_evictions(result: SimResult) -> int:
+    """Replicas evicted in a GPU run (the placement's count, else the timeline's)."""
+    planner = getattr(result.scheduler, "_planner", None)
+    count = getattr(planner, "evictions", None)
+    if isinstance(count, int):
+        return count
+    return sum(1 for event in result.timeline if event[0] == "evict")
+
+
 def summarize(result: SimResult) -> dict[str, Any]:
     """The DESIGN §3 ``--json`` object for one run, plus a few extra keys."""
     names = result.scheduler.classes.names
@@ -88,9 +137,14 @@ def summarize(result: SimResult) -> dict[str, Any]:
     classes = {
         name: _class_figures(by_class[rank], counters.preemptions[rank]) for rank, name in enumerate(names)
     }
-    capacity = result.slots * result.makespan_s
     errors = estimate_errors(result.outcomes)
-    return {
+    if result.gpus:
+        per_gpu = gpu_utilization(result)
+        utilization = statistics.fmean(per_gpu.values())
+    else:
+        capacity = result.slots * result.makespan_s
+        utilization = result.busy_s / capacity if capacity > 0 else 0.0
+    summary: dict[str, Any] = {
         "policy": result.policy,
         "scenario": result.scenario,
         "slots": result.slots,
@@ -100,11 +154,15 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "preemptions": sum(counters.preemptions),
         "drains": counters.drains,
         "expired": sum(c["expired"] for c in classes.values()),
-        "model_loads": 0,
-        "utilization": result.busy_s / capacity if capacity > 0 else 0.0,
+        "model_loads": counters.model_loads,
+        "utilization": utilization,
         "makespan_s": result.makespan_s,
         "estimate_error_median": statistics.median(errors) if errors else None,
     }
+    if result.gpus:
+        summary["gpu_utilization"] = per_gpu
+        summary["model_evictions"] = model_evictions(result)
+    return summary
 
 
 def fmt_s(value: float | None) -> str:
@@ -157,24 +215,50 @@ def render_table(summaries: Sequence[dict[str, Any]]) -> Table:
 
 
 def render_totals(summaries: Sequence[dict[str, Any]]) -> Table:
-    """One line per policy: preemptions, drains, utilization, makespan, estimate error."""
+    """One line per policy: preemptions, drains, model loads (and evictions on GPUs),
+    utilization, makespan, estimate error."""
+    gpus = any("gpu_utilization" in s for s in summaries)
+    headers = ["policy", "preemptions", "drains", "expired", "loads"]
+    headers += ["evictions"] if gpus else []
+    headers += ["utilization", "makespan s", "est. error"]
     table = Table()
-    for header in ("policy", "preemptions", "drains", "expired", "utilization", "makespan s", "est. error"):
+    for header in headers:
         table.add_column(header, justify="left" if header == "policy" else "right")
     for s in summaries:
-        table.add_row(
+        cells = [
             s["policy"],
             str(s["preemptions"]),
             str(s["drains"]),
             str(s["expired"]),
-            f"{s['utilization']:.1%}",
-            fmt_s(s["makespan_s"]),
-            fmt_ratio(s["estimate_error_median"]),
-        )
+            str(s["model_loads"]),
+        ]
+        if gpus:
+            cells.append(str(s.get("model_evictions", "-")))
+        cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), fmt_ratio(s["estimate_error_median"])]
+        table.add_row(*cells)
+    return table
+
+
+def render_gpus(summaries: Sequence[dict[str, Any]]) -> Table | None:
+    """GPU runs: one line per policy, the utilization of each GPU; ``None`` on slots."""
+    gpu_runs = [s for s in summaries if "gpu_utilization" in s]
+    if not gpu_runs:
+        return None
+    gpu_ids = list(gpu_runs[0]["gpu_utilization"])
+    table = Table(title="GPU utilization", title_justify="left")
+    table.add_column("policy")
+    for gid in gpu_ids:
+        table.add_column(gid, justify="right")
+    for s in gpu_runs:
+        per_gpu = s["gpu_utilization"]
+        table.add_row(s["policy"], *(f"{per_gpu[g]:.1%}" if g in per_gpu else "-" for g in gpu_ids))
     return table
 
 
 def print_summaries(summaries: Sequence[dict[str, Any]], console: Console) -> None:
-    """The default ``laneway simulate`` output: the class table, then the totals."""
+    """The default ``laneway simulate`` output: the class table, the totals, per-GPU utilization."""
     console.print(render_table(summaries))
     console.print(render_totals(summaries))
+    gpus = render_gpus(summaries)
+    if gpus is not None:
+        console.print(gpus)
