@@ -89,24 +89,28 @@ class Driver:
         out = self.sched.schedule(self.now)
         for d in out:
             self.log.append((self.now, d))
-            if type(d) is Dispatch:
-                assert d.request_id not in self.running, f"{d.request_id} dispatched twice"
-                assert d.request_id not in self.ended, f"{d.request_id} dispatched after it ended"
-                assert d.resume == self.resume_mode.pop(d.request_id, None), d
-                self.running[d.request_id] = d.worker_id
-            elif type(d) is Preempt:
-                assert self.running.get(d.request_id) == d.worker_id, f"{d} of a request not running"
-                assert d.request_id not in self.stopping, f"{d.request_id} preempted twice"
-                assert d.mode in ("checkpoint", "recompute"), d
-                self.stopping[d.request_id] = d.mode
-                self.preempt_counts[d.request_id] = self.preempt_counts.get(d.request_id, 0) + 1
-            else:
-                assert type(d) is Reject
-                assert d.request_id not in self.running, f"{d.request_id} rejected while running"
-                assert math.isfinite(d.estimated_wait_s) or d.reason != "queue_timeout"
-                self._end(d.request_id, "expired" if d.reason == "queue_timeout" else "rejected")
+            self.apply(d)
         self._check()
         return out
+
+    def apply(self, d: Decision) -> None:
+        """Apply one decision (a GPU-aware driver adds loads and evictions)."""
+        if type(d) is Dispatch:
+            assert d.request_id not in self.running, f"{d.request_id} dispatched twice"
+            assert d.request_id not in self.ended, f"{d.request_id} dispatched after it ended"
+            assert d.resume == self.resume_mode.pop(d.request_id, None), d
+            self.running[d.request_id] = d.worker_id
+        elif type(d) is Preempt:
+            assert self.running.get(d.request_id) == d.worker_id, f"{d} of a request not running"
+            assert d.request_id not in self.stopping, f"{d.request_id} preempted twice"
+            assert d.mode in ("checkpoint", "recompute"), d
+            self.stopping[d.request_id] = d.mode
+            self.preempt_counts[d.request_id] = self.preempt_counts.get(d.request_id, 0) + 1
+        else:
+            assert type(d) is Reject, f"unexpected decision {d}"
+            assert d.request_id not in self.running, f"{d.request_id} rejected while running"
+            assert math.isfinite(d.estimated_wait_s) or d.reason != "queue_timeout"
+            self._end(d.request_id, "expired" if d.reason == "queue_timeout" else "rejected")
 
     def advance(self, dt: float) -> list[Decision]:
         """Move the clock by ``dt``, calling ``schedule`` at every wakeup on the way."""

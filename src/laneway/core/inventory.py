@@ -29,10 +29,12 @@ class GpuSpec:
     reserved_for: frozenset[int] | None = None  # class ranks; None: any class
 
     def __post_init__(self) -> None:
-        if self.vram_gb <= 0:
+        if not self.vram_gb > 0:  # (NaN fails too)
             raise ConfigError(f"gpus.{self.id}.vram_gb: must be > 0")
         if not 0 <= self.kv_reserve_gb < self.vram_gb:
             raise ConfigError(f"gpus.{self.id}.kv_reserve_gb: must be >= 0 and below vram_gb")
+        if self.reserved_for is not None and not self.reserved_for:
+            raise ConfigError(f"gpus.{self.id}.reserved_for: empty, no class could use this GPU")
 
     @property
     def usable_gb(self) -> float:
@@ -52,11 +54,11 @@ class ModelSpec:
     slots: int = 4
 
     def __post_init__(self) -> None:
-        if self.vram_gb <= 0:
+        if not self.vram_gb > 0:  # (NaN fails too)
             raise ConfigError(f"models.{self.name}.vram_gb: must be > 0")
         if self.gpus < 1:
             raise ConfigError(f"models.{self.name}.gpus: must be >= 1")
-        if self.load_s < 0:
+        if not self.load_s >= 0:
             raise ConfigError(f"models.{self.name}.load_s: must be >= 0")
         if self.slots < 1:
             raise ConfigError(f"models.{self.name}.slots: must be >= 1")
@@ -136,6 +138,8 @@ class Inventory:
                 reserved = g.get("reserved_for")
                 ranks = None
                 if reserved is not None:
+                    if not isinstance(reserved, list | tuple | set | frozenset) or not reserved:
+                        raise ConfigError(f"{key}.reserved_for: a non-empty list of classes is expected")
                     try:
                         ranks = frozenset(_rank(v, class_names) for v in reserved)
                     except (TypeError, ValueError) as exc:
@@ -155,7 +159,10 @@ class Inventory:
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(f"{key}: {exc}") from None
         models: dict[str, ModelSpec] = {}
-        for name, m in (data.get("models") or {}).items():
+        table = data.get("models") or {}
+        if not isinstance(table, Mapping):
+            raise ConfigError("models: a table of models is expected")
+        for name, m in table.items():
             key = f"models.{name}"
             if not isinstance(m, Mapping):
                 raise ConfigError(f"{key}: expected a table")

@@ -1,0 +1,260 @@
+"""A GPU-aware test driver: the core ``Driver`` plus model loads and evictions.
+
+It keeps its own books of the replicas (loading or ready, on which GPUs) and
+checks every decision against them, independently of ``check_invariants``:
+
+- a ``Load`` names a new replica of a known model, on ``gpus`` distinct GPUs of
+  one node that all fit the model's share next to what they already hold (the
+  KV reserve kept), with the model's ``load_s``, for queued requests of the
+  model that the replicas already loading will not take; the driver answers
+  ``loaded`` once the clock passes ``load_s`` (or when told to);
+- an ``Evict`` names a ready replica with nothing running (or stopping) on it;
+- a ``Dispatch`` goes to a ready replica of the request's model whose GPUs all
+  admit the request's class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneway.core import Decision, Dispatch, Request, Scheduler, SchedulerConfig
+from laneway.core.decisions import Evict, Load
+from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
+
+from .helpers import Driver
+
+EPS = 1e-6
+
+
+def gpu(
+    gid: str, vram_gb: float, node: str = "n", kv: float = 0.0, reserved: set[int] | None = None
+) -> GpuSpec:
+    return GpuSpec(gid, node, vram_gb, kv, None if reserved is None else frozenset(reserved))
+
+
+def model(name: str, vram_gb: float, gpus: int = 1, load_s: float = 10.0, slots: int = 4) -> ModelSpec:
+    return ModelSpec(name, vram_gb, gpus, load_s, slots)
+
+
+def inventory(gpus: list[GpuSpec], models: list[ModelSpec], preload: tuple[str, ...] = ()) -> Inventory:
+    return Inventory(tuple(gpus), {m.name: m for m in models}, preload)
+
+
+def gpu_sched(
+    inv: Inventory,
+    policy: str = "laneway",
+    *,
+    switch_wait_s: float | None = None,
+    **cfg: Any,
+) -> Scheduler:
+    """A scheduler on a GPU fleet (``naive`` placement under the naive policy)."""
+    extra = {} if switch_wait_s is None else {"switch_wait_s": switch_wait_s}
+    placement = GpuPlacement(inv, naive=policy == "naive", **extra)
+    config = SchedulerConfig(**cfg) if cfg else None
+    return Scheduler([], config, policy, placement=placement)
+
+
+def greq(rid: str, priority: int, arrival_s: float, model_name: str | None, **kw: Any) -> Request:
+    return Request(rid, priority, arrival_s, model=model_name, **kw)
+
+
+@dataclass
+class GpuDriver(Driver):
+    """``Driver`` for a scheduler with a :class:`GpuPlacement`."""
+
+    auto_load: bool = True  # answer ``loaded`` once the clock passes a load's end
+    loading: dict[str, float] = field(default_factory=dict)  # replica -> when its load ends
+    ready: set[str] = field(default_factory=set)
+    replica_model: dict[str, str] = field(default_factory=dict)
+    replica_gpus: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    model_of: dict[str, str | None] = field(default_factory=dict)  # request -> model
+    class_of: dict[str, int] = field(default_factory=dict)  # request -> priority
+    loads: list[tuple[float, Load]] = field(default_factory=list)
+    evictions: list[tuple[float, Evict]] = field(default_factory=list)
+    dispatches: list[tuple[float, Dispatch]] = field(default_factory=list)
+    loaded_at: dict[str, float] = field(default_factory=dict)  # replica -> when ``loaded`` was said
+
+    def __post_init__(self) -> None:
+        for rid, r in self.placement.replicas.items():  # preloaded at start-up
+            assert r.ready, f"{rid}: preloaded replicas are ready at start"
+            self.ready.add(rid)
+            self.replica_model[rid] = r.model.name
+            self.replica_gpus[rid] = r.gpus
+            self.loaded_at[rid] = 0.0
+        self._check_vram()
+
+    @property
+    def placement(self) -> GpuPlacement:
+        p = self.sched._planner
+        assert p is not None, "the scheduler has no GPU placement"
+        return p
+
+    @property
+    def inv(self) -> Inventory:
+        return self.placement.inv
+
+    # -- events -------------------------------------------------------------
+    def submit(self, r: Request) -> Any:
+        self.model_of[r.id] = r.model
+        self.class_of[r.id] = r.priority
+        return super().submit(r)
+
+    def load_done(self, replica_id: str) -> list[Decision]:
+        """The runtime answers ``loaded`` now (maybe before ``load_s``), then schedules."""
+        self._loaded(replica_id)
+        return self.step()
+
+    def apply(self, d: Decision) -> None:
+        if type(d) is Load:
+            self._apply_load(d)
+        elif type(d) is Evict:
+            self._apply_evict(d)
+        else:
+            super().apply(d)
+            if type(d) is Dispatch:
+                self._check_dispatch(d)
+
+    def advance(self, dt: float) -> list[Decision]:
+        """Move the clock by ``dt``: at every scheduler wakeup and every load end on
+        the way, answer the loads due and call ``schedule``."""
+        target = self.now + dt
+        out: list[Decision] = []
+        spins = 0
+        while (t := self._next_event()) <= target:
+            spins = spins + 1 if t <= self.now else 0
+            assert spins < 5, f"the next event stays at {t} <= now {self.now}"
+            self.now = max(self.now, t)
+            self._answer_due()
+            out += self.step()
+        self.now = target
+        self._answer_due()
+        out += self.step()
+        return out
+
+    def drain(self, limit: int = 20_000) -> None:
+        """Let everything run to the end, loads included: acknowledge stops, answer
+        loads as they end, finish runs, follow wakeups (at least one second a round)."""
+        for _ in range(limit):
+            if not self.sched.live and not self.loading:
+                return
+            for rid in sorted(self.stopping):
+                self.ack(rid)
+            self._answer_due()
+            self.step()
+            for rid in sorted(self.running):
+                if rid not in self.stopping:
+                    self.finish(rid)
+            self.now += 1.0
+            t = self._next_event()
+            if math.isfinite(t):
+                self.now = max(self.now, t)
+            self._answer_due()
+            self.step()
+        raise AssertionError(f"the system did not drain: {self.sched.live} requests still live")
+
+    # -- what the driver saw ------------------------------------------------
+    def started(self, rid: str) -> float | None:
+        """When ``rid`` was first dispatched (None: never)."""
+        for t, d in self.dispatches:
+            if d.request_id == rid:
+                return t
+        return None
+
+    def worker_of(self, rid: str) -> str:
+        for _, d in reversed(self.dispatches):
+            if d.request_id == rid:
+                return d.worker_id
+        raise AssertionError(f"{rid} was never dispatched")
+
+    def gpus_of(self, rid: str) -> tuple[str, ...]:
+        return self.replica_gpus[self.worker_of(rid)]
+
+    def resident(self) -> dict[str, list[str]]:
+        """Model -> its replicas (loading or ready), by the driver's books."""
+        out: dict[str, list[str]] = {}
+        for rid, m in self.replica_model.items():
+            out.setdefault(m, []).append(rid)
+        return out
+
+    def held(self) -> Mapping[str, float]:
+        """VRAM held per GPU by the driver's books."""
+        used = {g.id: 0.0 for g in self.inv.gpus}
+        for rid, m in self.replica_model.items():
+            spec = self.inv.models[m]
+            for gid in self.replica_gpus[rid]:
+                used[gid] += spec.per_gpu_gb
+        return used
+
+    # -- internals ----------------------------------------------------------
+    def _next_event(self) -> float:
+        t = self.sched.next_wakeup()
+        if self.auto_load and self.loading:
+            t = min(t, min(self.loading.values()))
+        return t
+
+    def _answer_due(self) -> None:
+        if not self.auto_load:
+            return
+        for rid, t in sorted(self.loading.items(), key=lambda kv: (kv[1], kv[0])):
+            if t <= self.now:
+                self._loaded(rid)
+
+    def _loaded(self, rid: str) -> None:
+        assert rid in self.loading, f"{rid} is not loading"
+        del self.loading[rid]
+        self.ready.add(rid)
+        self.loaded_at[rid] = self.now
+        self.sched.loaded(rid, self.now)
+        self._check()
+
+    def _apply_load(self, d: Load) -> None:
+        assert d.replica_id not in self.replica_model, f"{d.replica_id} loaded twice"
+        spec = self.inv.models.get(d.model)
+        assert spec is not None, f"load of unknown model {d.model}"
+        assert d.load_s == spec.load_s, d
+        assert len(d.gpu_ids) == spec.gpus == len(set(d.gpu_ids)), d
+        gpus = {g.id: g for g in self.inv.gpus}
+        assert len({gpus[g].node for g in d.gpu_ids}) == 1, f"{d} spans nodes"
+        # not loaded twice for the same demand: the replicas of the model already
+        # loading leave some of its queued requests unserved
+        loading = sum(spec.slots for r in self.loading if self.replica_model[r] == d.model)
+        queued = self.sched.lanes.model_queued(d.model)
+        assert queued > loading, f"{d}: {queued} queued, {loading} slots already loading"
+        self.loads.append((self.now, d))
+        self.loading[d.replica_id] = self.now + d.load_s
+        self.replica_model[d.replica_id] = d.model
+        self.replica_gpus[d.replica_id] = d.gpu_ids
+        self._check_vram()
+
+    def _apply_evict(self, d: Evict) -> None:
+        rid = d.replica_id
+        assert rid in self.ready, f"{d}: not a ready replica (loading or unknown)"
+        assert self.replica_model[rid] == d.model and self.replica_gpus[rid] == d.gpu_ids, d
+        busy = [r for r, w in self.running.items() if w == rid]
+        assert not busy, f"{d}: {busy} still run (or stop) there"
+        self.evictions.append((self.now, d))
+        self.ready.discard(rid)
+        del self.replica_model[rid]
+        del self.replica_gpus[rid]
+
+    def _check_dispatch(self, d: Dispatch) -> None:
+        self.dispatches.append((self.now, d))
+        w = d.worker_id
+        assert w in self.ready, f"{d}: to a replica that is not ready"
+        assert self.replica_model[w] == self.model_of[d.request_id], (
+            f"{d}: replica of {self.replica_model[w]}, request for {self.model_of[d.request_id]}"
+        )
+        cls = self.class_of[d.request_id]
+        gpus = {g.id: g for g in self.inv.gpus}
+        for gid in self.replica_gpus[w]:
+            assert gpus[gid].admits(cls), f"{d}: P{cls} work on {gid}, reserved for {gpus[gid].reserved_for}"
+
+    def _check_vram(self) -> None:
+        held = self.held()
+        for g in self.inv.gpus:
+            used = held[g.id]
+            assert used <= g.usable_gb + EPS, f"{g.id}: {used} GB held > {g.usable_gb} GB usable"
