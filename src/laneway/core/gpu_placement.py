@@ -86,6 +86,9 @@ class GpuPlacement:
         self.evictions = 0
         self._seq = 0
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
+        # preloads are placed best-fit next to each other, in naive mode too (its
+        # "first idle GPU, evict what is there" would evict the preloads before)
+        self.naive = False
         for name in inventory.preload:  # ready at start-up; not counted as loads
             model = inventory.models[name]
             group = self._choose(model, 0, lambda _m: 0, False, False, 0.0)
@@ -94,6 +97,7 @@ class GpuPlacement:
             self._load(model, group, 0.0, lambda _m: 0, force=False)
             self.loaded(next(reversed(self.replicas)), 0.0)
             self.loads -= 1
+        self.naive = naive
 
     # ------------------------------------------------------------------ Placement protocol
     def place(self, req: Request, now: float) -> WorkerState | None:
