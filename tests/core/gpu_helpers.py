@@ -77,6 +77,7 @@ class GpuDriver(Driver):
     evictions: list[tuple[float, Evict]] = field(default_factory=list)
     dispatches: list[tuple[float, Dispatch]] = field(default_factory=list)
     loaded_at: dict[str, float] = field(default_factory=dict)  # replica -> when ``loaded`` was said
+    _queued_before: dict[str, int] = field(default_factory=dict)  # model -> queued when a step began
 
     def __post_init__(self) -> None:
         for rid, r in self.placement.replicas.items():  # preloaded at start-up
@@ -107,6 +108,11 @@ class GpuDriver(Driver):
         """The runtime answers ``loaded`` now (maybe before ``load_s``), then schedules."""
         self._loaded(replica_id)
         return self.step()
+
+    def step(self) -> list[Decision]:
+        lanes = self.sched.lanes
+        self._queued_before = {m: lanes.model_queued(m) for m in self.inv.models}
+        return super().step()
 
     def apply(self, d: Decision) -> None:
         if type(d) is Load:
@@ -219,10 +225,10 @@ class GpuDriver(Driver):
         assert len(d.gpu_ids) == spec.gpus == len(set(d.gpu_ids)), d
         gpus = {g.id: g for g in self.inv.gpus}
         assert len({gpus[g].node for g in d.gpu_ids}) == 1, f"{d} spans nodes"
-        # not loaded twice for the same demand: the replicas of the model already
-        # loading leave some of its queued requests unserved
+        # not loaded twice for the same demand: the replicas of the model loading
+        # (before this step, and loaded earlier in it) leave queued requests unserved
         loading = sum(spec.slots for r in self.loading if self.replica_model[r] == d.model)
-        queued = self.sched.lanes.model_queued(d.model)
+        queued = self._queued_before.get(d.model, 0)
         assert queued > loading, f"{d}: {queued} queued, {loading} slots already loading"
         self.loads.append((self.now, d))
         self.loading[d.replica_id] = self.now + d.load_s

@@ -521,3 +521,21 @@ def test_naive_preloads_every_model_listed_without_evicting_one_for_another() ->
         assert len(p.replicas) == 3 and all(r.ready for r in p.replicas.values()), policy
         assert p.evictions == 0 and p.loads == 0, policy
         assert sorted(r.gpus for r in p.replicas.values()) == [("g0",), ("g0",), ("g1",)], policy
+
+
+def test_naive_does_not_reuse_a_replica_spanning_a_gpu_reserved_for_other_classes() -> None:
+    inv = inventory(
+        [gpu("g0", 16), gpu("g1", 16, reserved={0}), gpu("g2", 16)],
+        [model("tp", 16, gpus=2, load_s=1.0, slots=1)],
+    )
+    d = GpuDriver(gpu_sched(inv, "naive"))
+    d.submit(greq("chat", 0, 0.0, "tp"))
+    d.step()
+    assert loads_of(d) == [("tp", ("g0", "g1"))]  # the first idle GPUs that admit P0
+    d.advance(1.0)
+    d.finish("chat")
+    d.submit(greq("api", 1, d.now, "tp"))
+    d.step()  # the resident replica spans g1, reserved for P0: not for P1
+    assert d.started("api") is None or "g1" not in d.gpus_of("api")
+    d.advance(5.0)
+    assert d.gpus_of("api") == ("g0", "g2")

@@ -127,7 +127,8 @@ class GpuPlacement:
             if not self._naive_fits(g, model, req.cls):
                 continue
             for r in self.on_gpu[g.id].values():
-                if r.model is model and all(self._idle_gpu(gid) for gid in r.gpus):
+                # (a multi-GPU replica may span a GPU reserved for other classes)
+                if r.model is model and r.worker.spec.admits(req.cls) and all(map(self._idle_gpu, r.gpus)):
                     return r.worker
             if model.gpus == 1:
                 return None  # load it here
