@@ -89,6 +89,7 @@ class Scheduler:
         self._awaited: dict[str, set[str]] = {}  # ids not yet submitted -> live waiters
         # model -> (until when replicas are being cleared for it, by draining only?)
         self._clearing: dict[str, tuple[float, bool]] = {}
+        self._now = 0.0  # the clock of the last schedule() call
         self._slices: list[tuple[float, int, float, Request]] = []
         self._pending: list[Decision] = []
         self._k = k
@@ -274,6 +275,7 @@ class Scheduler:
     # ------------------------------------------------------------------ decide
     def schedule(self, now: float) -> list[Decision]:
         """Decisions to apply now, in order."""
+        self._now = now
         out = self._pending
         self._pending = []
         if now >= self.expiry.next_due:
@@ -298,6 +300,8 @@ class Scheduler:
         for until, drained in self._clearing.values():
             if drained:
                 t = min(t, until)
+        if self._planner is not None and self.lanes.total:
+            t = min(t, self._gpu_wakeup())
         if self._slices:
             t = min(t, self._slices[0][0])
         return t
@@ -604,6 +608,29 @@ class Scheduler:
             else:
                 self.counters.model_loads += 1
             out.append(d)
+
+    def _gpu_wakeup(self) -> float:
+        """When placement may answer differently with nobody acting: an idle
+        replica becomes evictable (idle for its load time), a drain lapses, a
+        waiting request reaches the switch bound."""
+        assert self._planner is not None
+        now = self._now
+        t = math.inf
+        for r in self._planner.replicas.values():
+            if r.draining > now:
+                t = min(t, r.draining)
+            if r.idle:
+                evictable_at = r.last_used + r.model.load_s
+                if evictable_at > now:
+                    t = min(t, evictable_at)
+        switch = self._planner.switch_wait_s
+        lanes = self.lanes
+        for lane, n in enumerate(lanes.count):
+            if n:
+                head = lanes.head(lane)
+                if head is not None and head.arrival_s + switch > now:
+                    t = min(t, head.arrival_s + switch)
+        return t
 
     def loaded(self, replica_id: str, now: float) -> None:
         """The runtime finished loading a replica: its slots take work from now on."""
