@@ -539,3 +539,56 @@ def test_naive_does_not_reuse_a_replica_spanning_a_gpu_reserved_for_other_classe
     assert d.started("api") is None or "g1" not in d.gpus_of("api")
     d.advance(5.0)
     assert d.gpus_of("api") == ("g0", "g2")
+
+
+def drained_for_b() -> tuple[GpuDriver, list[str]]:
+    """Two 16 GB GPUs, each with two "a" replicas (6 GB, 1 slot) busy; "b" (12 GB)
+    waits with a P1 request, a P0 a-request waits too. At 5 s "b" reaches the
+    switch bound: the "a" replicas on g0 are drained for it (until 10 s)."""
+    inv = inventory(
+        [gpu("g0", 16), gpu("g1", 16)],
+        [model("a", 6, load_s=1.0, slots=1), model("b", 12, load_s=1.0, slots=1)],
+        ("a", "a", "a", "a"),
+    )
+    d = GpuDriver(gpu_sched(inv, switch_wait_s=5.0))
+    for i in range(5):
+        d.submit(greq(f"a{i}", 0, 0.0, "a", timeout_s=INF))
+    d.submit(greq("b", 1, 0.0, "b", timeout_s=INF))
+    d.step()
+    assert sorted(d.running) == ["a0", "a1", "a2", "a3"]
+    d.advance(6.0)
+    drained = sorted(r.id for r in d.placement.replicas.values() if r.draining)
+    assert [d.replica_gpus[r] for r in drained] == [("g0",), ("g0",)]
+    on_g0 = sorted(rid for rid, w in d.running.items() if d.replica_gpus[w] == ("g0",))
+    return d, on_g0
+
+
+def test_a_replica_drained_for_another_model_is_not_evicted_to_reload_its_own_model() -> None:
+    """When one drained replica goes idle, the queued a-request must not evict it
+    only to load "a" again in its place (that replica would be drained in turn,
+    evicted and loaded again: with load_s=0, over and over at one instant)."""
+    d, on_g0 = drained_for_b()
+    d.cancel(on_g0[0])
+    d.step()
+    d.advance(1.0)
+    assert loads_of(d) == [] and d.evictions == []
+    d.finish(on_g0[1])  # both drained replicas idle within the drain window: room for b
+    d.step()
+    assert evicted(d) == ["a", "a"] and loads_of(d) == [("b", ("g0",))]
+
+
+def test_a_replica_loaded_for_a_waiting_request_serves_it_before_anyone_evicts_it() -> None:
+    """ "b" is loaded at 7 s for the waiting b-request. At 8 s it is ready, and
+    the P0 a-request (past the switch bound too, examined first) must not evict
+    it before the b-request is dispatched to it; else the two models evict each
+    other's fresh replica for ever and neither request runs."""
+    d, on_g0 = drained_for_b()
+    d.cancel(on_g0[0])
+    d.step()
+    d.advance(1.0)
+    d.finish(on_g0[1])
+    d.step()
+    d.advance(1.0)
+    assert d.started("b") == 8.0, d.log[-4:]
+    d.advance(60.0)
+    assert len(d.loads) <= 3, f"{len(d.loads)} loads in 60 s: {[m for m, _ in loads_of(d)][:9]}"

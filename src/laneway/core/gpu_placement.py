@@ -94,7 +94,7 @@ class GpuPlacement:
             group = self._choose(model, 0, lambda _m: 0, False, False, 0.0)
             if group is None:
                 raise ConfigError(f"preload: model {name!r} does not fit next to the ones before it")
-            self._load(model, group, 0.0, lambda _m: 0, force=False)
+            self._load(model, group, 0.0, lambda _m: 0, force=False, cls=0)
             self.loaded(next(reversed(self.replicas)), 0.0)
             self.loads -= 1
         self.naive = naive
@@ -179,25 +179,38 @@ class GpuPlacement:
             if switch and not self.naive:
                 self._drain_for(model, req.cls, demand, now)
             return []
-        return self._load(model, group, now, demand, force=force)
+        return self._load(model, group, now, demand, force=force, cls=req.cls)
 
-    def _evictable(self, r: Replica, demand: Callable[[str], int], force: bool, now: float) -> bool:
+    def _evictable(
+        self,
+        r: Replica,
+        demand: Callable[[str], int],
+        force: bool,
+        now: float,
+        keep: ModelSpec | None = None,
+        cls: int = 0,
+    ) -> bool:
         """Idle, and: drained for someone, or forced, or unwanted — nobody queued for
         it and idle for at least its own load time (evicting sooner risks paying
-        the load again for nothing: the ski-rental break-even)."""
-        if not r.idle:
+        the load again for nothing: the ski-rental break-even). Never a replica
+        of ``keep``, the model being loaded for class ``cls``, that could serve
+        that class itself (evicting it to load another would only churn: a
+        replica drained for another model would be evicted and loaded again)."""
+        if not r.idle or (r.model is keep and r.worker.spec.admits(cls)):
             return False
         if force or r.draining:
             return True
         return demand(r.model.name) == 0 and now - r.last_used >= r.model.load_s
 
     def _room(
-        self, gpu: GpuSpec, demand: Callable[[str], int], force: bool, now: float
+        self, gpu: GpuSpec, demand: Callable[[str], int], force: bool, now: float, model: ModelSpec, cls: int
     ) -> tuple[float, float]:
         """(free now, free once evictable idle replicas are gone) on one GPU."""
         free = gpu.usable_gb - self.used[gpu.id]
         extra = sum(
-            r.model.per_gpu_gb for r in self.on_gpu[gpu.id].values() if self._evictable(r, demand, force, now)
+            r.model.per_gpu_gb
+            for r in self.on_gpu[gpu.id].values()
+            if self._evictable(r, demand, force, now, model, cls)
         )
         return free, free + extra
 
@@ -218,7 +231,7 @@ class GpuPlacement:
                     if self._naive_fits(g, model, cls):  # an idle GPU: everything on it may go
                         rows.append(((0.0, 0.0, 0.0, self._order[g.id]), g))
                     continue
-                free, most = self._room(g, demand, force, now)
+                free, most = self._room(g, demand, force, now, model, cls)
                 if free >= need:
                     rows.append(((0.0, free - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
                 elif evict and most >= need:
@@ -241,7 +254,13 @@ class GpuPlacement:
         return float(sum(len(r.worker.running) for r in self.on_gpu[gpu.id].values()))
 
     def _load(
-        self, model: ModelSpec, group: list[GpuSpec], now: float, demand: Callable[[str], int], force: bool
+        self,
+        model: ModelSpec,
+        group: list[GpuSpec],
+        now: float,
+        demand: Callable[[str], int],
+        force: bool,
+        cls: int,
     ) -> list[Decision]:
         out: list[Decision] = []
         for g in group:
@@ -250,7 +269,10 @@ class GpuPlacement:
                 (
                     r
                     for r in self.on_gpu[g.id].values()
-                    if self._evictable(r, demand, force or self.naive, now)
+                    # (naive: the whole idle GPU may go, a replica of the model too)
+                    if self._evictable(
+                        r, demand, force or self.naive, now, None if self.naive else model, cls
+                    )
                 ),
                 key=lambda r: (demand(r.model.name) > 0, r.last_used, r.id),
             )
