@@ -1,0 +1,123 @@
+"""The ``gpu-mix`` scenario end to end in the simulator (invariants checked after
+every step), laneway against the naive placement. Generous sanity bounds only:
+timing belongs to bench/."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from laneway.core.inventory import Inventory
+from laneway.sim.engine import SimResult, simulate
+from laneway.sim.scenarios import scenario
+from laneway.sim.workload import SimRequest
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, SimResult]:
+    sc = scenario("gpu-mix", 0)
+    assert sc.inventory is not None
+    return {
+        policy: simulate(sc.requests, slots=sc.slots, policy=policy, inventory=sc.inventory, check=True)
+        for policy in ("laneway", "naive")
+    }
+
+
+def loads(res: SimResult) -> int:
+    n = res.scheduler.counters.model_loads
+    assert n == sum(1 for ev in res.timeline if ev[0] == "load")
+    return n
+
+
+@pytest.mark.parametrize("policy", ["laneway", "naive"])
+def test_every_request_ends_once_and_runs_on_its_own_model(runs: dict[str, SimResult], policy: str) -> None:
+    res = runs[policy]
+    assert len({o.spec.id for o in res.outcomes}) == len(res.outcomes)
+    assert res.scheduler.live == 0
+    statuses = Counter(o.status for o in res.outcomes)
+    assert set(statuses) <= {"finished", "rejected", "expired"}, statuses
+    assert statuses["finished"] > 0.9 * len(res.outcomes)
+    model_of = {o.spec.id: o.spec.model for o in res.outcomes}
+    runs_seen = 0
+    for ev in res.timeline:
+        if ev[0] != "run":
+            continue
+        _, gpus, start, end, model, _, rid = ev
+        runs_seen += 1
+        assert model == model_of[rid], ev  # type: ignore[index]
+        assert start <= end, ev  # type: ignore[operator]
+        # a 70B run holds the 4 GPUs of node a; the others one GPU each
+        if model == "big-70b":
+            assert sorted(gpus) == ["a0", "a1", "a2", "a3"], ev  # type: ignore[arg-type]
+        else:
+            assert len(gpus) == 1, ev  # type: ignore[arg-type]
+    assert runs_seen >= statuses["finished"]
+
+
+def test_laneway_loads_at_most_a_third_of_what_naive_loads(runs: dict[str, SimResult]) -> None:
+    lw, nv = loads(runs["laneway"]), loads(runs["naive"])
+    assert nv > 0
+    assert 3 * lw <= nv, (lw, nv)
+
+
+def test_every_big_70b_request_completes_under_laneway(runs: dict[str, SimResult]) -> None:
+    big = [o for o in runs["laneway"].outcomes if o.spec.model == "big-70b"]
+    assert big
+    assert all(o.status == "finished" for o in big), Counter(o.status for o in big)
+
+
+def test_p0_chat_waits_stay_short_under_laneway(runs: dict[str, SimResult]) -> None:
+    chat = [o for o in runs["laneway"].outcomes if o.spec.priority == 0]
+    assert chat and all(o.status == "finished" for o in chat)
+    assert p99([o.first_wait_s for o in chat]) <= 2.0
+
+
+# -- small fleets in the simulator ---------------------------------------------------------
+def small_fleet() -> Inventory:
+    return Inventory.from_dict(
+        {
+            "nodes": {"n": {"gpus": [{"id": "g", "vram_gb": 24, "kv_reserve_gb": 2}]}},
+            "models": {
+                "a": {"vram_gb": 20, "load_s": 30, "slots": 2},
+                "b": {"vram_gb": 20, "load_s": 30, "slots": 2},
+                "huge": {"vram_gb": 23},
+            },
+            "preload": ["a"],
+        }
+    )
+
+
+@pytest.mark.parametrize("policy", ["laneway", "naive"])
+def test_a_request_for_a_model_not_resident_on_an_idle_fleet_is_served(policy: str) -> None:
+    """Nothing else happens after it arrives: the scheduler must wake itself when
+    the idle replica in the way may be evicted, not wait for the queue timeout."""
+    reqs = [SimRequest("a1", 0.0, 2, 1.0, model="a"), SimRequest("b1", 2.0, 2, 1.0, model="b")]
+    res = simulate(reqs, slots=1, policy=policy, inventory=small_fleet(), check=True)
+    out = {o.spec.id: o for o in res.outcomes}
+    assert out["a1"].status == "finished" and out["a1"].first_wait_s == 0.0
+    assert out["b1"].status == "finished", (out["b1"].status, out["b1"].reason)
+    assert out["b1"].first_wait_s <= 30.0 + 30.0  # the break-even (a's load time), then b's load
+    assert [ev[0] for ev in res.timeline if ev[0] in ("load", "evict")] == ["evict", "load"]
+
+
+@pytest.mark.parametrize("policy", ["laneway", "naive"])
+def test_unplaceable_requests_are_rejected_on_arrival_in_the_simulator(policy: str) -> None:
+    reqs = [
+        SimRequest("too-big", 1.0, 3, 1.0, model="huge"),  # 23 GB > 22 GB usable
+        SimRequest("unknown", 2.0, 0, 1.0, model="ghost"),
+        SimRequest("fine", 3.0, 2, 1.0, model="a"),
+    ]
+    res = simulate(reqs, slots=1, policy=policy, inventory=small_fleet(), check=True)
+    out = {o.spec.id: o for o in res.outcomes}
+    for rid in ("too-big", "unknown"):
+        assert (out[rid].status, out[rid].reason) == ("rejected", "unplaceable")
+        assert out[rid].end_s == out[rid].spec.arrival_s
+    assert out["fine"].status == "finished"
+    assert res.scheduler.counters.model_loads == 0
