@@ -198,9 +198,16 @@ class GpuPlacement:
         replica drained for another model would be evicted and loaded again)."""
         if not r.idle or (r.model is keep and r.worker.spec.admits(cls)):
             return False
-        if force or r.draining:
+        if r.draining:
+            return True
+        if force and (self.naive or not demand(r.model.name) or not self._fresh(r, now)):
             return True
         return demand(r.model.name) == 0 and now - r.last_used >= r.model.load_s
+
+    def _fresh(self, r: Replica, now: float) -> bool:
+        """Ready for less than ``switch_wait_s``: a replica loaded for waiting work
+        serves it before a switch may take it away (no load ping-pong)."""
+        return now - r.ready_at < self.switch_wait_s
 
     def _room(
         self, gpu: GpuSpec, demand: Callable[[str], int], force: bool, now: float, model: ModelSpec, cls: int
@@ -308,6 +315,7 @@ class GpuPlacement:
     def loaded(self, replica_id: str, now: float) -> WorkerState:
         r = self.replicas[replica_id]
         r.ready = True
+        r.ready_at = now
         r.last_used = now
         return r.worker
 
@@ -382,11 +390,8 @@ class GpuPlacement:
                 for r in sorted(self.on_gpu[g.id].values(), key=lambda r: (demand(r.model.name), r.id)):
                     if free >= model.per_gpu_gb - _EPS:
                         break
-                    if r.draining or r.model is model:
-                        continue
-                    peers = [p for p in self.by_model[r.model.name] if p.ready and not p.draining]
-                    if demand(r.model.name) and len(peers) <= 1:
-                        continue
+                    if r.draining or r.model is model or (demand(r.model.name) and self._fresh(r, now)):
+                        continue  # a fresh replica with work waiting for it keeps serving a while
                     r.draining = now + self.switch_wait_s  # re-marked while still needed
                     free += r.model.per_gpu_gb
             return
