@@ -9,7 +9,9 @@ Inside a lane the order is the total order ``(arrival_s, seq)``; a preempted
 request keeps its arrival time and so goes back to the head of its class.
 
 Removal is lazy: a heap entry carries the request's generation, and an entry
-whose generation or state no longer matches is dropped when it reaches the top.
+whose generation or state no longer matches is stale. :meth:`Lanes.take` drops
+stale entries as soon as they reach the top, so the head of a lane is always
+valid: ``count[lane] > 0`` means ``heaps[lane][0][3]`` is its first request.
 """
 
 from __future__ import annotations
@@ -80,12 +82,7 @@ class Lanes:
 
     def head(self, lane: int) -> Request | None:
         heap = self.heaps[lane]
-        while heap:
-            _, _, gen, req = heap[0]
-            if req.gen == gen and req.state is _QUEUED:
-                return req
-            heapq.heappop(heap)
-        return None
+        return heap[0][3] if heap else None
 
     def take(self, req: Request) -> None:
         """Remove a queued request (dispatched, expired, shed or cancelled)."""
@@ -101,8 +98,11 @@ class Lanes:
             self.hint_work[c] = self.hint_work[c] - req.est_service_s if self.hint_count[c] else 0.0
         req.gen += 1  # its heap entry is now stale
         heap = self.heaps[lane]
-        if heap and heap[0][3] is req:
+        if heap[0][3] is req:
             heapq.heappop(heap)
+            # drop stale entries that reached the top: the head stays valid
+            while heap and (heap[0][2] != heap[0][3].gen or heap[0][3].state is not _QUEUED):
+                heapq.heappop(heap)
 
     def model_queued(self, model: str | None) -> int:
         """Queued requests naming ``model``."""

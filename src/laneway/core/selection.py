@@ -27,14 +27,13 @@ def select_strict(
     """``ceilings[c]``: the most urgent rank class ``c`` may age to. Under fifo
     (a single lane per model) the earliest arrival wins."""
     single = lanes.single
+    heaps = lanes.heaps
     best: Request | None = None
     best_key: tuple[int, float, int] | None = None
     for lane, n in enumerate(lanes.count):
         if not n or lane in blocked:
             continue
-        req = lanes.head(lane)
-        if req is None:
-            continue
+        req = heaps[lane][0][3]  # a lane's head is always valid (see Lanes)
         if single:
             rank = 0
         else:
@@ -52,14 +51,14 @@ def best_in_class(
 ) -> Request | None:
     if lanes.single:
         return select_strict(lanes, now, blocked, None, ())
+    count = lanes.count
+    heaps = lanes.heaps
     best: Request | None = None
     best_key: tuple[int, float, int] | None = None
     for lane in lanes.lanes_of_class(cls):
-        if not lanes.count[lane] or lane in blocked:
+        if not count[lane] or lane in blocked:
             continue
-        req = lanes.head(lane)
-        if req is None:
-            continue
+        req = heaps[lane][0][3]
         level = req.level
         if boost_s is not None and level:
             level = max(0, level - int((now - req.enqueued_s) // boost_s))
