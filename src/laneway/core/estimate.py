@@ -40,8 +40,9 @@ class ServiceStats:
             self._unmeasured.discard(cls)
             self._total += service_s
             self._count += 1
+            overall = self._total / self._count
             for c in self._unmeasured:
-                self.means[c] = self._total / self._count
+                self.means[c] = overall
 
     def mean(self, cls: int, model: str | None = None) -> float:
         if model is not None:

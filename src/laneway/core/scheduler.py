@@ -35,9 +35,12 @@ from laneway.core.selection import best_in_class, select_share, select_strict
 from laneway.core.stats import Counters, Snapshot
 from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
 
+_NEW = State.NEW
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
+_FINISHED = State.FINISHED
+_FAILED = State.FAILED
 _NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
 OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x this
 
@@ -107,6 +110,7 @@ class Scheduler:
         # the preemptible classes each class may preempt
         self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
         self._preempting = self.pol.preemption != "none"
+        self._feedback_on = self.pol.feedback
         self._interval = cfg.aging_interval_s if self.pol.aging else None
         # for estimates: the classes a new request of each class may preempt,
         # and those whose queued work dispatches before it
@@ -150,7 +154,7 @@ class Scheduler:
     # ------------------------------------------------------------------ events
     def submit(self, req: Request, now: float) -> Reject | None:
         """Admit ``req`` into its class queue, or refuse it."""
-        if req.state is not State.NEW:
+        if req.state is not _NEW:
             raise InvalidTransition(f"request {req.id} was already submitted")
         if req.id in self._reqs:
             raise LanewayError(f"request id {req.id!r} is already live")
@@ -185,10 +189,10 @@ class Scheduler:
         if est is None:
             est = self.service.means[cls] if req.model is None else self.service.mean(cls, req.model)
         req.est_s = est
-        if self.pol.feedback and req.est_service_s is not None:
+        if self._feedback_on and req.est_service_s is not None:
             req.level = self._start_level(req.est_service_s)
         self.arrivals.add(cls, est, now)
-        transition(req, _QUEUED)
+        req.state = _QUEUED  # NEW -> QUEUED, checked on entry
         self._reqs[req.id] = req
         req.enqueued_s = now
         self.lanes.push(req)
@@ -221,7 +225,7 @@ class Scheduler:
             req.preemptions -= 1
             self.counters.preemptions[req.cls] -= 1
         self._release(req)
-        transition(req, State.FAILED if failed else State.FINISHED)
+        req.state = _FAILED if failed else _FINISHED  # from RUNNING or PREEMPTED, checked above
         if failed:
             self.counters.failed[req.priority] += 1
         else:
@@ -252,7 +256,7 @@ class Scheduler:
             checkpoint_bytes = costs.checkpoint_bytes(held) if req.resume == "checkpoint" else 0
         req.checkpoint_bytes = checkpoint_bytes
         self._release(req)
-        transition(req, _QUEUED)
+        req.state = _QUEUED  # PREEMPTED -> QUEUED, checked above
         req.enqueued_s = now
         self.lanes.push(req)
         if req.tenant is not None:
@@ -466,7 +470,7 @@ class Scheduler:
         req.queued_total_s += now - req.enqueued_s
         if req.tenant is not None:
             self.admission.on_dequeue(req.tenant)
-        transition(req, _RUNNING)
+        req.state = _RUNNING  # QUEUED -> RUNNING: only queued requests are selected
         if req.first_start_s != req.first_start_s:  # NaN: never started
             req.first_start_s = now
         else:
@@ -485,7 +489,7 @@ class Scheduler:
         self._end_sum[req.cls] += req.expected_end_s
         self.counters.dispatched += 1
         out.append(Dispatch(req.id, w.id, req.resume))
-        if self.pol.feedback and self.classes.classes[req.cls].preemptible:
+        if self._feedback_on and self.classes.classes[req.cls].preemptible:
             slice_s = self.cfg.mlfq_slice_s * (2**req.level)
             heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))
 
