@@ -289,7 +289,8 @@ class Scheduler:
             self._overdue_drains(now, out)
         if self._clearing:
             self._lapsed_clearings(now)
-        self._dispatch(now, out)
+        if (self._free > 0 or self._planner is not None) and self.lanes.total:
+            self._dispatch(now, out)
         if self._slices:
             self._feedback(now, out)
         if self._preempting and self.lanes.total:
@@ -298,7 +299,8 @@ class Scheduler:
 
     def next_wakeup(self) -> float:
         """Earliest time ``schedule`` has work to do without a new event (inf: none)."""
-        t = self.expiry.refresh()
+        expiry = self.expiry
+        t = expiry.refresh() if expiry.stale else expiry.next_due
         for req in self._drains.values():
             t = min(t, req.claim_deadline_s)
         for until, drained in self._clearing.values():
@@ -477,31 +479,34 @@ class Scheduler:
             self.counters.resumed += 1
         req.started_s = now
         self._changes += 1
-        req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
+        rid = req.id
+        cls = req.cls
+        req.expected_end_s = end = now + max(req.est_s - req.run_s, 0.0)
         req.worker = w.id
-        w.running[req.id] = req
+        w.running[rid] = req
         w.free -= 1
         self._free -= 1
         self.placement.slot_taken(w)
         if self._planner is not None:
             self._planner.touch(w.id, now)
-        self._running[req.cls][req.id] = req
-        self._end_sum[req.cls] += req.expected_end_s
+        self._running[cls][rid] = req
+        self._end_sum[cls] += end
         self.counters.dispatched += 1
-        out.append(Dispatch(req.id, w.id, req.resume))
-        if self._feedback_on and self.classes.classes[req.cls].preemptible:
+        out.append(Dispatch(rid, w.id, req.resume))
+        if self._feedback_on and self.classes.classes[cls].preemptible:
             slice_s = self.cfg.mlfq_slice_s * (2**req.level)
             heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))
 
     def _release(self, req: Request) -> None:
         """Free the slot held by a running or preempted request."""
         w = self.workers[req.worker]  # type: ignore[index]
+        rid = req.id
         self._changes += 1
-        del w.running[req.id]
+        del w.running[rid]
         w.free += 1
         self._free += 1
         self.placement.slot_freed(w)
-        del self._running[req.cls][req.id]
+        del self._running[req.cls][rid]
         self._end_sum[req.cls] -= req.expected_end_s
         req.worker = None
         c = req.claimed_for
@@ -510,7 +515,7 @@ class Scheduler:
             self._reserved[c] += 1
             self._reserved_total += 1
             req.claimed_for = None
-            self._drains.pop(req.id, None)
+            self._drains.pop(rid, None)
 
     def _end(self, req: Request) -> None:
         del self._reqs[req.id]
