@@ -46,7 +46,10 @@ class Expiry:
         cls = req.priority
         default = self.timeouts[cls]
         fresh = self.fresh[cls]
-        while fresh and not _fresh(fresh[0]):  # amortised trim: classes without deadlines too
+        while fresh:  # amortised trim: classes without deadlines too
+            head = fresh[0]
+            if head.state is _QUEUED and head.first_start_s != head.first_start_s:
+                break  # _fresh(head), inline: still queued and never started (NaN)
             fresh.popleft()
         fresh.append(req)
         if own is None or not self.enabled:

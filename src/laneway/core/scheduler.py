@@ -97,6 +97,7 @@ class Scheduler:
         self._pending: list[Decision] = []
         self._k = k
         self._max_queued = [c.max_queued for c in cfg.classes.classes]
+        self._max_queued_total = cfg.max_queued_total
         self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
         self._weights = [c.weight for c in cfg.classes.classes]
         self._rights_of = [c.may_preempt for c in cfg.classes.classes]
@@ -177,7 +178,7 @@ class Scheduler:
         if bound is not None and self.lanes.class_count[cls] >= bound:
             name = self.classes[cls].name
             return self._refuse(req, "queue_full", f"the {name} queue is full ({bound})", now=now)
-        total = self.cfg.max_queued_total
+        total = self._max_queued_total
         if total is not None and self.lanes.total >= total:
             victim = self._shed_candidate(cls)
             if victim is None:
