@@ -20,6 +20,7 @@ class ServiceStats:
     def __init__(self, n_classes: int, prior_s: float, prior_weight: float = 1.0) -> None:
         self.prior_s = prior_s
         self.prior_w = prior_weight
+        self._prior_mass = prior_s * prior_weight
         self.sum = [0.0] * n_classes
         self.n = [0] * n_classes
         self.means = [prior_s] * n_classes
@@ -35,7 +36,7 @@ class ServiceStats:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
-        self.means[cls] = (self.sum[cls] + self.prior_s * self.prior_w) / (self.n[cls] + self.prior_w)
+        self.means[cls] = (self.sum[cls] + self._prior_mass) / (self.n[cls] + self.prior_w)
         if self._unmeasured:  # classes not measured yet borrow the overall mean
             self._unmeasured.discard(cls)
             self._total += service_s

@@ -9,18 +9,17 @@ Inside a lane the order is the total order ``(arrival_s, seq)``; a preempted
 request keeps its arrival time and so goes back to the head of its class.
 
 Removal is lazy: a heap entry carries the request's generation, and an entry
-whose generation or state no longer matches is stale. :meth:`Lanes.take` drops
-stale entries as soon as they reach the top, so the head of a lane is always
-valid: ``count[lane] > 0`` means ``heaps[lane][0][3]`` is its first request.
+whose generation no longer matches is stale (a request leaves the queue only
+through :meth:`Lanes.take`, which bumps it). ``take`` drops stale entries as
+soon as they reach the top, so the head of a lane is always valid:
+``count[lane] > 0`` means ``heaps[lane][0][3]`` is its first request.
 """
 
 from __future__ import annotations
 
 import heapq
 
-from laneway.core.request import Request, State
-
-_QUEUED = State.QUEUED
+from laneway.core.request import Request
 
 Entry = tuple[float, int, int, Request]
 
@@ -36,7 +35,8 @@ class Lanes:
         self.count: list[int] = []  # valid entries per lane
         self.lane_class: list[int] = []  # the class of each lane (0 under fifo)
         self.class_count = [0] * n_classes  # queued per effective class
-        self.level_count = [0] * (n_classes * levels)  # queued per (class, level)
+        # queued per (class, level); with one level, that is class_count itself
+        self.level_count = [0] * (n_classes * levels) if levels > 1 else self.class_count
         self.hint_work = [0.0] * n_classes  # sum of service hints per class
         self.hint_count = [0] * n_classes
         self.total = 0
@@ -74,7 +74,8 @@ class Lanes:
         heapq.heappush(self.heaps[lane], (req.arrival_s, req.seq, req.gen, req))
         self.count[lane] += 1
         self.class_count[c] += 1
-        self.level_count[c * self.levels + req.level] += 1
+        if self.levels > 1:
+            self.level_count[c * self.levels + req.level] += 1
         self.total += 1
         if req.est_service_s is not None:
             self.hint_work[c] += req.est_service_s
@@ -90,7 +91,8 @@ class Lanes:
         lane = req.lane
         self.count[lane] -= 1
         self.class_count[c] -= 1
-        self.level_count[c * self.levels + req.level] -= 1
+        if self.levels > 1:
+            self.level_count[c * self.levels + req.level] -= 1
         self.total -= 1
         if req.est_service_s is not None:
             self.hint_count[c] -= 1
@@ -101,7 +103,7 @@ class Lanes:
         if heap[0][3] is req:
             heapq.heappop(heap)
             # drop stale entries that reached the top: the head stays valid
-            while heap and (heap[0][2] != heap[0][3].gen or heap[0][3].state is not _QUEUED):
+            while heap and heap[0][2] != heap[0][3].gen:
                 heapq.heappop(heap)
 
     def model_queued(self, model: str | None) -> int:

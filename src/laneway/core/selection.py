@@ -39,6 +39,8 @@ def select_strict(
         else:
             rank = cls = req.cls
             if interval_s is not None and rank > ceilings[cls]:
+                if best_key is not None and ceilings[cls] > best_key[0]:
+                    continue  # even aged to its ceiling it ranks after the best so far
                 rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
         key = (rank, req.arrival_s, req.seq)
         if best_key is None or key < best_key:
