@@ -95,10 +95,13 @@ class Expiry:
         """The earliest deadline of a request that could still expire (inf: none)."""
         best = math.inf
         for scan in self.scan:
-            while scan and not _fresh(scan[0]):
+            while scan:
+                head = scan[0]
+                if head.state is _QUEUED and head.first_start_s != head.first_start_s:
+                    if head.deadline_s < best:  # _fresh(head), inline
+                        best = head.deadline_s
+                    break
                 scan.popleft()
-            if scan and scan[0].deadline_s < best:
-                best = scan[0].deadline_s
         heap = self.custom
         while heap and not _fresh(heap[0][2]):
             heapq.heappop(heap)

@@ -698,8 +698,6 @@ class Scheduler:
         )
 
     def _preempt(self, now: float, out: list[Decision]) -> None:
-        mode = self.pol.preemption
-        cap = self.cfg.drain_cap_s
         count = self.lanes.class_count
         running = self._running
         for c in self._rights:
@@ -713,6 +711,8 @@ class Scheduler:
                 continue  # nothing it may preempt is running
             if self._barren[c] == self._changes:
                 continue  # searched in vain and no slot changed hands since
+            mode = self.pol.preemption
+            cap = self.cfg.drain_cap_s
             model = None
             head: Request | None = None
             if len(self.lanes.models) > 1:  # requests name models: victims must serve it
