@@ -191,23 +191,29 @@ class Simulation:
         # wait estimates are asked at submission: of every request in runs up to
         # ESTIMATE_ALL requests, of an evenly spread sample above (they cost ~10 %)
         sample = max(1, n // ESTIMATE_ALL)
+        costs = self.costs
+        check = self.check
+        busy = self.busy_s
+        inf = math.inf
+        heappop = heapq.heappop
         # stop when nothing is left to arrive or to end (timer events may remain)
         while next_arrival < n or (heap and sched.live):
-            t_heap = heap[0][0] if heap else math.inf
-            t_arr = reqs[next_arrival].arrival_s if next_arrival < n else math.inf
-            if min(t_heap, t_arr) > now:
+            t_heap = heap[0][0] if heap else inf
+            t_arr = reqs[next_arrival].arrival_s if next_arrival < n else inf
+            t = t_arr if t_arr < t_heap else t_heap
+            if t > now:
                 stuck = 0
             else:
                 stuck += 1
                 if stuck > _MAX_STEPS_AT_ONE_INSTANT:
                     raise SimulationError(f"the simulation made no progress at t={now:.6f} s")
-            now = min(t_heap, t_arr)
+            now = t
             while now >= next_depth:
                 depth.append((next_depth, tuple(sched.lanes.class_count[:k])))
                 next_depth += self.depth_every_s
             # 1. slot-freeing events due now
             while heap and heap[0][0] <= now and heap[0][1] < _ARRIVAL:
-                _, kind, _, _, payload = heapq.heappop(heap)
+                _, kind, _, _, payload = heappop(heap)
                 if kind == _LOADED:
                     sched.loaded(payload, now)  # type: ignore[arg-type]
                     continue
@@ -216,14 +222,13 @@ class Simulation:
                     continue  # a run that was preempted: stale
                 if self.gpu is not None:
                     self._ran(out, now)
+                busy += now - out.run_start_s
                 if kind == _FINISH:
-                    self.busy_s += now - out.run_start_s
                     sched.finished(out.req.id, now)
                     out.status = "finished"
                     out.end_s = now
                     last_end = now
                 else:
-                    self.busy_s += now - out.run_start_s
                     sched.preempted(out.req.id, now, tokens_done=out.tokens_done)
             # 2. arrivals due now
             while next_arrival < n and reqs[next_arrival].arrival_s <= now:
@@ -239,9 +244,9 @@ class Simulation:
                     timeout_s=spec.timeout_s,
                     prompt_tokens=spec.prompt_tokens,
                     output_tokens=spec.output_tokens,
-                    est_service_s=service_hint(spec, self.costs),
+                    est_service_s=service_hint(spec, costs),
                 )
-                out = Outcome(spec, req, remaining_s=service_time(spec, self.costs))
+                out = Outcome(spec, req, remaining_s=service_time(spec, costs))
                 if next_arrival % sample == 0:
                     out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now, req.est_service_s)
                 outcomes[spec.id] = out
@@ -251,9 +256,9 @@ class Simulation:
                     self._reject(outcomes, rejected, now)
             # 3. timers due now
             while heap and heap[0][0] <= now:
-                heapq.heappop(heap)
+                heappop(heap)
             decisions = sched.schedule(now)
-            if self.check:
+            if check:
                 sched.check_invariants()
             for decision in decisions:
                 if type(decision) is Dispatch:
@@ -271,9 +276,10 @@ class Simulation:
                     assert type(decision) is Evict
                     self.timeline.append(("evict", decision.gpu_ids, now, decision.model))
             wake = sched.next_wakeup()
-            if wake < math.inf and (wake < wake_at or wake_at <= now):
+            if wake < inf and (wake < wake_at or wake_at <= now):
                 wake_at = max(wake, now)
                 self._push(wake_at, _WAKE, None)
+        self.busy_s = busy
         depth.append((now, tuple(sched.lanes.class_count[:k])))
         return SimResult(
             policy=self.policy,
