@@ -17,21 +17,22 @@ the same object.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
-from laneway.core.decisions import Decision, Dispatch, Evict, Preempt, Reject
+from laneway.core.decisions import Decision, Dispatch, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
 from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
 from laneway.core.expiry import Expiry
 from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.gpu_scheduling import GpuScheduling
+from laneway.core.inheritance import Inheriting
 from laneway.core.lanes import Lanes
 from laneway.core.policies import PolicySpec, policy
-from laneway.core.preemption import Candidate, choose_action, gather_candidates
+from laneway.core.preempting import Preempting
 from laneway.core.request import Request, State, transition
-from laneway.core.selection import best_in_class, select_share, select_strict
+from laneway.core.selection import NONE_BLOCKED, best_in_class, select_share, select_strict
 from laneway.core.stats import Counters, Snapshot
 from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
 
@@ -41,11 +42,9 @@ _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
 _FINISHED = State.FINISHED
 _FAILED = State.FAILED
-_NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
-OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x this
 
 
-class Scheduler:
+class Scheduler(Preempting, GpuScheduling, Inheriting):
     def __init__(
         self,
         workers: Sequence[WorkerSpec],
@@ -366,40 +365,6 @@ class Scheduler:
             urgent_load=urgent,
         )
 
-    def _estimate_on_gpus(self, cls: int, model: str, now: float) -> float:
-        """The wait for ``model``'s replicas: its queue ahead over its slots, after
-        the rest of a load when no replica of it is ready."""
-        assert self._planner is not None
-        spec = self._planner.inv.models.get(model)
-        if spec is None:
-            return 0.0
-        reps = self._planner.by_model.get(model, [])
-        ready = [r for r in reps if r.ready]
-        cold = 0.0
-        if not ready:
-            loading = [r.ready_at for r in reps if not r.ready]
-            cold = max(min(loading) - now, 0.0) if loading else spec.load_s
-        slots = sum(r.model.slots for r in ready) or spec.slots
-        running = sum(len(r.worker.running) for r in ready)
-        free = sum(r.worker.free for r in ready if not r.draining)
-        lanes = self.lanes
-        m = lanes.models.get(model)
-        ahead = 0
-        if m is not None:
-            base = m * lanes.width
-            ahead = sum(lanes.count[base : base + (cls + 1) * lanes.levels])
-        mean = self.service.mean(cls, model)
-        return cold + wait_estimate(
-            slots=slots,
-            available=free,
-            ahead=ahead,
-            ahead_work_s=ahead * mean,
-            blocking=running,
-            blocking_remaining_s=running * mean / 2,
-            mean_service_s=mean,
-            urgent_load=0.0,
-        )
-
     def snapshot(self) -> Snapshot:
         names = self.classes.names
         c = self.counters
@@ -467,12 +432,7 @@ class Scheduler:
             self.admission.on_dequeue(req.tenant)
 
     def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
-        self.lanes.take(req)
-        if req.deadline_s <= self.expiry.next_due:
-            self.expiry.stale = True  # the earliest deadline may be gone with it
-        req.queued_total_s += now - req.enqueued_s
-        if req.tenant is not None:
-            self.admission.on_dequeue(req.tenant)
+        self._dequeue(req, now)
         req.state = _RUNNING  # QUEUED -> RUNNING: only queued requests are selected
         if req.first_start_s != req.first_start_s:  # NaN: never started
             req.first_start_s = now
@@ -533,60 +493,9 @@ class Scheduler:
                 if not awaited:
                     del self._awaited[dep_id]
 
-    # ------------------------------------------------------------------ priority inheritance
-    def _inherit(self, req: Request) -> None:
-        """Link ``req`` to what it depends on, and to what already waits for it."""
-        for dep_id in req.depends_on:
-            dep = self._reqs.get(dep_id)
-            if dep is None:  # not submitted yet (or already ended): remember the wait
-                self._awaited.setdefault(dep_id, set()).add(req.id)
-                continue
-            if dep.waiters is None:
-                dep.waiters = set()
-            dep.waiters.add(req.id)
-            self._reclass(dep, set())
-        waiters = self._awaited.pop(req.id, None)
-        if waiters:
-            req.waiters = (req.waiters or set()) | waiters
-            self._reclass(req, set())
-
-    def _reclass(self, req: Request, seen: set[str]) -> None:
-        """Set ``req``'s effective class from its own and its live waiters'."""
-        if req.id in seen:
-            return
-        seen.add(req.id)
-        target = req.priority
-        for wid in req.waiters or ():
-            waiter = self._reqs.get(wid)
-            if waiter is not None and waiter.cls < target:
-                target = waiter.cls
-        req.inherited = target if target != req.priority else None
-        if target != req.cls:
-            self._changes += 1  # preemptibility may change: victim searches look again
-            c = req.claimed_for
-            if c is not None and req.state is _RUNNING and target not in self._victims[c]:
-                # a drain claim on it lapses: its claimant may not preempt it any more
-                req.claimed_for = None
-                self._incoming[c] -= 1
-                self._drains.pop(req.id, None)
-            if req.state is _QUEUED:
-                self.lanes.take(req)
-                req.cls = target
-                self.lanes.push(req)
-            else:
-                run = self._running[req.cls].pop(req.id)
-                self._end_sum[req.cls] -= req.expected_end_s
-                req.cls = target
-                self._running[target][req.id] = run
-                self._end_sum[target] += req.expected_end_s
-            for dep_id in req.depends_on:
-                dep = self._reqs.get(dep_id)
-                if dep is not None:
-                    self._reclass(dep, seen)
-
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, now: float, out: list[Decision]) -> None:
-        blocked: set[int] = _NONE_BLOCKED
+        blocked: set[int] = NONE_BLOCKED
         lanes = self.lanes
         planner = self._planner
         while (self._free > 0 or planner is not None) and lanes.total:
@@ -599,58 +508,11 @@ class Scheduler:
             if w is None:
                 if planner is not None:
                     self._plan_load(req, now, out)
-                if blocked is _NONE_BLOCKED:
+                if blocked is NONE_BLOCKED:
                     blocked = set()
                 blocked.add(req.lane)
                 continue
             self._start(req, w, now, out)
-
-    # ------------------------------------------------------------------ model loads
-    def _plan_load(self, req: Request, now: float, out: list[Decision]) -> None:
-        """Ask the GPU placement for loads (and evictions) that would serve ``req``."""
-        assert self._planner is not None
-        for d in self._planner.plan(req, now, self.lanes.model_queued, now - req.arrival_s):
-            if type(d) is Evict:
-                w = self.workers.pop(d.replica_id)
-                self._free -= w.free
-                self.slots -= w.spec.slots
-                self._changes += 1
-            else:
-                self.counters.model_loads += 1
-            out.append(d)
-
-    def _gpu_wakeup(self) -> float:
-        """When placement may answer differently with nobody acting: an idle
-        replica becomes evictable (idle for its load time), a drain lapses, a
-        waiting request reaches the switch bound."""
-        assert self._planner is not None
-        now = self._now
-        t = math.inf
-        for r in self._planner.replicas.values():
-            if r.draining > now:
-                t = min(t, r.draining)
-            if r.idle:
-                evictable_at = r.last_used + r.model.load_s
-                if evictable_at > now:
-                    t = min(t, evictable_at)
-        switch = self._planner.switch_wait_s
-        lanes = self.lanes
-        for lane, n in enumerate(lanes.count):
-            if n:
-                head = lanes.head(lane)
-                if head is not None and head.arrival_s + switch > now:
-                    t = min(t, head.arrival_s + switch)
-        return t
-
-    def loaded(self, replica_id: str, now: float) -> None:
-        """The runtime finished loading a replica: its slots take work from now on."""
-        if self._planner is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        w = self._planner.loaded(replica_id, now)
-        self.workers[w.id] = w
-        self._free += w.free
-        self.slots += w.spec.slots
-        self._changes += 1
 
     def _reserved_head(self, now: float, blocked: set[int]) -> Request | None:
         """The request a freed, reserved slot goes to: the class it was freed for,
@@ -679,168 +541,6 @@ class Scheduler:
 
     def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
         return best_in_class(self.lanes, cls, now, blocked, self._boost)
-
-    # ------------------------------------------------------------------ preemption
-    def _preemptible(self, req: Request) -> bool:
-        return (
-            req.state is _RUNNING
-            and req.claimed_for is None
-            and req.preemptible
-            and self.classes[req.cls].preemptible
-            and req.preemptions < self.cfg.max_preemptions
-        )
-
-    def _candidates(
-        self, victims: tuple[int, ...], model: str | None, now: float, cls: int | None = None
-    ) -> list[Candidate]:
-        return gather_candidates(
-            self._running, victims, self.workers, model, now, self.cfg.costs, self.cfg.max_preemptions, cls
-        )
-
-    def _preempt(self, now: float, out: list[Decision]) -> None:
-        count = self.lanes.class_count
-        running = self._running
-        for c in self._rights:
-            need = count[c] - self._incoming[c] - self._reserved[c]
-            if need <= 0:
-                continue
-            for v in self._victims[c]:
-                if running[v]:
-                    break
-            else:
-                continue  # nothing it may preempt is running
-            if self._barren[c] == self._changes:
-                continue  # searched in vain and no slot changed hands since
-            mode = self.pol.preemption
-            cap = self.cfg.drain_cap_s
-            model = None
-            head: Request | None = None
-            if len(self.lanes.models) > 1:  # requests name models: victims must serve it
-                head = self._best_in_class(c, now, _NONE_BLOCKED)
-                model = head.model if head is not None else None
-            while need > 0:
-                action = choose_action(self._candidates(self._victims[c], model, now, c), mode, cap)
-                if action is None:
-                    if self._planner is not None and self._room_for(c, now, out):
-                        need -= 1
-                        continue
-                    self._barren[c] = self._changes
-                    break
-                victim = self._reqs[action.victim.request_id]
-                victim.claimed_for = c
-                self._incoming[c] += 1
-                if action.kind == "drain":
-                    wait = cap if mode == "drain" else action.victim.eta_s + action.victim.lost_s
-                    # stop draining in time for the waiting request to start before it expires
-                    if head is None:
-                        head = self._best_in_class(c, now, _NONE_BLOCKED)
-                    latest = head.deadline_s - action.victim.lost_s if head is not None else math.inf
-                    victim.claim_deadline_s = max(now, min(now + wait, latest))
-                    self._drains[victim.id] = victim
-                    self.counters.drains += 1
-                else:
-                    self._stop(victim, action.mode, c, now, out)
-                need -= 1
-
-    def _lapsed_clearings(self, now: float) -> None:
-        """A graceful clearing whose window passed: search again (and preempt)."""
-        for model, (until, drained) in list(self._clearing.items()):
-            if until <= now:
-                if drained:
-                    self._clearing[model] = (now, True)  # ended draining: preempt next time
-                    self._changes += 1
-                else:
-                    del self._clearing[model]
-
-    def _room_for(self, c: int, now: float, out: list[Decision]) -> bool:
-        """GPU fleets: the head of class ``c`` fits nowhere and nothing it may
-        preempt runs its model: clear replicas of other models to load it."""
-        assert self._planner is not None
-        head = self._best_in_class(c, now, _NONE_BLOCKED)
-        if head is None or head.model is None:
-            return False
-        until, drained = self._clearing.get(head.model, (0.0, False))
-        if until > now:
-            return False  # clearing for it already
-        victims_of = self._victims[c]
-        victims = self._planner.make_room(head, now, lambda r: r.cls in victims_of and self._preemptible(r))
-        if victims is None:
-            return False
-        load_s = self._planner.inv.models[head.model].load_s
-        if self.pol.preemption == "drain" and not drained:
-            # graceful: let the victims end if they do so within the drain cap and
-            # in time for the load to finish before the request's queue timeout
-            window = min(self.cfg.drain_cap_s, head.deadline_s - now - load_s - 1.0)
-            if window > 0 and all(
-                max(v.est_s - v.run_s - (now - v.started_s), 0.0) <= window for v in victims
-            ):
-                self._clearing[head.model] = (now + window, True)
-                return True
-        self._clearing[head.model] = (now + self._planner.switch_wait_s, False)
-        for v in victims:
-            self._stop(v, self._cheapest_mode(v, now), c, now, out)
-        return True
-
-    def _stop(self, victim: Request, mode: str, for_class: int, now: float, out: list[Decision]) -> None:
-        transition(victim, _PREEMPTED)
-        victim.preempt_at_s = now
-        victim.preemptions += 1
-        victim.resume = mode
-        self._drains.pop(victim.id, None)
-        self.counters.preemptions[victim.cls] += 1
-        out.append(Preempt(victim.id, victim.worker, mode, for_class))  # type: ignore[arg-type]
-
-    def _cheapest_mode(self, req: Request, now: float) -> str:
-        costs = self.cfg.costs
-        held = costs.tokens_held(req.prompt_tokens, req.tokens_done + costs.generated_in(now - req.started_s))
-        can = self.workers[req.worker].spec.can_checkpoint  # type: ignore[index]
-        if self.pol.preemption == "recompute" or not can:
-            return "recompute"
-        if self.pol.preemption == "checkpoint":
-            return "checkpoint"
-        return "checkpoint" if costs.checkpoint_cost_s(held) <= costs.recompute_cost_s(held) else "recompute"
-
-    def _overran(self, req: Request, now: float) -> bool:
-        """Time slices preempt work the scheduler knew nothing about, or work that
-        ran well past its size hint; a request whose hint placed it at its level
-        in the first place is left to finish."""
-        hint = req.est_service_s
-        return hint is None or req.run_s + (now - req.started_s) > OVERRUN * hint
-
-    def _overdue_drains(self, now: float, out: list[Decision]) -> None:
-        """A drained victim that has not ended by its deadline is preempted, if
-        its claimant class still needs the slot; otherwise the claim lapses."""
-        count = self.lanes.class_count
-        for req in [r for r in self._drains.values() if r.claim_deadline_s <= now]:
-            c: int = req.claimed_for  # type: ignore[assignment]
-            if count[c] - self._incoming[c] - self._reserved[c] < 0:
-                req.claimed_for = None
-                self._incoming[c] -= 1
-                del self._drains[req.id]
-                self._changes += 1  # it may be a victim for someone else now
-                continue
-            self._stop(req, self._cheapest_mode(req, now), c, now, out)
-
-    def _feedback(self, now: float, out: list[Decision]) -> None:
-        """Multi-level feedback: a request past its time slice drops a level and
-        yields its slot if shorter work of its class is waiting."""
-        heap = self._slices
-        lanes = self.lanes
-        top = lanes.levels - 1
-        while heap and heap[0][0] <= now:
-            _, _, started, req = heapq.heappop(heap)
-            if req.state is not _RUNNING or req.started_s != started:
-                continue
-            if req.level < top:
-                req.level += 1
-            waiting = lanes.waiting_below(req.cls, req.level)
-            if waiting and self._free == 0 and self._overran(req, now) and self._preemptible(req):
-                req.claimed_for = req.cls
-                self._incoming[req.cls] += 1
-                self._stop(req, self._cheapest_mode(req, now), req.cls, now, out)
-            else:
-                slice_s = self.cfg.mlfq_slice_s * (2**req.level)
-                heapq.heappush(heap, (now + slice_s, req.seq, started, req))
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:

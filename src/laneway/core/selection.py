@@ -20,6 +20,8 @@ from laneway.core.aging import aged_rank
 from laneway.core.lanes import Lanes
 from laneway.core.request import Request
 
+NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
+
 
 def select_strict(
     lanes: Lanes, now: float, blocked: set[int], interval_s: float | None, ceilings: Sequence[int]
