@@ -181,8 +181,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "laneway"
-    if not script.exists():
-        pytest.skip("the laneway console script is not installed next to this interpreter")
+    assert script.exists(), "the laneway console script is not installed next to this interpreter"
     trace = write_trace(tmp_path, GOOD_LINE, '{"arrival_s": 1, "priority": "P0", "duration_s": 1}')
     done = subprocess.run(
         [str(script), "simulate", "--trace", str(trace), "--policy", "fifo", "--slots", "1", "--json"],

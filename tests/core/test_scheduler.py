@@ -149,7 +149,8 @@ def test_shares_follow_the_weights_when_backlogged() -> None:
         d.finish(next(iter(d.running)))
         for rid in ids(d.step(), Dispatch):
             started[d.sched.get(rid).priority] += 1
-    assert 1.5 <= started[2] / started[3] <= 2.5, started
+    ratio = started[2] / started[3]
+    assert ratio >= 1.5 and ratio <= 2.5, started
 
 
 def test_shares_give_unused_share_to_others() -> None:
