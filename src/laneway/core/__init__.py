@@ -8,8 +8,10 @@ from laneway.core.admission import Quota, TenantPolicy
 from laneway.core.classes import ClassTable, PriorityClass
 from laneway.core.config import SchedulerConfig
 from laneway.core.costs import CostModel
-from laneway.core.decisions import Decision, Dispatch, Preempt, Reject
+from laneway.core.decisions import Decision, Dispatch, Evict, Load, Preempt, Reject
 from laneway.core.errors import ConfigError, InvalidTransition, LanewayError, UnknownRequest
+from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.policies import POLICIES, PolicySpec
 from laneway.core.request import TERMINAL, TRANSITIONS, Request, State
 from laneway.core.scheduler import Scheduler
@@ -24,8 +26,14 @@ __all__ = [
     "CostModel",
     "Decision",
     "Dispatch",
+    "Evict",
+    "GpuPlacement",
+    "GpuSpec",
     "InvalidTransition",
+    "Inventory",
     "LanewayError",
+    "Load",
+    "ModelSpec",
     "PolicySpec",
     "Preempt",
     "PriorityClass",
