@@ -9,21 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from contract import DESIGN_KEYS, PNG_MAGIC
 from laneway import __version__
 from laneway.cli import main
 from laneway.core import POLICIES
 
 GOOD_LINE = '{"arrival_s": 0, "priority": "P3", "duration_s": 5}'
-DESIGN_KEYS = {
-    "policy",
-    "scenario",
-    "classes",
-    "preemptions",
-    "model_loads",
-    "utilization",
-    "makespan_s",
-    "estimate_error_median",
-}
 
 
 def write_trace(tmp_path: Path, *lines: str) -> Path:
@@ -108,7 +99,7 @@ def test_report_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "chat-vs-batch" in md and "| laneway | P0 |" in md
     for name in ("wait_cdf.png", "queue_depth.png"):
         data = (out_dir / name).read_bytes()
-        assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC)
 
 
 def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +116,7 @@ def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert list(s["gpu_utilization"]) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
     assert "gpu_timeline.png" in captured.err
     data = (out_dir / "gpu_timeline.png").read_bytes()
-    assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 1000 and data.startswith(PNG_MAGIC)
     assert "gpu_timeline.png" in (out_dir / "summary.md").read_text(encoding="utf-8")
 
 

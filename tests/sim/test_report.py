@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from contract import DESIGN_CLASS_KEYS, DESIGN_KEYS, PNG_MAGIC
 from laneway.core import ClassTable, CostModel, SchedulerConfig
 from laneway.core.inventory import Inventory
 from laneway.sim.engine import SimResult, simulate
@@ -26,29 +27,6 @@ from laneway.sim.report import (
 )
 from laneway.sim.scenarios import gpu_mix
 from laneway.sim.workload import SimRequest, parse_trace
-
-DESIGN_KEYS = {
-    "policy",
-    "scenario",
-    "classes",
-    "preemptions",
-    "model_loads",
-    "utilization",
-    "makespan_s",
-    "estimate_error_median",
-}
-DESIGN_CLASS_KEYS = {
-    "count",
-    "completed",
-    "rejected",
-    "wait_mean_s",
-    "wait_p50_s",
-    "wait_p95_s",
-    "wait_p99_s",
-    "wait_max_s",
-    "latency_p99_s",
-}
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def run(lines: list[str], policy: str, slots: int = 1, config: SchedulerConfig | None = None) -> SimResult:
