@@ -81,34 +81,17 @@ def code_review(seed: int = 0, reviews: int = 1000) -> Scenario:
     top = 1.0 + base
     area = sum(shape(t) for t in range(0, int(span), 10)) * 10.0
     arrivals = [t for t in _poisson(rng, reviews / area * top, 0.0, span) if rng.random() < shape(t) / top]
-    reqs = []
-    for i, t in enumerate(arrivals):
-        d = _review_time(rng)
-        reqs.append(
-            SimRequest(
-                f"review-{i}",
-                t,
-                2,
-                d,
-                timeout_s=3600.0,
-                prompt_tokens=6000,
-                output_tokens=_hint_tokens(rng, d),
-            )
+
+    def review(name: str, t: float, cls: int, duration: float, timeout_s: float, prompt: int) -> SimRequest:
+        hint = _hint_tokens(rng, duration)
+        return SimRequest(
+            name, t, cls, duration, timeout_s=timeout_s, prompt_tokens=prompt, output_tokens=hint
         )
+
+    reqs = [review(f"review-{i}", t, 2, _review_time(rng), 3600.0, 6000) for i, t in enumerate(arrivals)]
     for i in range(5):
         t = rng.uniform(peak - width, peak + width)
-        d = rng.uniform(15.0, 40.0)
-        reqs.append(
-            SimRequest(
-                f"hotfix-{i}",
-                t,
-                0,
-                d,
-                timeout_s=300.0,
-                prompt_tokens=3000,
-                output_tokens=_hint_tokens(rng, d),
-            )
-        )
+        reqs.append(review(f"hotfix-{i}", t, 0, rng.uniform(15.0, 40.0), 300.0, 3000))
     return Scenario("code-review", reqs, 8, f"{len(reqs)} reviews (5 P0 hotfixes) on 8 GPUs")
 
 
