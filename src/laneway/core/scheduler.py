@@ -23,17 +23,19 @@ from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import Decision, Dispatch, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
-from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
+from laneway.core.estimate import ArrivalRates, ServiceStats
+from laneway.core.estimating import Estimating
 from laneway.core.expiry import Expiry
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.gpu_scheduling import GpuScheduling
 from laneway.core.inheritance import Inheriting
+from laneway.core.inspection import Inspecting
 from laneway.core.lanes import Lanes
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.preempting import Preempting
 from laneway.core.request import Request, State, transition
 from laneway.core.selection import NONE_BLOCKED, best_in_class, select_share, select_strict
-from laneway.core.stats import Counters, Snapshot
+from laneway.core.stats import Counters
 from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
 
 _NEW = State.NEW
@@ -44,7 +46,7 @@ _FINISHED = State.FINISHED
 _FAILED = State.FAILED
 
 
-class Scheduler(Preempting, GpuScheduling, Inheriting):
+class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
     def __init__(
         self,
         workers: Sequence[WorkerSpec],
@@ -312,77 +314,6 @@ class Scheduler(Preempting, GpuScheduling, Inheriting):
             t = min(t, self._slices[0][0])
         return t
 
-    def estimate_wait(
-        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
-    ) -> float:
-        """Expected seconds a new class-``cls`` request would wait to start
-        (``est_service_s``: its size hint, which places it under feedback)."""
-        if self._planner is not None and model is not None:
-            return self._estimate_on_gpus(cls, model, now)
-        lanes = self.lanes
-        count = lanes.class_count
-        means = self.service.means
-        rights = self._est_rights[cls]
-        ahead = 0
-        work = 0.0
-        for c in self._est_ahead[cls]:
-            n = count[c]
-            if not n:
-                continue
-            # hinted work where given, the measured mean for the rest
-            queued_work = lanes.hint_work[c] + (n - lanes.hint_count[c]) * means[c]
-            if c == cls and self.pol.feedback and est_service_s is not None:
-                # only the class's queued work at its own level or shorter is ahead
-                part = lanes.queued_up_to(c, self._start_level(est_service_s))
-                ahead += part
-                work += queued_work * part / n
-            else:
-                ahead += n
-                work += queued_work
-        available = self._free
-        blocking = 0
-        remaining = 0.0
-        for v, running in enumerate(self._running):
-            n = len(running)
-            if not n:
-                continue
-            if v in rights:
-                available += n
-            else:
-                blocking += n
-                remaining += max(self._end_sum[v] - n * now, 0.0)
-        urgent = 0.0
-        if cls and not lanes.single:
-            urgent = self.arrivals.rate_before(cls, now) / self.slots
-        return wait_estimate(
-            slots=self.slots,
-            available=available,
-            ahead=ahead,
-            ahead_work_s=work,
-            blocking=blocking,
-            blocking_remaining_s=remaining,
-            mean_service_s=means[cls] if model is None else self.service.mean(cls, model),
-            urgent_load=urgent,
-        )
-
-    def snapshot(self) -> Snapshot:
-        names = self.classes.names
-        c = self.counters
-        return Snapshot(
-            queue_depth={n: self.lanes.class_count[i] for i, n in enumerate(names)},
-            running={n: len(self._running[i]) for i, n in enumerate(names)},
-            slots_total=self.slots,
-            slots_free=self._free,
-            submitted=c.submitted,
-            dispatched=c.dispatched,
-            drains=c.drains,
-            completed=dict(zip(names, c.completed, strict=True)),
-            preemptions=dict(zip(names, c.preemptions, strict=True)),
-            rejections=dict(c.rejections),
-            model_loads=c.model_loads,
-            **(self._planner.gauges() if self._planner is not None else {}),
-        )
-
     # ------------------------------------------------------------------ admission helpers
     def _refuse(self, req: Request, reason: str, message: str, retry_s: float = 0.0, *, now: float) -> Reject:
         transition(req, State.REJECTED)
@@ -541,36 +472,3 @@ class Scheduler(Preempting, GpuScheduling, Inheriting):
 
     def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
         return best_in_class(self.lanes, cls, now, blocked, self._boost)
-
-    # ------------------------------------------------------------------ invariants
-    def check_invariants(self) -> None:
-        """Raise ``AssertionError`` if the internal state is inconsistent."""
-        if self._planner is not None:
-            self._planner.check()
-            ready = {rid for rid, r in self._planner.replicas.items() if r.ready}
-            assert ready == set(self.workers), "ready replicas and workers differ"
-        assert self.slots == sum(w.spec.slots for w in self.workers.values())
-        k = len(self.classes)
-        queued = [0] * k
-        incoming = [0] * k
-        on_workers: dict[str, str] = {}
-        for w in self.workers.values():
-            assert 0 <= w.free == w.spec.slots - len(w.running), f"worker {w.id} slot count"
-            for rid, r in w.running.items():
-                assert rid not in on_workers, f"{rid} on two workers"
-                on_workers[rid] = w.id
-                assert r.state in (_RUNNING, _PREEMPTED), f"{rid} on a worker while {r.state}"
-        assert self._free == sum(w.free for w in self.workers.values())
-        for rid, r in self._reqs.items():
-            assert r.state in (_QUEUED, _RUNNING, _PREEMPTED), f"{rid} live while {r.state}"
-            if r.state is _QUEUED:
-                queued[r.cls] += 1
-                assert rid not in on_workers, f"{rid} both queued and running"
-            else:
-                assert on_workers.get(rid) == r.worker, f"{rid} not on its worker"
-                assert rid in self._running[r.cls]
-            if r.claimed_for is not None:
-                incoming[r.claimed_for] += 1
-        assert len(on_workers) == sum(len(d) for d in self._running)
-        assert queued == self.lanes.class_count, (queued, self.lanes.class_count)
-        assert incoming == self._incoming, (incoming, self._incoming)

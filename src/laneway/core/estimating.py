@@ -1,0 +1,65 @@
+"""Wait estimates: what a new request of a class would wait, from the queue
+ahead, running work and measured service times (the formula is
+:func:`laneway.core.estimate.wait_estimate`).
+
+A mixin of :class:`~laneway.core.scheduler.Scheduler`.
+"""
+
+from __future__ import annotations
+
+from laneway.core.estimate import wait_estimate
+
+
+class Estimating:
+    def estimate_wait(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> float:
+        """Expected seconds a new class-``cls`` request would wait to start
+        (``est_service_s``: its size hint, which places it under feedback)."""
+        if self._planner is not None and model is not None:
+            return self._estimate_on_gpus(cls, model, now)
+        lanes = self.lanes
+        count = lanes.class_count
+        means = self.service.means
+        rights = self._est_rights[cls]
+        ahead = 0
+        work = 0.0
+        for c in self._est_ahead[cls]:
+            n = count[c]
+            if not n:
+                continue
+            # hinted work where given, the measured mean for the rest
+            queued_work = lanes.hint_work[c] + (n - lanes.hint_count[c]) * means[c]
+            if c == cls and self.pol.feedback and est_service_s is not None:
+                # only the class's queued work at its own level or shorter is ahead
+                part = lanes.queued_up_to(c, self._start_level(est_service_s))
+                ahead += part
+                work += queued_work * part / n
+            else:
+                ahead += n
+                work += queued_work
+        available = self._free
+        blocking = 0
+        remaining = 0.0
+        for v, running in enumerate(self._running):
+            n = len(running)
+            if not n:
+                continue
+            if v in rights:
+                available += n
+            else:
+                blocking += n
+                remaining += max(self._end_sum[v] - n * now, 0.0)
+        urgent = 0.0
+        if cls and not lanes.single:
+            urgent = self.arrivals.rate_before(cls, now) / self.slots
+        return wait_estimate(
+            slots=self.slots,
+            available=available,
+            ahead=ahead,
+            ahead_work_s=work,
+            blocking=blocking,
+            blocking_remaining_s=remaining,
+            mean_service_s=means[cls] if model is None else self.service.mean(cls, model),
+            urgent_load=urgent,
+        )
