@@ -1,0 +1,1 @@
+"""Worker adapters behind one protocol (:class:`laneway.backends.base.Worker`)."""

@@ -1,0 +1,82 @@
+"""The in-process engine as a worker (the embedded default)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from laneway.backends.base import Capacity, Health, Sink
+from laneway.engine.engine import DEFAULT_SPILL_BUDGET, Engine
+from laneway.engine.models import LoadedModel, load_model
+from laneway.engine.runner import EngineRunner
+from laneway.errors import BackendError
+from laneway.generation import Checkpoint, Event, Job
+
+
+class LocalWorker:
+    """Runs a :class:`~laneway.engine.engine.Engine` on a thread; events come back on the loop."""
+
+    def __init__(self, name: str, engine: Engine) -> None:
+        self.name = name
+        self.engine = engine
+        self.model = engine.model.name
+        self._runner = EngineRunner(engine, name)
+
+    @classmethod
+    async def create(
+        cls,
+        name: str,
+        model: str | LoadedModel = "builtin:tiny",
+        slots: int = 4,
+        *,
+        device: str | None = None,
+        data_dir: Path | None = None,
+        spill_budget_bytes: int = DEFAULT_SPILL_BUDGET,
+    ) -> LocalWorker:
+        """Load ``model`` (off the event loop) and start the engine thread."""
+        loaded = (
+            model if isinstance(model, LoadedModel) else await asyncio.to_thread(load_model, model, device)
+        )
+        engine = Engine(loaded, slots, data_dir=data_dir, spill_budget_bytes=spill_budget_bytes)
+        return cls(name, engine)
+
+    def capacity(self) -> Capacity:
+        return Capacity(self.engine.slots, self.engine.busy, (self.model,))
+
+    def _on_loop(self, sink: Sink) -> Sink:
+        loop = asyncio.get_running_loop()
+
+        def deliver(event: Event) -> None:
+            loop.call_soon_threadsafe(sink, event)
+
+        return deliver
+
+    async def run(self, job: Job, sink: Sink) -> None:
+        self._check_alive()
+        ids = self.engine.prompt_ids(job)  # raises ContextTooLong before a slot is taken
+        await asyncio.wrap_future(self._runner.add(job, self._on_loop(sink), ids))
+
+    async def resume(self, checkpoint: Checkpoint, sink: Sink) -> None:
+        self._check_alive()
+        await asyncio.wrap_future(self._runner.resume(checkpoint, self._on_loop(sink)))
+
+    async def preempt(self, job_id: str, mode: str) -> None:
+        await asyncio.wrap_future(self._runner.preempt(job_id, mode))
+
+    async def cancel(self, job_id: str) -> None:
+        await asyncio.wrap_future(self._runner.cancel(job_id))
+
+    def discard(self, checkpoint: Checkpoint) -> None:
+        self._runner.call(lambda: self.engine.discard(checkpoint))
+
+    async def health(self) -> Health:
+        if not self._runner.alive:
+            return Health(False, f"engine stopped: {self._runner.error}")
+        return Health(True, f"{self.model}: {self.engine.busy}/{self.engine.slots} slots busy")
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._runner.close)
+
+    def _check_alive(self) -> None:
+        if not self._runner.alive:
+            raise BackendError(f"worker {self.name} is down: {self._runner.error}")

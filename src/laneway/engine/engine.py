@@ -1,0 +1,350 @@
+"""The in-process inference engine: N slots, batched decode, exact preemption.
+
+:class:`Engine` is single-threaded and synchronous: ``add``/``preempt``/
+``resume``/``cancel`` change what runs, ``step()`` runs one round (prefill of
+joining sequences, then one decode step for the whole batch) and emits events
+through each job's callback. :class:`~laneway.engine.runner.EngineRunner`
+drives it from a thread.
+
+Preemption happens at a token boundary. Mode ``checkpoint`` keeps the
+generated ids, the KV cache (host memory, spilled to files past a budget) and
+the sampling RNG state: the resumed job computes exactly what it would have.
+Mode ``recompute`` keeps ids and RNG state and prefills prompt + generated ids
+again: the same text up to floating-point differences between a prefill and
+step-by-step decoding (~1e-6 in the logits).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from laneway.engine.batch import KV, KVBatch
+from laneway.engine.checkpoints import CheckpointStore, SavedKV
+from laneway.engine.detok import TextState
+from laneway.engine.models import LoadedModel
+from laneway.engine.sampler import new_generator, sample
+from laneway.errors import BackendError, ContextTooLong, InvalidRequest
+from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Job, Stopped, Usage
+
+MODES = ("checkpoint", "recompute")
+DEFAULT_SPILL_BUDGET = 1 << 30  # bytes of KV checkpoints held in host memory
+
+Sink = Callable[[Event], None]
+
+
+@dataclass(eq=False)
+class _Seq:
+    job: Job
+    sink: Sink
+    ids: list[int]  # prompt + generated
+    prompt_len: int
+    max_new: int
+    gen: torch.Generator | None
+    text: TextState
+    kv_len: int = 0  # tokens in the KV cache; the next input is ids[kv_len:]
+    restored: KV | None = None  # a checkpointed cache waiting to join the batch
+    row: int = -1
+
+    @property
+    def generated(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+
+@dataclass
+class _State:
+    """The engine's payload in a :class:`Checkpoint`."""
+
+    model: str
+    ids: list[int]
+    prompt_len: int
+    max_new: int
+    emitted: int
+    rng: torch.Tensor | None
+    kv: SavedKV | None = None
+    kv_len: int = 0
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    tokens: int = 0  # generated tokens
+    prefill_tokens: int = 0
+    busy_s: float = 0.0
+    preemptions: int = 0
+    checkpoint_bytes: int = 0
+    step_s_last: float = 0.0
+    by_batch: dict[int, tuple[int, float]] = field(default_factory=dict)  # batch size -> (steps, seconds)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.busy_s if self.busy_s else 0.0
+
+
+class Engine:
+    def __init__(
+        self,
+        model: LoadedModel,
+        slots: int = 4,
+        *,
+        data_dir: Path | None = None,
+        spill_budget_bytes: int = DEFAULT_SPILL_BUDGET,
+    ) -> None:
+        if slots < 1:
+            raise ValueError("an engine needs at least one slot")
+        self.model = model
+        self.slots = slots
+        self.batch = KVBatch(model.config, model.device)
+        self.rows: list[_Seq] = []  # row order of the batch
+        self.joining: list[_Seq] = []
+        self.by_id: dict[str, _Seq] = {}
+        spill = (data_dir or Path(".laneway")) / "checkpoints"
+        self.store = CheckpointStore(spill_budget_bytes, spill)
+        self.stats = EngineStats()
+        vocab = int(model.config.vocab_size)
+        self._bias = torch.zeros(vocab, device=model.device)  # -inf on tokens never sampled
+        self._bias[[i for i in model.tokenizer.suppressed_ids if i < vocab]] = float("-inf")
+
+    # ------------------------------------------------------------ requests
+    @property
+    def busy(self) -> int:
+        return len(self.by_id)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.by_id)
+
+    def prompt_ids(self, job: Job) -> list[int]:
+        """Tokenize ``job``'s prompt; raise :class:`ContextTooLong` if it cannot fit."""
+        tok = self.model.tokenizer
+        ids = tok.encode(job.prompt) if job.prompt is not None else tok.chat_prompt(job.messages or ())
+        if len(ids) >= self.model.context:
+            raise ContextTooLong(
+                f"the prompt is {len(ids)} tokens; model {self.model.name} takes at most "
+                f"{self.model.context - 1} prompt tokens",
+                param="messages" if job.messages is not None else "prompt",
+            )
+        return ids
+
+    def add(self, job: Job, sink: Sink, prompt_ids: list[int] | None = None) -> None:
+        """Start ``job``; it joins the batch at the next ``step()``."""
+        ids = prompt_ids if prompt_ids is not None else self.prompt_ids(job)
+        self._check_free(job.id)
+        max_new = min(job.params.max_tokens, self.model.context - len(ids))
+        text = TextState(self.model.tokenizer, job.params.stop)
+        seq = _Seq(job, sink, list(ids), len(ids), max_new, new_generator(job.params), text)
+        self._admit(seq)
+
+    def resume(self, ckpt: Checkpoint, sink: Sink) -> None:
+        """Continue a job from its checkpoint; it joins at the next ``step()``."""
+        state = ckpt.state
+        if not isinstance(state, _State) or state.model != self.model.name:
+            raise BackendError(
+                f"checkpoint of {ckpt.job.id} was not made by an engine running {self.model.name}"
+            )
+        self._check_free(ckpt.job.id)
+        gen = None
+        if state.rng is not None:
+            gen = torch.Generator(device="cpu")
+            gen.set_state(state.rng)
+        text = TextState(self.model.tokenizer, ckpt.job.params.stop, emitted=state.emitted)
+        seq = _Seq(ckpt.job, sink, list(state.ids), state.prompt_len, state.max_new, gen, text)
+        if state.kv is not None:
+            dev = self.model.device
+            seq.restored = [(k.to(dev), v.to(dev)) for k, v in self.store.take(state.kv)]
+            seq.kv_len = state.kv_len
+            state.kv = None
+        text.update(seq.ids[seq.prompt_len :])  # rebuild the text; what was streamed stays streamed
+        text.emitted = state.emitted
+        self._admit(seq)
+
+    def _check_free(self, job_id: str) -> None:
+        if job_id in self.by_id:
+            raise InvalidRequest(f"job {job_id!r} is already running on this engine")
+        if len(self.by_id) >= self.slots:
+            raise BackendError(f"all {self.slots} slots are busy")
+
+    def _admit(self, seq: _Seq) -> None:
+        self.by_id[seq.job.id] = seq
+        self.joining.append(seq)
+
+    def preempt(self, job_id: str, mode: str = "checkpoint") -> Checkpoint | None:
+        """Stop ``job_id`` now (between steps), free its slot and return its checkpoint.
+
+        ``None`` if the job is not here (it already ended). The job's sink also
+        gets a :class:`Stopped` event.
+        """
+        if mode not in MODES:
+            raise ValueError(f"unknown preemption mode {mode!r}; expected one of {MODES}")
+        seq = self.by_id.pop(job_id, None)
+        if seq is None:
+            return None
+        t0 = time.perf_counter()
+        saved, kv_len = None, 0
+        if seq.row >= 0:
+            if mode == "checkpoint":
+                kv = self.batch.row_kv(seq.row, seq.kv_len)
+                saved, kv_len = self.store.put(kv), seq.kv_len
+            self._drop_rows([seq])
+        elif seq.restored is not None and mode == "checkpoint":  # preempted before it rejoined
+            saved, kv_len = self.store.put([(k.cpu(), v.cpu()) for k, v in seq.restored]), seq.kv_len
+        if seq in self.joining:
+            self.joining.remove(seq)
+        state = _State(
+            self.model.name,
+            seq.ids,
+            seq.prompt_len,
+            seq.max_new,
+            seq.text.emitted,
+            seq.gen.get_state() if seq.gen is not None else None,
+            saved,
+            kv_len,
+        )
+        nbytes = saved.nbytes if saved is not None else 0
+        ckpt = Checkpoint(
+            seq.job,
+            mode,
+            seq.generated,
+            seq.text.text[: seq.text.emitted],
+            nbytes,
+            time.perf_counter() - t0,
+            state,
+        )
+        self.stats.preemptions += 1
+        self.stats.checkpoint_bytes += nbytes
+        seq.sink(Stopped(seq.job.id, ckpt))
+        return ckpt
+
+    def discard(self, ckpt: Checkpoint) -> None:
+        """Forget a checkpoint that will not be resumed (its request was cancelled)."""
+        state = ckpt.state
+        if isinstance(state, _State) and state.kv is not None:
+            self.store.discard(state.kv)
+            state.kv = None
+
+    def cancel(self, job_id: str) -> bool:
+        """End ``job_id`` now with ``finish_reason="cancelled"``; ``False`` if it is not here."""
+        seq = self.by_id.get(job_id)
+        if seq is None:
+            return False
+        self._finish(seq, "cancelled")
+        self._drop_rows([seq] if seq.row >= 0 else [])
+        return True
+
+    def fail_all(self, exc: Exception) -> None:
+        """The engine cannot go on: every job here ends with :class:`Failed`."""
+        err = BackendError(f"engine failure: {exc}")
+        for seq in list(self.by_id.values()):
+            seq.sink(Failed(seq.job.id, err))
+        self.by_id.clear()
+        self.joining.clear()
+        self.rows.clear()
+        self.batch = KVBatch(self.model.config, self.model.device)
+
+    # ---------------------------------------------------------------- step
+    def step(self) -> None:
+        """Prefill the joining sequences, then one decode step for the batch."""
+        if not self.by_id:
+            return
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            joining, self.joining = self.joining, []
+            for seq in joining:
+                self._join(seq)
+            if self.rows:
+                self._decode()
+        dt = time.perf_counter() - t0
+        self.stats.busy_s += dt
+
+    def _join(self, seq: _Seq) -> None:
+        if seq.restored is not None:
+            kv, seq.restored = seq.restored, None
+            seq.row = self.batch.add(kv, seq.kv_len)
+            self.rows.append(seq)
+            return
+        # a new job, or a recomputed one: prefill every id, then sample from the last position
+        cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([seq.ids], device=self.model.device)
+        out = self.model.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        self.stats.prefill_tokens += len(seq.ids)
+        seq.kv_len = len(seq.ids)
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        seq.row = self.batch.add(kv, seq.kv_len)
+        self.rows.append(seq)
+        if self._emit(seq, out.logits[0, -1] + self._bias):
+            self._drop_rows([seq])
+
+    def _decode(self) -> None:
+        t0 = time.perf_counter()
+        rows = self.rows
+        inputs = torch.tensor([[s.ids[-1]] for s in rows], device=self.model.device)
+        positions = torch.tensor([[s.kv_len] for s in rows], device=self.model.device)
+        mask = self.batch.extend_mask()
+        out = self.model.model(
+            input_ids=inputs,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self.batch.cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1] + self._bias
+        ended = []
+        for i, seq in enumerate(rows):
+            seq.kv_len += 1
+            if self._emit(seq, logits[i]):
+                ended.append(seq)
+        self._drop_rows(ended)
+        dt = time.perf_counter() - t0
+        st = self.stats
+        st.steps += 1
+        st.step_s_last = dt
+        n, secs = st.by_batch.get(len(rows), (0, 0.0))
+        st.by_batch[len(rows)] = (n + 1, secs + dt)
+
+    def _emit(self, seq: _Seq, logits: torch.Tensor) -> bool:
+        """Sample the next token of ``seq`` and report it; ``True`` when the job ended."""
+        token = sample(logits, seq.job.params, seq.gen)
+        self.stats.tokens += 1
+        if token in self.model.tokenizer.eos_ids:
+            self._finish(seq, "stop")
+            return True
+        seq.ids.append(token)
+        text = seq.text.update(seq.ids[seq.prompt_len :])
+        if seq.text.stopped:
+            self._finish(seq, "stop", last=text)
+            return True
+        if text:
+            seq.sink(Delta(seq.job.id, text, seq.generated))
+        if seq.generated >= seq.max_new or seq.kv_len + 1 >= self.model.context:
+            self._finish(seq, "length")
+            return True
+        return False
+
+    def _finish(self, seq: _Seq, reason: str, last: str = "") -> None:
+        self.by_id.pop(seq.job.id, None)
+        if seq in self.joining:
+            self.joining.remove(seq)
+        if seq.restored is not None:
+            seq.restored = None
+        rest = last + seq.text.flush()
+        if rest:
+            seq.sink(Delta(seq.job.id, rest, seq.generated))
+        usage = Usage(seq.prompt_len, seq.generated)
+        seq.sink(Done(seq.job.id, reason, usage, seq.text.text))
+
+    def _drop_rows(self, seqs: list[_Seq]) -> None:
+        gone = [s.row for s in seqs if s.row >= 0]
+        if not gone:
+            return
+        self.batch.remove(gone)
+        dropped = set(gone)
+        self.rows = [s for s in self.rows if s.row not in dropped]
+        for s in seqs:
+            s.row = -1
+        for i, s in enumerate(self.rows):
+            s.row = i
