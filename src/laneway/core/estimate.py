@@ -30,13 +30,13 @@ class ServiceStats:
         self._unmeasured = set(range(n_classes))
 
     def record(self, cls: int, model: str | None, service_s: float) -> None:
-        self.sum[cls] += service_s
-        self.n[cls] += 1
+        total = self.sum[cls] = self.sum[cls] + service_s
+        n = self.n[cls] = self.n[cls] + 1
         if model is not None:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
-        self.means[cls] = (self.sum[cls] + self._prior_mass) / (self.n[cls] + self.prior_w)
+        self.means[cls] = (total + self._prior_mass) / (n + self.prior_w)
         if self._unmeasured:  # classes not measured yet borrow the overall mean
             self._unmeasured.discard(cls)
             self._total += service_s

@@ -17,7 +17,7 @@ soon as they reach the top, so the head of a lane is always valid:
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 
 from laneway.core.request import Request
 
@@ -70,15 +70,16 @@ class Lanes:
         if m is None:
             m = self._model_index(req.model)
         lane = req.lane = m if self.single else m * self.width + c * self.levels + req.level
-        req.gen += 1
-        heapq.heappush(self.heaps[lane], (req.arrival_s, req.seq, req.gen, req))
+        req.gen = gen = req.gen + 1
+        heappush(self.heaps[lane], (req.arrival_s, req.seq, gen, req))
         self.count[lane] += 1
         self.class_count[c] += 1
         if self.levels > 1:
             self.level_count[c * self.levels + req.level] += 1
         self.total += 1
-        if req.est_service_s is not None:
-            self.hint_work[c] += req.est_service_s
+        hint = req.est_service_s
+        if hint is not None:
+            self.hint_work[c] += hint
             self.hint_count[c] += 1
 
     def head(self, lane: int) -> Request | None:
@@ -101,10 +102,13 @@ class Lanes:
         req.gen += 1  # its heap entry is now stale
         heap = self.heaps[lane]
         if heap[0][3] is req:
-            heapq.heappop(heap)
+            heappop(heap)
             # drop stale entries that reached the top: the head stays valid
-            while heap and heap[0][2] != heap[0][3].gen:
-                heapq.heappop(heap)
+            while heap:
+                head = heap[0]
+                if head[2] == head[3].gen:
+                    break
+                heappop(heap)
 
     def model_queued(self, model: str | None) -> int:
         """Queued requests naming ``model``."""

@@ -44,6 +44,7 @@ _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
 _FINISHED = State.FINISHED
 _FAILED = State.FAILED
+_new_tuple = tuple.__new__  # builds a named tuple without the Python-level __new__
 
 
 class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
@@ -99,6 +100,8 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         self._k = k
         self._max_queued = [c.max_queued for c in cfg.classes.classes]
         self._max_queued_total = cfg.max_queued_total
+        # whether any queue bound applies (submit checks them only then)
+        self._bounded = cfg.max_queued_total is not None or any(b is not None for b in self._max_queued)
         self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
         self._weights = [c.weight for c in cfg.classes.classes]
         self._rights_of = [c.may_preempt for c in cfg.classes.classes]
@@ -158,23 +161,54 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         """Admit ``req`` into its class queue, or refuse it."""
         if req.state is not _NEW:
             raise InvalidTransition(f"request {req.id} was already submitted")
-        if req.id in self._reqs:
-            raise LanewayError(f"request id {req.id!r} is already live")
+        rid = req.id
+        reqs = self._reqs
+        if rid in reqs:
+            raise LanewayError(f"request id {rid!r} is already live")
         cls = req.priority
         if not 0 <= cls < self._k:
-            raise LanewayError(f"request {req.id}: unknown class rank {cls}")
+            raise LanewayError(f"request {rid}: unknown class rank {cls}")
         req.seq = self._seq
         self._seq += 1
         req.cls = cls
         self.counters.submitted += 1
-        if req.model is not None or self._check_every:
+        model = req.model
+        tenant = req.tenant
+        if model is not None or self._check_every:
             why = self.placement.never(req)
             if why is not None:
                 return self._refuse(req, "unplaceable", why, now=now)
-        if req.tenant is not None:
-            refused = self.admission.check(req.tenant, cls, now)
+        if tenant is not None:
+            refused = self.admission.check(tenant, cls, now)
             if refused is not None:
                 return self._refuse(req, *refused, now=now)
+        if self._bounded:
+            full = self._queue_full(req, now)
+            if full is not None:
+                return full
+        if tenant is not None:
+            self.admission.charge(tenant, cls, now)
+        est = req.est_service_s
+        if est is None:
+            est = self.service.means[cls] if model is None else self.service.mean(cls, model)
+        elif self._feedback_on:
+            req.level = self._start_level(est)
+        req.est_s = est
+        self.arrivals.add(cls, est, now)
+        req.state = _QUEUED  # NEW -> QUEUED, checked on entry
+        reqs[rid] = req
+        req.enqueued_s = now
+        self.lanes.push(req)
+        self.expiry.add(req, now)
+        if tenant is not None:
+            self.admission.on_admit(tenant)
+        if req.depends_on or self._awaited:
+            self._inherit(req)
+        return None
+
+    def _queue_full(self, req: Request, now: float) -> Reject | None:
+        """Queue bounds: refuse ``req``, or shed less urgent work to make room."""
+        cls = req.cls
         bound = self._max_queued[cls]
         if bound is not None and self.lanes.class_count[cls] >= bound:
             name = self.classes[cls].name
@@ -185,24 +219,6 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             if victim is None:
                 return self._refuse(req, "overloaded", "the server is overloaded", now=now)
             self._shed(victim, now)
-        if req.tenant is not None:
-            self.admission.charge(req.tenant, cls, now)
-        est = req.est_service_s
-        if est is None:
-            est = self.service.means[cls] if req.model is None else self.service.mean(cls, req.model)
-        req.est_s = est
-        if self._feedback_on and req.est_service_s is not None:
-            req.level = self._start_level(req.est_service_s)
-        self.arrivals.add(cls, est, now)
-        req.state = _QUEUED  # NEW -> QUEUED, checked on entry
-        self._reqs[req.id] = req
-        req.enqueued_s = now
-        self.lanes.push(req)
-        self.expiry.add(req, now)
-        if req.tenant is not None:
-            self.admission.on_admit(req.tenant)
-        if req.depends_on or self._awaited:
-            self._inherit(req)
         return None
 
     def _start_level(self, est_s: float) -> int:
@@ -220,18 +236,22 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         req = self._reqs.get(request_id)
         if req is None:
             raise UnknownRequest(f"unknown request {request_id!r}")
-        if req.state is not _RUNNING and req.state is not _PREEMPTED:
-            raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
+        state = req.state
+        if state is not _RUNNING and state is not _PREEMPTED:
+            raise InvalidTransition(f"request {request_id} is {state.value}, not running")
         service = req.run_s + (now - req.started_s)
-        if req.state is _PREEMPTED:  # it ended before the preemption took effect
+        counters = self.counters
+        if state is _PREEMPTED:  # it ended before the preemption took effect
             req.preemptions -= 1
-            self.counters.preemptions[req.cls] -= 1
+            counters.preemptions[req.cls] -= 1
         self._release(req)
-        req.state = _FAILED if failed else _FINISHED  # from RUNNING or PREEMPTED, checked above
+        # from RUNNING or PREEMPTED, checked above
         if failed:
-            self.counters.failed[req.priority] += 1
+            req.state = _FAILED
+            counters.failed[req.priority] += 1
         else:
-            self.counters.completed[req.priority] += 1
+            req.state = _FINISHED
+            counters.completed[req.priority] += 1
             self.service.record(req.priority, req.model, service)
         self._end(req)
 
@@ -363,28 +383,37 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             self.admission.on_dequeue(req.tenant)
 
     def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
-        self._dequeue(req, now)
+        # _dequeue(req, now), inline: this is the hot path
+        self.lanes.take(req)
+        expiry = self.expiry
+        if req.deadline_s <= expiry.next_due:
+            expiry.stale = True  # the earliest deadline may be gone with it
+        req.queued_total_s += now - req.enqueued_s
+        if req.tenant is not None:
+            self.admission.on_dequeue(req.tenant)
         req.state = _RUNNING  # QUEUED -> RUNNING: only queued requests are selected
+        counters = self.counters
         if req.first_start_s != req.first_start_s:  # NaN: never started
             req.first_start_s = now
         else:
-            self.counters.resumed += 1
+            counters.resumed += 1
         req.started_s = now
         self._changes += 1
         rid = req.id
+        wid = w.id
         cls = req.cls
         req.expected_end_s = end = now + max(req.est_s - req.run_s, 0.0)
-        req.worker = w.id
+        req.worker = wid
         w.running[rid] = req
         w.free -= 1
         self._free -= 1
         self.placement.slot_taken(w)
         if self._planner is not None:
-            self._planner.touch(w.id, now)
+            self._planner.touch(wid, now)
         self._running[cls][rid] = req
         self._end_sum[cls] += end
-        self.counters.dispatched += 1
-        out.append(Dispatch(rid, w.id, req.resume))
+        counters.dispatched += 1
+        out.append(_new_tuple(Dispatch, (rid, wid, req.resume)))  # Dispatch(rid, wid, req.resume)
         if self._feedback_on and self.classes.classes[cls].preemptible:
             slice_s = self.cfg.mlfq_slice_s * (2**req.level)
             heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))
@@ -429,13 +458,19 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         blocked: set[int] = NONE_BLOCKED
         lanes = self.lanes
         planner = self._planner
+        place = self.placement.place
+        strict = not self.pol.shares
+        interval, ceilings = self._interval, self._ceilings
         while (self._free > 0 or planner is not None) and lanes.total:
             req = self._reserved_head(now, blocked) if self._reserved_total else None
             if req is None:
-                req = self._select(now, blocked)
+                if strict:  # self._select, inline
+                    req = select_strict(lanes, now, blocked, interval, ceilings)
+                else:
+                    req = self._select(now, blocked)
                 if req is None:
                     return
-            w = self.placement.place(req, now) if self._free > 0 else None
+            w = place(req, now) if self._free > 0 else None
             if w is None:
                 if planner is not None:
                     self._plan_load(req, now, out)

@@ -31,7 +31,7 @@ def select_strict(
     single = lanes.single
     heaps = lanes.heaps
     best: Request | None = None
-    best_key: tuple[int, float, int] | None = None
+    best_rank = 0  # the best's (rank, arrival_s, seq) key, when there is a best
     for lane, n in enumerate(lanes.count):
         if not n or lane in blocked:
             continue
@@ -41,12 +41,16 @@ def select_strict(
         else:
             rank = cls = req.cls
             if interval_s is not None and rank > ceilings[cls]:
-                if best_key is not None and ceilings[cls] > best_key[0]:
+                if best is not None and ceilings[cls] > best_rank:
                     continue  # even aged to its ceiling it ranks after the best so far
                 rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
-        key = (rank, req.arrival_s, req.seq)
-        if best_key is None or key < best_key:
-            best, best_key = req, key
+        # the lowest (rank, arrival_s, seq) wins; ranks differ more often than not
+        if (
+            best is None
+            or rank < best_rank
+            or (rank == best_rank and (req.arrival_s, req.seq) < (best.arrival_s, best.seq))
+        ):
+            best, best_rank = req, rank
     return best
 
 

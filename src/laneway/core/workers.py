@@ -63,8 +63,12 @@ class SlotPlacement:
     def __init__(self, workers: Sequence[WorkerState]) -> None:
         self.workers = list(workers)
         self._free: dict[str, WorkerState] = {w.id: w for w in self.workers if w.free > 0}
+        # every worker serves every model and class: any free one will do
+        self._open = all(w.spec.models is None and w.spec.classes is None for w in self.workers)
 
     def place(self, req: Request, now: float) -> WorkerState | None:
+        if self._open:
+            return next(iter(self._free.values()), None)
         for w in self._free.values():
             if w.spec.serves(req.model) and w.spec.admits(req.cls):
                 return w
