@@ -11,6 +11,8 @@ from laneway.core.estimate import wait_estimate
 
 
 class Estimating:
+    __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
     def estimate_wait(
         self, cls: int, model: str | None, now: float, est_service_s: float | None = None
     ) -> float:

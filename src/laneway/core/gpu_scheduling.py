@@ -16,6 +16,8 @@ from laneway.core.request import Request
 
 
 class GpuScheduling:
+    __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
     def _plan_load(self, req: Request, now: float, out: list[Decision]) -> None:
         """Ask the GPU placement for loads (and evictions) that would serve ``req``."""
         assert self._planner is not None

@@ -13,6 +13,8 @@ _RUNNING = State.RUNNING
 
 
 class Inheriting:
+    __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
     def _inherit(self, req: Request) -> None:
         """Link ``req`` to what it depends on, and to what already waits for it."""
         for dep_id in req.depends_on:

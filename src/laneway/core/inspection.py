@@ -14,6 +14,8 @@ _QUEUED = State.QUEUED
 
 
 class Inspecting:
+    __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
     def snapshot(self) -> Snapshot:
         names = self.classes.names
         c = self.counters

@@ -22,6 +22,8 @@ OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x
 
 
 class Preempting:
+    __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
     def _preemptible(self, req: Request) -> bool:
         return (
             req.state is _RUNNING

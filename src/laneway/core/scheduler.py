@@ -48,6 +48,57 @@ _new_tuple = tuple.__new__  # builds a named tuple without the Python-level __ne
 
 
 class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
+    # Every attribute is a slot (the mixins declare none): past 30 keys an
+    # instance dict loses CPython's fast attribute and method lookups, which the
+    # hot path (submit, finished, schedule) makes dozens of per request.
+    __slots__ = (
+        "_awaited",
+        "_barren",
+        "_boost",
+        "_bounded",
+        "_ceilings",
+        "_changes",
+        "_check_every",
+        "_clearing",
+        "_drains",
+        "_end_sum",
+        "_est_ahead",
+        "_est_rights",
+        "_feedback_on",
+        "_free",
+        "_incoming",
+        "_interval",
+        "_k",
+        "_max_queued",
+        "_max_queued_total",
+        "_now",
+        "_pending",
+        "_planner",
+        "_preempting",
+        "_reqs",
+        "_reserved",
+        "_reserved_total",
+        "_rights",
+        "_rights_of",
+        "_running",
+        "_seq",
+        "_slices",
+        "_victims",
+        "_weights",
+        "admission",
+        "arrivals",
+        "cfg",
+        "classes",
+        "counters",
+        "expiry",
+        "lanes",
+        "placement",
+        "pol",
+        "service",
+        "slots",
+        "workers",
+    )
+
     def __init__(
         self,
         workers: Sequence[WorkerSpec],
