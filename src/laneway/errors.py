@@ -48,3 +48,69 @@ class BackendError(LanewayError):
     """A worker failed while running a request (the engine broke, an upstream erred)."""
 
     retryable = False
+
+
+class Unauthorized(RequestError):
+    """No API key, or one no tenant holds (401)."""
+
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class ClassNotAllowed(RequestError):
+    """The tenant may not use the priority class it asked for (403)."""
+
+    status = 403
+    type = "permission_error"
+    code = "class_not_allowed"
+
+
+class PayloadTooLarge(RequestError):
+    """The request body is larger than the server accepts (413)."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class Deferred(RequestError):
+    """Not now: try again after ``retry_after_s`` (429 and 503 answers carry ``Retry-After``).
+
+    ``estimated_wait_s`` is what a request of the same class would wait now.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        retry_after_s: float = 1.0,
+        estimated_wait_s: float = 0.0,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message, param=param)
+        self.code = code
+        self.retry_after_s = retry_after_s
+        self.estimated_wait_s = estimated_wait_s
+
+
+class QuotaExceeded(Deferred):
+    """The tenant is over a rate quota or a concurrency cap (429)."""
+
+    status = 429
+    type = "rate_limit_error"
+
+
+class Unavailable(Deferred):
+    """Queued past the class timeout, queue full or overloaded (503)."""
+
+    status = 503
+    type = "server_error"
+
+
+class GenerationFailed(RequestError):
+    """A worker failed while generating; the request did not complete (502)."""
+
+    status = 502
+    type = "server_error"
+    code = "generation_failed"

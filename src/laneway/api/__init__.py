@@ -1,0 +1,5 @@
+"""The OpenAI-compatible HTTP API."""
+
+from laneway.api.app import create_app
+
+__all__ = ["create_app"]

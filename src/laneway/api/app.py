@@ -1,0 +1,57 @@
+"""The HTTP application (Starlette): routes, error handlers, lifespan.
+
+:func:`create_app` takes the configuration and, optionally, workers already
+built (tests, embedding); otherwise the workers of the configuration are
+built at start-up and closed at shutdown, together with the runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from laneway.api import completions, info
+from laneway.api.errors import on_http_error, on_request_error, on_unexpected
+from laneway.backends.base import Worker
+from laneway.config.schema import ServerConfig
+from laneway.errors import RequestError
+from laneway.runtime import CHECKPOINTS, Runtime, build_workers
+
+ROUTES = [
+    Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
+    Route("/v1/completions", completions.completions, methods=["POST"]),
+    Route("/v1/models", info.models, methods=["GET"]),
+    Route("/v1/queue/estimate", info.queue_estimate, methods=["GET"]),
+    Route("/metrics", info.metrics, methods=["GET"]),
+    Route("/healthz", info.healthz, methods=["GET"]),
+    Route("/readyz", info.readyz, methods=["GET"]),
+]
+
+
+def create_app(config: ServerConfig, workers: Mapping[str, Worker] | None = None) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        built = dict(workers) if workers is not None else await build_workers(config.workers, config.data_dir)
+        types = {w.name: w.type for w in config.workers}
+        runtime = Runtime(
+            config, built, can_checkpoint={n: CHECKPOINTS.get(types.get(n, "local"), True) for n in built}
+        )
+        app.state.runtime = runtime
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    return Starlette(
+        routes=ROUTES,
+        lifespan=lifespan,
+        exception_handlers={
+            RequestError: on_request_error,
+            HTTPException: on_http_error,
+            Exception: on_unexpected,
+        },
+    )

@@ -1,0 +1,87 @@
+"""``GET /v1/models``, ``/v1/queue/estimate``, ``/metrics``, ``/healthz``, ``/readyz``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from laneway.api.params import PRIORITY_HEADER, authenticate, parse_class
+from laneway.errors import ModelNotFound
+from laneway.runtime import Runtime
+from laneway.runtime.metrics import CONTENT_TYPE
+
+STARTED = int(time.time())
+HEALTH_TIMEOUT_S = 2.0
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+async def models(request: Request) -> Response:
+    runtime = _runtime(request)
+    authenticate(request, runtime.config)
+    data = [{"id": m, "object": "model", "created": STARTED, "owned_by": "laneway"} for m in runtime.models]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def queue_estimate(request: Request) -> Response:
+    """``?priority=P1&model=M``: how long a new request of that class would wait now."""
+    runtime = _runtime(request)
+    config = runtime.config
+    tenant = authenticate(request, config)
+    query = request.query_params
+    raw = query.get("priority") or request.headers.get(PRIORITY_HEADER)
+    if raw is not None:
+        cls = parse_class(raw, config, "priority")
+    elif tenant is not None and tenant.policy.default_class is not None:
+        cls = tenant.policy.default_class
+    else:
+        cls = config.default_priority
+    model = query.get("model")
+    if model is not None:
+        model = config.aliases.get(model, model)
+        if model not in runtime.models:
+            raise ModelNotFound(f"the model {model!r} does not exist", param="model")
+    wait = runtime.estimate_wait(cls, model)
+    return JSONResponse(
+        {
+            "priority": config.scheduler.classes[cls].name,
+            "model": model,
+            "estimated_wait_s": round(wait, 3) if math.isfinite(wait) else None,
+            "queued": runtime.sched.queued,
+        }
+    )
+
+
+async def metrics(request: Request) -> Response:
+    runtime = _runtime(request)
+    runtime.refresh_metrics()
+    return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Ready when every worker says it is healthy."""
+    runtime = _runtime(request)
+    details = {}
+    ready = not runtime.closed
+    for name, worker in runtime.workers.items():
+        try:
+            health = await asyncio.wait_for(worker.health(), HEALTH_TIMEOUT_S)
+            ok, detail = health.ok, health.detail
+        except Exception as exc:  # a worker that cannot answer is not ready
+            ok, detail = False, f"health check failed: {exc or type(exc).__name__}"
+        ready = ready and ok
+        details[name] = {"ok": ok, "detail": detail}
+    return JSONResponse(
+        {"status": "ready" if ready else "not ready", "workers": details}, 200 if ready else 503
+    )

@@ -1,0 +1,87 @@
+"""Waiting on a ticket while watching for the client to go away.
+
+A client that disconnects (while queued, while its text streams, or while a
+non-streaming answer is being made) cancels its request: the runtime frees
+the slot at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+T = TypeVar("T")
+
+
+async def _disconnected(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(
+    work: Awaitable[T], receive: Receive, on_disconnect: Callable[[], None]
+) -> tuple[bool, T | None]:
+    """``(True, result)``, or ``(False, None)`` once the client disconnected first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        on_disconnect()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return True, task.result()
+    on_disconnect()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return False, None
+
+
+class EventStream(Response):
+    """A ``text/event-stream`` response that calls ``on_disconnect`` if the
+    client goes away before the stream ends."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[bytes], on_disconnect: Callable[[], None]) -> None:
+        # no Response.__init__: it would render an empty body with Content-Length: 0
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self.chunks = chunks
+        self.on_disconnect = on_disconnect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        finished = False
+
+        async def watch() -> None:
+            await _disconnected(receive)
+            if not finished:
+                self.on_disconnect()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            finished = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the connection is gone
+            if not finished:
+                self.on_disconnect()
+        finally:
+            finished = True
+            watcher.cancel()
+            aclose = getattr(self.chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()

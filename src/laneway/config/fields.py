@@ -1,0 +1,89 @@
+"""Reading typed values out of a TOML table, with errors that name the key."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from laneway.core import ConfigError
+
+_MISSING = object()
+
+
+class Table:
+    """A TOML table at ``path`` (``""`` for the top level); every key read is
+    remembered so :meth:`done` can refuse the ones nobody knows."""
+
+    def __init__(self, data: object, path: str = "") -> None:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path or 'config'}: expected a table")
+        self.data: Mapping[str, Any] = data
+        self.path = path
+        self._read: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.data
+
+    def raw(self, name: str, default: Any = _MISSING) -> Any:
+        self._read.add(name)
+        if name not in self.data:
+            if default is _MISSING:
+                raise ConfigError(f"{self.key(name)}: required")
+            return default
+        return self.data[name]
+
+    def table(self, name: str) -> Table:
+        return Table(self.raw(name, {}), self.key(name))
+
+    def str(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if value is not default and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{self.key(name)}: expected a non-empty string, got {value!r}")
+        return value
+
+    def int(self, name: str, default: Any = _MISSING, *, low: int | None = None) -> Any:
+        value = self.raw(name, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{self.key(name)}: expected a whole number, got {value!r}")
+        if low is not None and value < low:
+            raise ConfigError(f"{self.key(name)}: must be >= {low}, got {value}")
+        return value
+
+    def float(self, name: str, default: Any = _MISSING, *, positive: bool = False) -> Any:
+        """A number; the string ``"none"`` (or ``false``) gives ``None``."""
+        value = self.raw(name, default)
+        if value is default:
+            return value
+        if value is False or (isinstance(value, str) and value.lower() == "none"):
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f'{self.key(name)}: expected a number (or "none"), got {value!r}')
+        if positive and value <= 0:
+            raise ConfigError(f"{self.key(name)}: must be > 0, got {value}")
+        if value < 0:
+            raise ConfigError(f"{self.key(name)}: must be >= 0, got {value}")
+        return float(value)
+
+    def bool(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if value is not default and not isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected true or false, got {value!r}")
+        return value
+
+    def list(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.raw(name, default)
+        if value is not default and not isinstance(value, list):
+            raise ConfigError(f"{self.key(name)}: expected a list, got {value!r}")
+        return value
+
+    def done(self) -> None:
+        """Refuse keys that were never read (a typo should not pass silently)."""
+        unknown = [k for k in self.data if k not in self._read]
+        if unknown:
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key")

@@ -1,0 +1,300 @@
+"""The TOML configuration file → :class:`~laneway.config.schema.ServerConfig`.
+
+The format is documented in ``docs/config.md``; ``examples/laneway.toml`` uses
+every section. Every mistake raises :class:`~laneway.core.ConfigError` with a
+message that starts with the key (``workers[1].slots: must be >= 1, got 0``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from laneway.config.fields import Table
+from laneway.config.schema import (
+    DEFAULT_ALERT_WAIT_S,
+    DEFAULT_SERVICE_TIERS,
+    WORKER_TYPES,
+    ServerConfig,
+    TenantConfig,
+    WorkerConfig,
+)
+from laneway.core import ClassTable, ConfigError, CostModel, Quota, SchedulerConfig, TenantPolicy
+from laneway.core.policies import POLICIES
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def load_config(path: Path) -> ServerConfig:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        return parse_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse_config(data: dict[str, Any]) -> ServerConfig:
+    top = Table(data)
+    base = ServerConfig()
+    server = top.table("server")
+    classes = _classes(top.table("classes"))
+    names = classes.names
+    sched_cfg = _scheduler(top.table("scheduler"), classes)
+    tenants = _tenants(top.table("tenants"), names)
+    policies = {t.name: t.policy for t in tenants}
+    sched_cfg = replace(sched_cfg, tenants=policies)
+    workers = _workers(top.list("workers", []))
+    aliases = _aliases(top.table("models"), {w.served_name for w in workers})
+    config = ServerConfig(
+        host=server.str("host", base.host),
+        port=server.int("port", base.port, low=0),
+        data_dir=Path(server.str("data_dir", str(base.data_dir))),
+        policy=_policy(server),
+        default_priority=_rank(server, "default_priority", names, base.default_priority),
+        max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
+        default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
+        workers=workers or base.workers,
+        aliases=aliases,
+        scheduler=sched_cfg,
+        tenants=tenants,
+        alert_wait_s=_alerts(top.table("alerts"), names),
+        service_tiers=_tiers(top.table("service_tiers"), names),
+    )
+    server.done()
+    top.done()
+    return config
+
+
+def _policy(server: Table) -> str:
+    name = server.str("policy", "laneway")
+    if name not in POLICIES:
+        raise ConfigError(
+            f"{server.key('policy')}: unknown policy {name!r}; choose from {', '.join(POLICIES)}"
+        )
+    return str(name)
+
+
+def _rank(table: Table, name: str, names: tuple[str, ...], default: Any) -> Any:
+    value = table.raw(name, default)
+    if value is default:
+        return value
+    try:
+        return _parse_rank(value, names)
+    except ValueError as exc:
+        raise ConfigError(f"{table.key(name)}: {exc}") from None
+
+
+def _parse_rank(value: object, names: tuple[str, ...]) -> int:
+    """``2``, ``"2"``, ``"P2"`` or ``"p2"`` -> 2."""
+    if isinstance(value, str):
+        lowered = [n.lower() for n in names]
+        if value.strip().lower() in lowered:
+            return lowered.index(value.strip().lower())
+        if value.strip().isdigit():
+            value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return value
+    raise ValueError(f"unknown class {value!r}: expected one of {', '.join(names)} (or 0–{len(names) - 1})")
+
+
+def _classes(table: Table) -> ClassTable:
+    """``[classes.P0]`` tables override the default classes' settings."""
+    default = ClassTable()
+    out = []
+    for c in default.classes:
+        if c.name not in table:
+            out.append(c)
+            continue
+        t = table.table(c.name)
+        may = t.list("may_preempt", None)
+        ranks = c.may_preempt
+        if may is not None:
+            try:
+                ranks = frozenset(_parse_rank(v, default.names) for v in may)
+            except ValueError as exc:
+                raise ConfigError(f"{t.key('may_preempt')}: {exc}") from None
+        out.append(
+            replace(
+                c,
+                timeout_s=t.float("timeout_s", c.timeout_s, positive=True),
+                may_preempt=ranks,
+                preemptible=t.bool("preemptible", c.preemptible),
+                max_queued=t.int("max_queued", c.max_queued, low=1),
+                weight=t.float("weight", c.weight, positive=True),
+            )
+        )
+        t.done()
+    for name in table.data:
+        if name not in default.names:
+            raise ConfigError(
+                f"{table.key(name)}: unknown class (the classes are {', '.join(default.names)})"
+            )
+        table.raw(name)
+    return ClassTable(tuple(out))
+
+
+def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
+    base = SchedulerConfig()
+    costs_t = table.table("costs")
+    cost_base = CostModel()
+    costs = CostModel(
+        kv_bytes_per_token=costs_t.int("kv_bytes_per_token", cost_base.kv_bytes_per_token, low=0),
+        host_link_bytes_s=costs_t.float("host_link_bytes_s", cost_base.host_link_bytes_s, positive=True),
+        prefill_tokens_s=costs_t.float("prefill_tokens_s", cost_base.prefill_tokens_s, positive=True),
+        decode_tokens_s=costs_t.float("decode_tokens_s", cost_base.decode_tokens_s, positive=True),
+        step_s=costs_t.float("step_s", cost_base.step_s),
+        default_prompt_tokens=costs_t.int("default_prompt_tokens", cost_base.default_prompt_tokens, low=0),
+    )
+    costs_t.done()
+    cfg = SchedulerConfig(
+        classes=classes,
+        aging_interval_s=table.float("aging_interval_s", base.aging_interval_s, positive=True),
+        aging_ceiling=_rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
+        drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
+        max_preemptions=table.int("max_preemptions", base.max_preemptions, low=0),
+        max_queued_total=table.int("max_queued_total", base.max_queued_total, low=1),
+        costs=costs,
+        default_service_s=table.float("default_service_s", base.default_service_s, positive=True),
+    )
+    table.done()
+    return cfg
+
+
+def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
+    out: list[WorkerConfig] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        t = Table(item, f"workers[{i}]")
+        name = t.str("name", f"w{i}")
+        if name in seen:
+            raise ConfigError(f"{t.key('name')}: duplicate worker name {name!r}")
+        seen.add(name)
+        kind = t.str("type", "local")
+        if kind not in WORKER_TYPES:
+            raise ConfigError(
+                f"{t.key('type')}: unknown worker type {kind!r}; choose from {', '.join(WORKER_TYPES)}"
+            )
+        default_model = {"local": "builtin:tiny", "simulated": "simulated"}.get(kind)
+        model = t.str("model", default_model) if default_model else t.str("model")
+        url = t.str("url", None)
+        if kind == "upstream" and url is None:
+            raise ConfigError(f"{t.key('url')}: required for an upstream worker")
+        served = t.str("served_name", _served_name(model, kind))
+        options = {k: v for k, v in t.data.items() if k.startswith("x_")}
+        for k in options:
+            t.raw(k)
+        out.append(
+            WorkerConfig(
+                name=name,
+                type=kind,
+                model=model,
+                served_name=served,
+                slots=t.int("slots", 4, low=1),
+                device=t.str("device", None),
+                tokens_per_s=t.float("tokens_per_s", 50.0, positive=True),
+                first_token_s=t.float("first_token_s", 0.0),
+                url=url,
+                api_key_env=t.str("api_key_env", None),
+                timeout_s=t.float("timeout_s", 600.0, positive=True),
+                options=options,
+            )
+        )
+        t.done()
+    return tuple(out)
+
+
+def _served_name(model: str, kind: str) -> str:
+    """A local model directory is served under its directory name."""
+    if kind == "local" and not model.startswith("builtin:"):
+        return Path(model).name or model
+    return model
+
+
+def _aliases(table: Table, served: set[str]) -> dict[str, str]:
+    """``[models.NAME] aliases = [...]``: other names clients may use for NAME."""
+    out: dict[str, str] = {}
+    for name in list(table.data):
+        t = table.table(name)
+        if served and name not in served:
+            raise ConfigError(f"{t.path}: no worker serves model {name!r}")
+        for alias in t.list("aliases", []):
+            if not isinstance(alias, str) or not alias:
+                raise ConfigError(f"{t.key('aliases')}: expected a list of names")
+            out[alias] = name
+        t.done()
+    return out
+
+
+def _tenants(table: Table, names: tuple[str, ...]) -> tuple[TenantConfig, ...]:
+    out = []
+    for name in list(table.data):
+        t = table.table(name)
+        hashes = t.list("key_sha256", [])
+        for h in hashes:
+            if not isinstance(h, str) or len(h) != 64 or not set(h.lower()) <= _HEX:
+                raise ConfigError(f"{t.key('key_sha256')}: expected SHA-256 hex digests (64 characters)")
+        allowed = t.list("allowed", None)
+        try:
+            allowed_ranks = None if allowed is None else frozenset(_parse_rank(v, names) for v in allowed)
+        except ValueError as exc:
+            raise ConfigError(f"{t.key('allowed')}: {exc}") from None
+        quotas_t = t.table("quotas")
+        quotas = {}
+        for cname in list(quotas_t.data):
+            q = quotas_t.table(cname)
+            try:
+                rank = _parse_rank(cname, names)
+            except ValueError as exc:
+                raise ConfigError(f"{q.path}: {exc}") from None
+            quotas[rank] = Quota(q.float("rate_per_s", positive=True), q.float("burst", 1.0, positive=True))
+            q.done()
+        policy = TenantPolicy(
+            allowed=allowed_ranks,
+            default_class=_rank(t, "default_priority", names, None),
+            quotas=quotas,
+            max_concurrent=t.int("max_concurrent", None, low=1),
+            max_queued=t.int("max_queued", None, low=1),
+        )
+        if (
+            policy.default_class is not None
+            and allowed_ranks is not None
+            and policy.default_class not in allowed_ranks
+        ):
+            raise ConfigError(f"{t.key('default_priority')}: not among the tenant's allowed classes")
+        t.done()
+        out.append(TenantConfig(name, frozenset(h.lower() for h in hashes), policy))
+    return tuple(out)
+
+
+def _alerts(table: Table, names: tuple[str, ...]) -> tuple[float | None, ...]:
+    """``[alerts] queue_wait_s = {P0 = 10, ...}``: per-class queue-wait alert thresholds."""
+    waits = table.table("queue_wait_s")
+    out = []
+    for i, name in enumerate(names):
+        default = DEFAULT_ALERT_WAIT_S[i] if i < len(DEFAULT_ALERT_WAIT_S) else None
+        out.append(waits.float(name, default, positive=True))
+    waits.done()
+    table.done()
+    return tuple(out)
+
+
+def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
+    out = dict(DEFAULT_SERVICE_TIERS)
+    for tier in list(table.data):
+        value = table.str(tier)
+        if value.lower() == "default":
+            out[tier] = None
+            continue
+        if value not in names:
+            raise ConfigError(
+                f"{table.key(tier)}: unknown class {value!r}; expected one of {', '.join(names)}"
+            )
+        out[tier] = value
+    return out

@@ -1,0 +1,103 @@
+"""The server's configuration as typed, frozen objects (built by :mod:`laneway.config.parse`).
+
+Defaults describe ``laneway serve`` with no flags: one in-process worker
+running ``builtin:tiny`` with 4 slots on 127.0.0.1:8000, data in ``./.laneway``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from laneway.core import SchedulerConfig, TenantPolicy
+
+WORKER_TYPES = ("local", "simulated", "upstream")
+DEFAULT_MODEL = "builtin:tiny"
+DEFAULT_ALERT_WAIT_S: tuple[float | None, ...] = (10.0, 60.0, 300.0, None)
+# OpenAI's service_tier values -> class names (None: the tenant's default)
+DEFAULT_SERVICE_TIERS: dict[str, str | None] = {
+    "priority": "P0",
+    "scale": "P1",
+    "default": None,
+    "auto": None,
+    "flex": "P2",
+}
+
+
+def hash_key(key: str) -> str:
+    """What the configuration stores for an API key: its SHA-256, hex."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """One worker. ``model`` is what it loads (local: a spec or a directory;
+    upstream: the model name the upstream serves); clients ask for ``served_name``."""
+
+    name: str
+    type: str = "local"
+    model: str = DEFAULT_MODEL
+    served_name: str = DEFAULT_MODEL
+    slots: int = 4
+    device: str | None = None  # local
+    tokens_per_s: float | None = 50.0  # simulated
+    first_token_s: float = 0.0  # simulated
+    url: str | None = None  # upstream: base URL of an OpenAI-compatible server (…/v1)
+    api_key_env: str | None = None  # upstream: environment variable holding its key
+    timeout_s: float = 600.0  # upstream
+    options: Mapping[str, Any] = field(default_factory=dict)  # anything else, for the backend
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    name: str
+    key_hashes: frozenset[str]
+    policy: TenantPolicy
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path(".laneway")
+    policy: str = "laneway"
+    default_priority: int = 1  # class of a request that names none (no tenant default)
+    max_body_bytes: int = 1 << 20
+    default_max_tokens: int = 256
+    workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)
+    aliases: Mapping[str, str] = field(default_factory=dict)  # client model name -> served name
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    tenants: tuple[TenantConfig, ...] = ()
+    alert_wait_s: tuple[float | None, ...] = DEFAULT_ALERT_WAIT_S
+    service_tiers: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SERVICE_TIERS))
+
+    @property
+    def auth(self) -> bool:
+        """Whether API keys are required (some tenant has a key)."""
+        return any(t.key_hashes for t in self.tenants)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model names clients may ask for, in configuration order."""
+        names = dict.fromkeys(w.served_name for w in self.workers)
+        return tuple(names)
+
+    def tenant_for_key(self, key: str) -> TenantConfig | None:
+        digest = hash_key(key)
+        for t in self.tenants:
+            if digest in t.key_hashes:
+                return t
+        return None

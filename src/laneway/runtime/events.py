@@ -1,0 +1,126 @@
+"""What the runtime does with the events workers send back.
+
+A mixin of :class:`~laneway.runtime.runtime.Runtime`. Each dispatch gets a
+sink bound to the ticket and its run number, so events of a run that was
+preempted or cancelled cannot touch a later one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from laneway.backends.base import Sink, Worker
+from laneway.core import InvalidTransition, UnknownRequest
+from laneway.errors import GenerationFailed, RequestError
+from laneway.generation import Delta, Done, Event, Failed, Stopped
+from laneway.runtime.ticket import Phase, Ticket
+
+if TYPE_CHECKING:
+    from laneway.runtime.runtime import Runtime
+
+log = logging.getLogger("laneway.runtime")
+
+
+class WorkerEvents:
+    _held = 0  # bytes of checkpoints held for preempted requests
+
+    def _sink(self: Runtime, ticket: Ticket, run: int, worker: Worker) -> Sink:
+        def sink(event: Event) -> None:
+            if ticket.ended or ticket.run != run:
+                if isinstance(event, Stopped):  # nobody will resume it
+                    worker.discard(event.checkpoint)
+                return
+            if isinstance(event, Delta):
+                self._delta(ticket, event)
+            elif isinstance(event, Done):
+                self._done(ticket, event)
+            elif isinstance(event, Stopped):
+                self._stopped(ticket, event)
+            elif isinstance(event, Failed):
+                self._failed(ticket, run, event.error)
+
+        return sink
+
+    def _delta(self: Runtime, ticket: Ticket, event: Delta) -> None:
+        if math.isnan(ticket.first_token_s):
+            ticket.first_token_s = now = self.now()
+            self.metrics.ttft.labels(ticket.class_name).observe(now - ticket.arrival_s)
+        ticket.tokens = event.tokens
+        ticket.put(event)
+
+    def _done(self: Runtime, ticket: Ticket, event: Done) -> None:
+        if event.finish_reason == "cancelled":  # not asked by us: the worker gave up on it
+            self._failed(
+                ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} cancelled the request")
+            )
+            return
+        now = self.now()
+        self.sched.finished(ticket.id, now)
+        self.metrics.latency.labels(ticket.class_name).observe(now - ticket.arrival_s)
+        self._end(ticket, event, "completed")
+        self.kick()
+
+    def _stopped(self: Runtime, ticket: Ticket, event: Stopped) -> None:
+        now = self.now()
+        ckpt = event.checkpoint
+        try:
+            self.sched.preempted(ticket.id, now, tokens_done=ckpt.tokens_done, checkpoint_bytes=ckpt.nbytes)
+        except (InvalidTransition, UnknownRequest):  # stopped without being asked: cannot resume it
+            self.workers[ticket.worker].discard(ckpt)  # type: ignore[index]
+            self._failed(ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} stopped the request"))
+            return
+        ticket.checkpoint = ckpt
+        self._held += ckpt.nbytes
+        ticket.preemptions += 1
+        ticket.phase = Phase.QUEUED
+        ticket.enqueued_s = now
+        self.metrics.preemptions.labels(ticket.class_name).inc()
+        self.metrics.checkpoint_bytes.inc(ckpt.nbytes)
+        self.alerts.watch(ticket, now)
+        self.kick()
+
+    def _failed(self: Runtime, ticket: Ticket, run: int, error: Exception) -> None:
+        if ticket.ended or ticket.run != run:
+            return
+        try:
+            self.sched.finished(ticket.id, self.now(), failed=True)
+        except (InvalidTransition, UnknownRequest):
+            self.sched.cancel(ticket.id, self.now())
+        if not isinstance(error, RequestError):
+            log.error("request %s failed on worker %s: %s", ticket.id, ticket.worker, error)
+            error = GenerationFailed(f"generation failed on worker {ticket.worker}: {error}")
+        self._end(ticket, error, "failed")
+        self.kick()
+
+    def _end(self: Runtime, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
+        ticket.phase = Phase.ENDED
+        self.tickets.pop(ticket.id, None)
+        self.metrics.requests.labels(ticket.class_name, outcome).inc()
+        ticket.put(item)
+
+    def _drop_checkpoint(self: Runtime, ticket: Ticket) -> None:
+        ckpt, ticket.checkpoint = ticket.checkpoint, None
+        if ckpt is not None and ticket.worker is not None:
+            self._held -= ckpt.nbytes
+            self.workers[ticket.worker].discard(ckpt)
+
+    def _alerted(self: Runtime, ticket: Ticket) -> None:
+        self.metrics.alerts.labels(ticket.class_name).inc()
+
+    def refresh_metrics(self: Runtime) -> None:
+        """Bring the present-tense gauges up to date (before a scrape)."""
+        snap = self.sched.snapshot()
+        now = self.now()
+        oldest: dict[str, float] = {}
+        for t in self.tickets.values():
+            if t.phase is Phase.QUEUED:
+                waited = t.queue_s + now - t.enqueued_s
+                if waited > oldest.get(t.class_name, 0.0):
+                    oldest[t.class_name] = waited
+        slots = {}
+        for name, worker in self.workers.items():
+            cap = worker.capacity()
+            slots[name] = (cap.slots, cap.busy)
+        self.metrics.refresh(snap.queue_depth, snap.running, oldest, slots, self._held)

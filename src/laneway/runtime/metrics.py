@@ -1,0 +1,114 @@
+"""Prometheus metrics (``laneway_`` prefix, seconds and bytes, ``_total`` counters).
+
+Each :class:`Metrics` has a registry of its own, so several servers can live
+in one process (tests). Gauges that describe the present (queue depth, slots
+busy, checkpoint bytes held, oldest wait) are read at scrape time through
+:meth:`Metrics.refresh`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    def __init__(self, class_names: Iterable[str], alert_thresholds: Mapping[str, float | None]) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.class_names = tuple(class_names)
+        self.queue_depth = Gauge("laneway_queue_depth", "Requests queued, by class", ["class"], registry=r)
+        self.running = Gauge("laneway_running_requests", "Requests running, by class", ["class"], registry=r)
+        self.oldest_wait = Gauge(
+            "laneway_queue_oldest_wait_seconds",
+            "How long the longest-waiting queued request of each class has waited",
+            ["class"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "laneway_queue_wait_seconds",
+            "Time from arrival to first start, by class",
+            ["class"],
+            buckets=BUCKETS_S,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "laneway_time_to_first_token_seconds",
+            "Time from arrival to the first token, by class",
+            ["class"],
+            buckets=BUCKETS_S,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "laneway_request_duration_seconds",
+            "Time from arrival to the last token of completed requests, by class",
+            ["class"],
+            buckets=BUCKETS_S,
+            registry=r,
+        )
+        self.requests = Counter(
+            "laneway_requests_total", "Requests ended, by class and outcome", ["class", "outcome"], registry=r
+        )
+        self.preemptions = Counter(
+            "laneway_preemptions_total",
+            "Preemptions, by class of the preempted request",
+            ["class"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "laneway_rejections_total", "Requests refused or dropped by the scheduler, by reason", ["reason"],
+            registry=r,
+        )  # fmt: skip
+        self.alerts = Counter(
+            "laneway_queue_wait_alerts_total",
+            "Requests that waited in the queue past their class's alert threshold",
+            ["class"],
+            registry=r,
+        )
+        self.alert_threshold = Gauge(
+            "laneway_queue_wait_alert_threshold_seconds",
+            "The queue-wait alert threshold of each class",
+            ["class"],
+            registry=r,
+        )
+        self.slots = Gauge("laneway_worker_slots", "Slots of each worker", ["worker"], registry=r)
+        self.slots_busy = Gauge(
+            "laneway_worker_slots_busy", "Busy slots of each worker", ["worker"], registry=r
+        )
+        self.checkpoint_bytes = Counter(
+            "laneway_checkpoint_bytes_total", "Bytes of state saved by preemptions", registry=r
+        )
+        self.checkpoint_held = Gauge(
+            "laneway_checkpoint_bytes_held", "Bytes of checkpoints held for preempted requests", registry=r
+        )
+        for name in self.class_names:  # every class shows up from the first scrape
+            for metric in (self.preemptions, self.alerts):
+                metric.labels(name)
+            for hist in (self.queue_wait, self.ttft, self.latency):
+                hist.labels(name)
+            limit = alert_thresholds.get(name)
+            if limit is not None:
+                self.alert_threshold.labels(name).set(limit)
+
+    def refresh(
+        self,
+        queue_depth: Mapping[str, int],
+        running: Mapping[str, int],
+        oldest_wait: Mapping[str, float],
+        slots: Mapping[str, tuple[int, int]],
+        checkpoint_held: int,
+    ) -> None:
+        for name in self.class_names:
+            self.queue_depth.labels(name).set(queue_depth.get(name, 0))
+            self.running.labels(name).set(running.get(name, 0))
+            self.oldest_wait.labels(name).set(oldest_wait.get(name, 0.0))
+        for worker, (total, busy) in slots.items():
+            self.slots.labels(worker).set(total)
+            self.slots_busy.labels(worker).set(busy)
+        self.checkpoint_held.set(checkpoint_held)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,241 @@
+"""The runtime: feeds events to the core scheduler and applies its decisions.
+
+Everything runs on one asyncio loop, with the loop's monotonic clock as the
+scheduler's clock. Events are arrivals (:meth:`Runtime.submit`), worker events
+(``Delta``/``Done``/``Stopped``/``Failed``, see :mod:`laneway.runtime.events`),
+client disconnects (:meth:`Runtime.cancel`) and timer ticks (the scheduler's
+``next_wakeup`` and queue-wait alerts). After any of them one scheduling step
+runs (coalesced: several events in one loop turn share a step) and its
+decisions are carried out:
+
+- ``Dispatch``: ``worker.run(job)``, or ``worker.resume(checkpoint)`` for a
+  request preempted before (the text streamed so far is not sent again);
+- ``Preempt``: ``worker.preempt(job, mode)``; its ``Stopped`` event reports
+  ``scheduler.preempted`` and keeps the checkpoint for the resume;
+- ``Reject``: the waiting handler gets the error (503/429/403/404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+
+from laneway.backends.base import Worker
+from laneway.config.schema import ServerConfig
+from laneway.core import Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
+from laneway.errors import GenerationFailed, RequestError
+from laneway.generation import Job
+from laneway.runtime.alerts import QueueWaitAlerts
+from laneway.runtime.events import WorkerEvents
+from laneway.runtime.metrics import Metrics
+from laneway.runtime.rejections import error_for
+from laneway.runtime.ticket import Phase, Ticket
+
+log = logging.getLogger("laneway.runtime")
+
+
+class Runtime(WorkerEvents):
+    def __init__(
+        self,
+        config: ServerConfig,
+        workers: Mapping[str, Worker],
+        *,
+        can_checkpoint: Mapping[str, bool] | None = None,
+    ) -> None:
+        self.config = config
+        self.workers = dict(workers)
+        self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
+        self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
+        checkpoints = can_checkpoint or {}
+        specs = [
+            WorkerSpec(
+                name,
+                slots=worker.capacity().slots,
+                models=frozenset({self.served.get(name, name)}),
+                can_checkpoint=checkpoints.get(name, True),
+            )
+            for name, worker in self.workers.items()
+        ]
+        self.sched = Scheduler(specs, config.scheduler, config.policy)
+        self.classes = config.scheduler.classes
+        names = self.classes.names
+        thresholds = dict(zip(names, config.alert_wait_s, strict=False))
+        self.metrics = Metrics(names, thresholds)
+        self.alerts = QueueWaitAlerts(config.alert_wait_s, self._alerted)
+        self.tickets: dict[str, Ticket] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._step_pending = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    # ------------------------------------------------------------------ clock
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.served.values()))
+
+    # ------------------------------------------------------------------ arrivals
+    def submit(
+        self,
+        job: Job,
+        priority: int,
+        *,
+        tenant: str | None = None,
+        preemptible: bool = True,
+        timeout_s: float | None = None,
+    ) -> Ticket:
+        """Queue ``job``; raise the :class:`RequestError` of a refusal."""
+        if self.closed:
+            raise error_for(Reject(job.id, "overloaded", "the server is shutting down", 0.0, 1.0))
+        now = self.now()
+        req = Request(job.id, priority, now, model=job.model, tenant=tenant, preemptible=preemptible)
+        if timeout_s is not None:
+            req.timeout_s = timeout_s
+        refused = self.sched.submit(req, now)
+        if refused is not None:
+            self.metrics.rejections.labels(refused.reason).inc()
+            raise error_for(refused)
+        ticket = Ticket(job, priority, self.classes[priority].name, tenant, now, enqueued_s=now)
+        self.tickets[job.id] = ticket
+        self.alerts.watch(ticket, now)
+        self.kick()
+        return ticket
+
+    def estimate_wait(self, priority: int, model: str | None) -> float:
+        return self.sched.estimate_wait(priority, model, self.now())
+
+    def cancel(self, ticket: Ticket, error: RequestError | None = None) -> None:
+        """The client went away (or the server is closing): end ``ticket`` wherever it is."""
+        if ticket.ended:
+            return
+        phase = ticket.phase
+        self.sched.cancel(ticket.id, self.now())
+        worker = self.workers[ticket.worker] if ticket.worker is not None else None
+        if worker is not None and phase in (Phase.RUNNING, Phase.STOPPING):
+            self._spawn(worker.cancel(ticket.id))
+        self._drop_checkpoint(ticket)
+        self._end(ticket, error or GenerationFailed("the request was cancelled"), "cancelled")
+        self.kick()
+
+    # ------------------------------------------------------------------ the step
+    def kick(self) -> None:
+        """Run a scheduling step soon (once per loop turn however often kicked)."""
+        if not self._step_pending and not self.closed:
+            self._step_pending = True
+            self.loop.call_soon(self._step)
+
+    def _step(self) -> None:
+        self._step_pending = False
+        if self.closed:
+            return
+        now = self.now()
+        self.alerts.due(now)
+        for decision in self.sched.schedule(now):
+            if type(decision) is Dispatch:
+                self._dispatch(decision, now)
+            elif type(decision) is Preempt:
+                self._preempt(decision)
+            elif type(decision) is Reject:
+                self._reject(decision)
+            else:  # Load / Evict come only with GPU placement, which the server does not use
+                log.error("ignoring unexpected decision %r", decision)
+        self._arm(now)
+
+    def _arm(self, now: float) -> None:
+        wake = min(self.sched.next_wakeup(), self.alerts.next_due())
+        if wake == self._timer_at and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = wake
+        if wake < math.inf:
+            self._timer = self.loop.call_at(max(wake, now), self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        self.kick()
+
+    # ------------------------------------------------------------------ decisions
+    def _dispatch(self, d: Dispatch, now: float) -> None:
+        ticket = self.tickets[d.request_id]
+        worker = self.workers[d.worker_id]
+        ticket.queue_s += now - ticket.enqueued_s
+        self.alerts.check(ticket, now)
+        if math.isnan(ticket.first_start_s):
+            ticket.first_start_s = now
+            self.metrics.queue_wait.labels(ticket.class_name).observe(now - ticket.arrival_s)
+        ticket.phase = Phase.RUNNING
+        ticket.worker = d.worker_id
+        ticket.run += 1
+        sink = self._sink(ticket, ticket.run, worker)
+        ckpt, ticket.checkpoint = ticket.checkpoint, None
+        if ckpt is not None:
+            self._held -= ckpt.nbytes
+            start = worker.resume(ckpt, sink)
+        else:
+            job = ticket.job
+            model = self.upstream_model.get(d.worker_id, job.model)
+            start = worker.run(job if model == job.model else replace(job, model=model), sink)
+        self._spawn(self._started(ticket, ticket.run, start))
+
+    async def _started(self, ticket: Ticket, run: int, start: object) -> None:
+        try:
+            await start  # type: ignore[misc]
+        except RequestError as exc:  # it cannot run as asked (e.g. the prompt is too long)
+            self._failed(ticket, run, exc)
+        except Exception as exc:
+            log.exception("worker %s could not start %s", ticket.worker, ticket.id)
+            self._failed(ticket, run, GenerationFailed(f"worker {ticket.worker} could not start it: {exc}"))
+
+    def _preempt(self, d: Preempt) -> None:
+        ticket = self.tickets[d.request_id]
+        ticket.phase = Phase.STOPPING
+        self._spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
+
+    def _reject(self, d: Reject) -> None:
+        self.metrics.rejections.labels(d.reason).inc()
+        ticket = self.tickets.get(d.request_id)
+        if ticket is not None:
+            self._drop_checkpoint(ticket)
+            self._end(ticket, error_for(d), "rejected")
+
+    # ------------------------------------------------------------------ plumbing
+    def _spawn(self, coro: object) -> None:
+        task = self.loop.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("runtime task failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        """End every request (503 to waiting clients) and close the workers."""
+        for ticket in list(self.tickets.values()):
+            self.cancel(ticket, error_for(Reject(ticket.id, "overloaded", "the server is shutting down")))
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
+        for worker in self.workers.values():
+            try:
+                await worker.close()
+            except Exception:
+                log.exception("closing worker %s failed", worker.name)

@@ -1,0 +1,77 @@
+"""A request in flight, as the HTTP handler waiting on it sees it.
+
+The runtime puts :class:`~laneway.generation.Delta` (new text),
+:class:`~laneway.generation.Done` (the end) or a
+:class:`~laneway.errors.RequestError` (refused, expired, failed) on the
+ticket's channel; the handler reads them with :meth:`Ticket.events` or
+:meth:`Ticket.result`. Text is continuous across preemptions: a resumed job
+only adds what it had not written yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from laneway.errors import RequestError
+from laneway.generation import Checkpoint, Delta, Done, Job
+
+Item = Delta | Done | RequestError
+
+
+class Phase(enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    STOPPING = "stopping"  # told to preempt; waiting for its Stopped event
+    ENDED = "ended"
+
+
+@dataclass(eq=False)
+class Ticket:
+    job: Job
+    priority: int  # class rank
+    class_name: str
+    tenant: str | None
+    arrival_s: float  # runtime clock
+    phase: Phase = Phase.QUEUED
+    worker: str | None = None
+    checkpoint: Checkpoint | None = None  # held while preempted
+    run: int = 0  # bumped per dispatch: events of an older run are stale
+    preemptions: int = 0
+    first_start_s: float = math.nan
+    first_token_s: float = math.nan
+    queue_s: float = 0.0  # time spent queued, over every visit
+    enqueued_s: float = math.nan
+    alerted: bool = False
+    tokens: int = 0
+    channel: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def ended(self) -> bool:
+        return self.phase is Phase.ENDED
+
+    def put(self, item: Item) -> None:
+        self.channel.put_nowait(item)
+
+    async def events(self) -> AsyncIterator[Delta | Done]:
+        """Text as it comes, then the ``Done``; raises the error that ended it."""
+        while True:
+            item = await self.channel.get()
+            if isinstance(item, RequestError):
+                raise item
+            yield item
+            if isinstance(item, Done):
+                return
+
+    async def result(self) -> Done:
+        async for item in self.events():
+            if isinstance(item, Done):
+                return item
+        raise AssertionError("a ticket's events end with Done")  # pragma: no cover
