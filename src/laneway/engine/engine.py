@@ -16,6 +16,7 @@ step-by-step decoding (~1e-6 in the logits).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,18 @@ MODES = ("checkpoint", "recompute")
 DEFAULT_SPILL_BUDGET = 1 << 30  # bytes of KV checkpoints held in host memory
 
 Sink = Callable[[Event], None]
+
+
+def cpu_threads(parameters: int) -> int:
+    """Intra-op threads for a CPU engine (process-wide in torch).
+
+    A small model's matrices are too small to split: threads only wait on each
+    other (and on a busy machine, ~10× slower). Bigger ones leave a core to
+    the event loop.
+    """
+    if parameters < 5_000_000:
+        return 1
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 @dataclass(eq=False)
@@ -94,9 +107,12 @@ class Engine:
         *,
         data_dir: Path | None = None,
         spill_budget_bytes: int = DEFAULT_SPILL_BUDGET,
+        threads: int | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError("an engine needs at least one slot")
+        if model.device.type == "cpu":
+            torch.set_num_threads(threads or cpu_threads(model.parameters))
         self.model = model
         self.slots = slots
         self.batch = KVBatch(model.config, model.device)
@@ -248,15 +264,19 @@ class Engine:
 
     # ---------------------------------------------------------------- step
     def step(self) -> None:
-        """Prefill the joining sequences, then one decode step for the batch."""
+        """One round: prefill the joining sequences if there are any, else one decode step.
+
+        Either way every sequence makes at most one token per step.
+        """
         if not self.by_id:
             return
         t0 = time.perf_counter()
         with torch.inference_mode():
-            joining, self.joining = self.joining, []
-            for seq in joining:
-                self._join(seq)
-            if self.rows:
+            if self.joining:  # a round of prefills: each joining sequence makes its first token
+                joining, self.joining = self.joining, []
+                for seq in joining:
+                    self._join(seq)
+            elif self.rows:
                 self._decode()
         dt = time.perf_counter() - t0
         self.stats.busy_s += dt

@@ -99,7 +99,9 @@ def _from_directory(spec: str, path: Path, dev: torch.device) -> LoadedModel:
     if not os.access(path / "config.json", os.R_OK):
         raise ModelLoadError(f"cannot load model {spec!r}: config.json is not readable")
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     except Exception as exc:  # transformers raises many kinds; name the directory and the cause
