@@ -36,14 +36,16 @@ class ServiceStats:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
-        self.means[cls] = (total + self._prior_mass) / (n + self.prior_w)
-        if self._unmeasured:  # classes not measured yet borrow the overall mean
-            self._unmeasured.discard(cls)
+        means = self.means
+        means[cls] = (total + self._prior_mass) / (n + self.prior_w)
+        unmeasured = self._unmeasured
+        if unmeasured:  # classes not measured yet borrow the overall mean
+            unmeasured.discard(cls)
             self._total += service_s
             self._count += 1
             overall = self._total / self._count
-            for c in self._unmeasured:
-                self.means[c] = overall
+            for c in unmeasured:
+                means[c] = overall
 
     def mean(self, cls: int, model: str | None = None) -> float:
         if model is not None:

@@ -43,8 +43,10 @@ class Preempting:
     def _preempt(self, now: float, out: list[Decision]) -> None:
         count = self.lanes.class_count
         running = self._running
+        incoming = self._incoming
+        reserved = self._reserved
         for c in self._rights:
-            need = count[c] - self._incoming[c] - self._reserved[c]
+            need = count[c] - incoming[c] - reserved[c]
             if need <= 0:
                 continue
             for v in self._victims[c]:

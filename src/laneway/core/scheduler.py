@@ -65,6 +65,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         "_est_ahead",
         "_est_rights",
         "_feedback_on",
+        "_floors",
         "_free",
         "_incoming",
         "_interval",
@@ -162,12 +163,19 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             max([cfg.aging_ceiling] + [r + 1 for r in range(k) if c in cfg.classes[r].may_preempt])
             for c in range(k)
         ]
+        self._interval = cfg.aging_interval_s if self.pol.aging else None
+        # the most urgent rank each class may reach, aged or not (all 0 under fifo)
+        if self.lanes.single:
+            self._floors = [0] * k
+        elif self._interval is not None:
+            self._floors = [min(c, ceiling) for c, ceiling in enumerate(self._ceilings)]
+        else:
+            self._floors = list(range(k))
         table = cfg.classes.classes
         # the preemptible classes each class may preempt
         self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
         self._preempting = self.pol.preemption != "none"
         self._feedback_on = self.pol.feedback
-        self._interval = cfg.aging_interval_s if self.pol.aging else None
         # for estimates: the classes a new request of each class may preempt,
         # and those whose queued work dispatches before it
         self._est_rights: list[frozenset[int]] = []
@@ -453,7 +461,10 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         rid = req.id
         wid = w.id
         cls = req.cls
-        req.expected_end_s = end = now + max(req.est_s - req.run_s, 0.0)
+        left = req.est_s - req.run_s
+        if left < 0.0:  # max(left, 0.0) without the call
+            left = 0.0
+        req.expected_end_s = end = now + left
         req.worker = wid
         w.running[rid] = req
         w.free -= 1
@@ -473,13 +484,14 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         """Free the slot held by a running or preempted request."""
         w = self.workers[req.worker]  # type: ignore[index]
         rid = req.id
+        cls = req.cls
         self._changes += 1
         del w.running[rid]
         w.free += 1
         self._free += 1
         self.placement.slot_freed(w)
-        del self._running[req.cls][rid]
-        self._end_sum[req.cls] -= req.expected_end_s
+        del self._running[cls][rid]
+        self._end_sum[cls] -= req.expected_end_s
         req.worker = None
         c = req.claimed_for
         if c is not None:
@@ -511,12 +523,12 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         planner = self._planner
         place = self.placement.place
         strict = not self.pol.shares
-        interval, ceilings = self._interval, self._ceilings
+        interval, ceilings, floors = self._interval, self._ceilings, self._floors
         while (self._free > 0 or planner is not None) and lanes.total:
             req = self._reserved_head(now, blocked) if self._reserved_total else None
             if req is None:
                 if strict:  # self._select, inline
-                    req = select_strict(lanes, now, blocked, interval, ceilings)
+                    req = select_strict(lanes, now, blocked, interval, ceilings, floors)
                 else:
                     req = self._select(now, blocked)
                 if req is None:
@@ -554,7 +566,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             return select_share(
                 self.lanes, running, self._weights, self._rights_of, now, blocked, self._boost
             )
-        return select_strict(self.lanes, now, blocked, self._interval, self._ceilings)
+        return select_strict(self.lanes, now, blocked, self._interval, self._ceilings, self._floors)
 
     def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
         return best_in_class(self.lanes, cls, now, blocked, self._boost)

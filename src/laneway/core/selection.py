@@ -24,25 +24,33 @@ NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
 
 
 def select_strict(
-    lanes: Lanes, now: float, blocked: set[int], interval_s: float | None, ceilings: Sequence[int]
+    lanes: Lanes,
+    now: float,
+    blocked: set[int],
+    interval_s: float | None,
+    ceilings: Sequence[int],
+    floors: Sequence[int],
 ) -> Request | None:
-    """``ceilings[c]``: the most urgent rank class ``c`` may age to. Under fifo
-    (a single lane per model) the earliest arrival wins."""
+    """``ceilings[c]``: the most urgent rank class ``c`` may age to; ``floors[c]``:
+    the most urgent rank it may have at all (``min(c, ceilings[c])`` with aging,
+    else ``c``; 0 under fifo). Under fifo (a single lane per model) the earliest
+    arrival wins."""
     single = lanes.single
     heaps = lanes.heaps
+    lane_class = lanes.lane_class
     best: Request | None = None
     best_rank = 0  # the best's (rank, arrival_s, seq) key, when there is a best
     for lane, n in enumerate(lanes.count):
         if not n or lane in blocked:
             continue
+        if best is not None and floors[lane_class[lane]] > best_rank:
+            continue  # even aged as far as it may go, it ranks after the best so far
         req = heaps[lane][0][3]  # a lane's head is always valid (see Lanes)
         if single:
             rank = 0
         else:
             rank = cls = req.cls
             if interval_s is not None and rank > ceilings[cls]:
-                if best is not None and ceilings[cls] > best_rank:
-                    continue  # even aged to its ceiling it ranks after the best so far
                 rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
         # the lowest (rank, arrival_s, seq) wins; ranks differ more often than not
         if (
@@ -58,7 +66,7 @@ def best_in_class(
     lanes: Lanes, cls: int, now: float, blocked: set[int], boost_s: float | None
 ) -> Request | None:
     if lanes.single:
-        return select_strict(lanes, now, blocked, None, ())
+        return select_strict(lanes, now, blocked, None, (), (0,))
     count = lanes.count
     heaps = lanes.heaps
     best: Request | None = None
