@@ -36,10 +36,14 @@ class LiveServer:
 
 
 def simulated(slots: int = 2, tokens_per_s: float | None = 200.0, name: str = "sim0") -> WorkerConfig:
-    return WorkerConfig(name, type="simulated", model="sim", served_name="sim", slots=slots, tokens_per_s=tokens_per_s)
+    return WorkerConfig(
+        name, type="simulated", model="sim", served_name="sim", slots=slots, tokens_per_s=tokens_per_s
+    )
 
 
-def sim_config(tmp_path: Path, slots: int = 2, tokens_per_s: float | None = 200.0, **kw: object) -> ServerConfig:
+def sim_config(
+    tmp_path: Path, slots: int = 2, tokens_per_s: float | None = 200.0, **kw: object
+) -> ServerConfig:
     return replace(ServerConfig(), workers=(simulated(slots, tokens_per_s),), data_dir=tmp_path, **kw)  # type: ignore[arg-type]
 
 

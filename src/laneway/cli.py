@@ -1,5 +1,8 @@
 """The ``laneway`` command line.
 
+``laneway serve [--config FILE] [--host H] [--port P] [--model SPEC] [--slots N]
+[--data-dir DIR] [--insecure]`` (see :mod:`laneway.serve`)
+
 ``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
 [--slots N] [--seed N] [--requests N] [--json] [--report DIR]``
 
@@ -23,6 +26,8 @@ from rich.console import Console
 from laneway import __version__
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError
 from laneway.core.inventory import Inventory
+from laneway.serve import ServeError, cmd_serve
+from laneway.serve import add_arguments as add_serve_arguments
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.report import print_summaries, summarize
 from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
@@ -96,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
     sim.set_defaults(run=cmd_simulate)
+    serve = commands.add_parser(
+        "serve",
+        help="run the OpenAI-compatible gateway",
+        description="Serve the OpenAI API with priority lanes in front of the configured workers.",
+    )
+    add_serve_arguments(serve)
+    serve.set_defaults(run=cmd_serve)
     return parser
 
 
@@ -223,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         run: Any = args.run
         return int(run(args))
-    except UsageError as exc:
+    except (UsageError, ServeError) as exc:
         return _fail(str(exc))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
@@ -235,3 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("laneway: interrupted", file=sys.stderr)
         return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

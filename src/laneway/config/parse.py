@@ -50,7 +50,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     tenants = _tenants(top.table("tenants"), names)
     policies = {t.name: t.policy for t in tenants}
     sched_cfg = replace(sched_cfg, tenants=policies)
-    workers = _workers(top.list("workers", []))
+    workers = _workers(top.list("workers", [])) or base.workers
     aliases = _aliases(top.table("models"), {w.served_name for w in workers})
     config = ServerConfig(
         host=server.str("host", base.host),
@@ -60,7 +60,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         default_priority=_rank(server, "default_priority", names, base.default_priority),
         max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
         default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
-        workers=workers or base.workers,
+        workers=workers,
         aliases=aliases,
         scheduler=sched_cfg,
         tenants=tenants,
@@ -222,7 +222,7 @@ def _aliases(table: Table, served: set[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name in list(table.data):
         t = table.table(name)
-        if served and name not in served:
+        if name not in served:
             raise ConfigError(f"{t.path}: no worker serves model {name!r}")
         for alias in t.list("aliases", []):
             if not isinstance(alias, str) or not alias:

@@ -12,8 +12,11 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from laneway.core.decisions import REJECT_REASONS
+
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OUTCOMES = ("completed", "failed", "cancelled", "rejected")
 
 
 class Metrics:
@@ -84,7 +87,11 @@ class Metrics:
         self.checkpoint_held = Gauge(
             "laneway_checkpoint_bytes_held", "Bytes of checkpoints held for preempted requests", registry=r
         )
-        for name in self.class_names:  # every class shows up from the first scrape
+        for reason in REJECT_REASONS:  # every series shows up from the first scrape
+            self.rejections.labels(reason)
+        for name in self.class_names:
+            for outcome in OUTCOMES:
+                self.requests.labels(name, outcome)
             for metric in (self.preemptions, self.alerts):
                 metric.labels(name)
             for hist in (self.queue_wait, self.ttft, self.latency):

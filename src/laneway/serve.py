@@ -1,0 +1,118 @@
+"""``laneway serve``: configuration, the listening socket, the workers, uvicorn.
+
+Without API keys configured the server listens on loopback only; a
+non-loopback ``--host`` without keys is refused unless ``--insecure``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
+from laneway.core import ConfigError
+
+
+class ServeError(Exception):
+    """A problem the user can fix before the server starts (one line, exit 2)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="FILE", help="TOML configuration (docs/config.md)")
+    p.add_argument("--host", metavar="H", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, metavar="P", help="port (default 8000)")
+    p.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="serve this model on one in-process worker: builtin:tiny (default) or a model directory",
+    )
+    p.add_argument("--slots", type=int, metavar="N", help="slots of each worker (default 4)")
+    p.add_argument("--data-dir", type=Path, metavar="DIR", help="where state is kept (default ./.laneway)")
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback --host without API keys configured"
+    )
+
+
+def resolve(args: argparse.Namespace) -> ServerConfig:
+    """The configuration file (or the defaults) with the flags applied on top."""
+    config = load_config(args.config) if args.config is not None else ServerConfig()
+    changes: dict[str, object] = {}
+    if args.host is not None:
+        changes["host"] = args.host
+    if args.port is not None:
+        if not 0 <= args.port < 65536:
+            raise ServeError(f"argument --port: must be 0–65535, got {args.port}")
+        changes["port"] = args.port
+    if args.data_dir is not None:
+        changes["data_dir"] = args.data_dir
+    if args.slots is not None and args.slots < 1:
+        raise ServeError(f"argument --slots: must be at least 1, got {args.slots}")
+    workers = config.workers
+    if args.model is not None:
+        name = Path(args.model).name if not args.model.startswith("builtin:") else args.model
+        workers = (WorkerConfig("w0", "local", args.model, name or args.model, args.slots or 4),)
+    elif args.slots is not None:
+        workers = tuple(replace(w, slots=args.slots) for w in workers)
+    return replace(config, workers=workers, **changes)  # type: ignore[arg-type]
+
+
+def check_exposure(config: ServerConfig, insecure: bool) -> str:
+    """The start-up note about keys; refuses a public address without keys."""
+    if config.auth:
+        return f"API keys required ({len(config.tenants)} tenants)"
+    if is_loopback(config.host):
+        return "no API keys configured: listening on loopback only"
+    if not insecure:
+        raise ServeError(
+            f"refusing to listen on {config.host} without API keys; configure [tenants.NAME] "
+            "key_sha256 in --config, or pass --insecure to serve without authentication"
+        )
+    return f"WARNING: no API keys configured and listening on {config.host} (--insecure): anyone can use it"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from laneway.api import create_app
+    from laneway.runtime import build_workers
+
+    try:
+        config = resolve(args)
+    except ConfigError as exc:
+        raise ServeError(str(exc)) from None
+    note = check_exposure(config, args.insecure)
+    sock = bind(config.host, config.port)
+    try:
+        workers = asyncio.run(build_workers(config.workers, config.data_dir))
+    except BaseException:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]
+    slots = sum(w.capacity().slots for w in workers.values())
+    models = ", ".join(dict.fromkeys(w.served_name for w in config.workers))
+    print(
+        f"laneway: serving {models} on http://{config.host}:{port} "
+        f"({len(workers)} worker{'s' if len(workers) != 1 else ''}, {slots} slots); {note}",
+        file=sys.stderr,
+        flush=True,
+    )
+    app = create_app(config, workers)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on", ws="none"))
+    server.run(sockets=[sock])
+    return 0

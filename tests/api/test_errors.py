@@ -1,0 +1,162 @@
+"""Every error status of DESIGN §3, in OpenAI's error shape."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from laneway.config import hash_key, parse_config
+from live_server import LiveServer, live_server
+
+ALICE, BOB = "alice-key", "bob-key"
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One slow slot; alice may use P1–P3 (P1 at a tiny rate), bob anything; P2 times out fast."""
+    cfg = parse_config(
+        {
+            "server": {"max_body_bytes": 2048, "data_dir": str(tmp_path_factory.mktemp("keyed"))},
+            "classes": {"P2": {"timeout_s": 0.3}},
+            "workers": [
+                {"name": "sim0", "type": "simulated", "model": "sim", "slots": 1, "tokens_per_s": 100}
+            ],
+            "tenants": {
+                "alice": {
+                    "key_sha256": [hash_key(ALICE)],
+                    "allowed": ["P1", "P2", "P3"],
+                    "default_priority": "P3",
+                    "quotas": {"P1": {"rate_per_s": 0.01, "burst": 1}},
+                },
+                "bob": {"key_sha256": [hash_key(BOB)]},
+            },
+        }
+    )
+    with live_server(cfg) as server:
+        yield server
+
+
+def post(
+    server: LiveServer, body: object, key: str | None = BOB, path: str = "/chat/completions", **kw: object
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(server.base_url + path, json=body, headers=headers, timeout=30, **kw)  # type: ignore[arg-type]
+
+
+def chat(max_tokens: int = 2, **extra: object) -> dict[str, object]:
+    return {
+        "model": "sim",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        **extra,
+    }
+
+
+def error_of(resp: httpx.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert {"message", "type", "code", "param"} <= set(err)
+    assert isinstance(err["message"], str) and err["message"]
+    return err
+
+
+def test_400_invalid_requests(keyed: LiveServer) -> None:
+    err = error_of(post(keyed, chat(temperature=5)), 400)
+    assert err["type"] == "invalid_request_error" and err["param"] == "temperature"
+    err = error_of(post(keyed, chat(priority="P9")), 400)
+    assert err["param"] == "priority"
+    err = error_of(post(keyed, {"model": "sim"}), 400)
+    assert err["param"] == "messages"
+    resp = httpx.post(
+        keyed.base_url + "/chat/completions", content=b"{nope", headers={"Authorization": f"Bearer {BOB}"}
+    )
+    assert "not valid JSON" in error_of(resp, 400)["message"]  # type: ignore[operator]
+    err = error_of(post(keyed, chat(), path="/completions"), 400)
+    assert err["param"] == "prompt"
+    c = openai.OpenAI(base_url=keyed.base_url, api_key=BOB, max_retries=0)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="sim", messages=[{"role": "user", "content": "x"}], top_p=0)
+
+
+def test_401_without_or_with_a_bad_key(keyed: LiveServer) -> None:
+    err = error_of(post(keyed, chat(), key=None), 401)
+    assert err["type"] == "authentication_error" and err["code"] == "invalid_api_key"
+    error_of(post(keyed, chat(), key="wrong"), 401)
+    error_of(httpx.get(keyed.base_url + "/models"), 401)
+    c = openai.OpenAI(base_url=keyed.base_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        c.models.list()
+
+
+def test_403_class_not_allowed(keyed: LiveServer) -> None:
+    err = error_of(post(keyed, chat(priority="P0"), key=ALICE), 403)
+    assert err["code"] == "class_not_allowed" and err["type"] == "permission_error"
+    ok = post(keyed, chat(), key=ALICE)  # alice's default class
+    assert ok.status_code == 200 and ok.json()["laneway"]["priority"] == "P3"
+
+
+def test_404_unknown_model_and_route(keyed: LiveServer) -> None:
+    err = error_of(post(keyed, {**chat(), "model": "gpt-9"}), 404)
+    assert err["code"] == "model_not_found" and err["param"] == "model"
+    err = error_of(httpx.get(keyed.url + "/v1/nothing"), 404)
+    assert err["code"] == "not_found"
+    error_of(
+        httpx.get(
+            keyed.base_url + "/queue/estimate",
+            params={"model": "gpt-9"},
+            headers={"Authorization": f"Bearer {BOB}"},
+        ),
+        404,
+    )
+
+
+def test_405_wrong_method(keyed: LiveServer) -> None:
+    resp = httpx.get(keyed.base_url + "/chat/completions")
+    assert error_of(resp, 405)["code"] == "method_not_allowed"
+    assert "POST" in resp.headers["allow"]
+
+
+def test_413_too_large(keyed: LiveServer) -> None:
+    big = chat(messages=[{"role": "user", "content": "x" * 5000}])
+    assert error_of(post(keyed, big), 413)["code"] == "payload_too_large"
+
+
+def test_429_quota_with_retry_after(keyed: LiveServer) -> None:
+    assert post(keyed, chat(priority="P1"), key=ALICE).status_code == 200
+    resp = post(keyed, chat(priority="P1"), key=ALICE)
+    err = error_of(resp, 429)
+    assert err["code"] == "rate_limited" and err["type"] == "rate_limit_error"
+    assert int(resp.headers["retry-after"]) >= 1
+    assert err["estimated_wait_s"] >= 0  # type: ignore[operator]
+    c = openai.OpenAI(base_url=keyed.base_url, api_key=ALICE, max_retries=0)
+    with pytest.raises(openai.RateLimitError):
+        c.chat.completions.create(
+            model="sim", messages=[{"role": "user", "content": "x"}], extra_body={"priority": 1}
+        )
+
+
+def test_503_queue_timeout_with_estimate(keyed: LiveServer) -> None:
+    blocker: list[httpx.Response] = []
+    t = threading.Thread(target=lambda: blocker.append(post(keyed, chat(max_tokens=100, priority="P1"))))
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while keyed.runtime.sched.free_slots and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for stream in (False, True):  # a streaming request still gets a plain 503 before any text
+            resp = post(keyed, chat(priority="P2", stream=stream))
+            err = error_of(resp, 503)
+            assert err["code"] == "queue_timeout" and err["type"] == "server_error"
+            assert int(resp.headers["retry-after"]) >= 1
+            assert isinstance(err["estimated_wait_s"], float) and err["estimated_wait_s"] > 0
+    finally:
+        t.join(30)
+    assert blocker[0].status_code == 200

@@ -1,0 +1,52 @@
+"""/metrics: Prometheus names present, and moving as requests are served."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from live_server import LiveServer
+
+NAMES = (
+    "laneway_queue_depth",
+    "laneway_queue_wait_seconds_bucket",
+    "laneway_time_to_first_token_seconds_bucket",
+    "laneway_request_duration_seconds_bucket",
+    "laneway_preemptions_total",
+    "laneway_rejections_total",
+    "laneway_worker_slots_busy",
+    "laneway_worker_slots",
+    "laneway_checkpoint_bytes_total",
+    "laneway_checkpoint_bytes_held",
+    "laneway_queue_wait_alerts_total",
+    "laneway_queue_wait_alert_threshold_seconds",
+    "laneway_queue_oldest_wait_seconds",
+    "laneway_requests_total",
+)
+
+
+def value(text: str, sample: str) -> float:
+    m = re.search(r"^" + re.escape(sample) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_metric_names_present_and_moving(sim_server: LiveServer) -> None:
+    before = httpx.get(sim_server.url + "/metrics")
+    assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
+    for name in NAMES:
+        assert re.search(r"^" + name + r"[{ ]", before.text, re.M), name
+    assert value(before.text, 'laneway_queue_wait_alert_threshold_seconds{class="P0"}') == 10.0
+    body = {"model": "sim", "prompt": "x", "max_tokens": 2, "priority": "P2"}
+    for _ in range(3):
+        assert httpx.post(sim_server.base_url + "/completions", json=body).status_code == 200
+    httpx.post(sim_server.base_url + "/completions", json={**body, "model": "nope"})
+    after = httpx.get(sim_server.url + "/metrics").text
+    for sample in (
+        'laneway_queue_wait_seconds_count{class="P2"}',
+        'laneway_time_to_first_token_seconds_count{class="P2"}',
+        'laneway_request_duration_seconds_count{class="P2"}',
+        'laneway_requests_total{class="P2",outcome="completed"}',
+    ):
+        assert value(after, sample) - value(before.text, sample) == 3, sample
+    assert value(after, 'laneway_worker_slots{worker="sim0"}') == 2

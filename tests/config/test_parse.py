@@ -1,0 +1,86 @@
+"""The TOML configuration: defaults, every section, errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from laneway.config import hash_key, load_config, parse_config
+from laneway.core import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "laneway.toml"
+
+
+def test_defaults() -> None:
+    cfg = parse_config({})
+    assert (cfg.host, cfg.port, str(cfg.data_dir)) == ("127.0.0.1", 8000, ".laneway")
+    [w] = cfg.workers
+    assert (w.type, w.model, w.slots) == ("local", "builtin:tiny", 4)
+    assert cfg.alert_wait_s == (10.0, 60.0, 300.0, None)
+    assert not cfg.auth and cfg.models == ("builtin:tiny",)
+
+
+def test_example_file_loads() -> None:
+    cfg = load_config(EXAMPLE)
+    assert cfg.auth
+    assert {w.type for w in cfg.workers} >= {"local", "simulated", "upstream"}
+
+
+def test_tenants_store_hashes_and_find_keys() -> None:
+    cfg = parse_config(
+        {
+            "tenants": {
+                "acme": {
+                    "key_sha256": [hash_key("secret")],
+                    "default_priority": "P2",
+                    "allowed": ["P1", "P2"],
+                    "max_concurrent": 3,
+                    "quotas": {"P1": {"rate_per_s": 2, "burst": 4}},
+                }
+            }
+        }
+    )
+    tenant = cfg.tenant_for_key("secret")
+    assert tenant is not None and tenant.name == "acme"
+    assert cfg.tenant_for_key("other") is None
+    pol = cfg.scheduler.tenants["acme"]
+    assert pol.default_class == 2 and pol.allowed == frozenset({1, 2}) and pol.quotas[1].burst == 4
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"server": {"port": "x"}}, "server.port"),
+        ({"server": {"prot": 1}}, "server.prot"),
+        ({"server": {"policy": "nope"}}, "server.policy"),
+        ({"workers": [{"type": "gpu"}]}, "workers[0].type"),
+        ({"workers": [{"slots": 0}]}, "workers[0].slots"),
+        ({"workers": [{"type": "upstream", "model": "m"}]}, "workers[0].url"),
+        ({"workers": [{"name": "a"}, {"name": "a"}]}, "workers[1].name"),
+        ({"classes": {"P9": {}}}, "classes.P9"),
+        ({"classes": {"P0": {"timeout_s": -1}}}, "classes.P0.timeout_s"),
+        ({"tenants": {"t": {"key_sha256": ["abc"]}}}, "tenants.t.key_sha256"),
+        ({"tenants": {"t": {"allowed": ["P7"]}}}, "tenants.t.allowed"),
+        ({"tenants": {"t": {"quotas": {"P0": {"burst": 2}}}}}, "tenants.t.quotas.P0.rate_per_s"),
+        ({"alerts": {"queue_wait_s": {"P0": "soon"}}}, "alerts.queue_wait_s.P0"),
+        ({"scheduler": {"max_preemptions": -1}}, "scheduler.max_preemptions"),
+        ({"models": {"other": {"aliases": ["x"]}}}, "models.other"),
+        ({"service_tiers": {"flex": "P9"}}, "service_tiers.flex"),
+    ],
+)
+def test_errors_name_the_key(data: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text("[server]\nport = -5\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"wrong.toml: server.port: must be >= 0"):
+        load_config(wrong)

@@ -1,0 +1,185 @@
+"""The runtime drives the core scheduler on a real clock with simulated workers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import pytest
+
+from laneway.backends.simulated import SimulatedWorker
+from laneway.config import ServerConfig, WorkerConfig
+from laneway.core import ClassTable
+from laneway.errors import ClassNotAllowed, GenerationFailed, QuotaExceeded, Unavailable
+from laneway.generation import Delta, Done, Job, SamplingParams
+from laneway.runtime import Phase, Runtime, Ticket
+
+TIMEOUT_S = 10.0
+
+
+def config(slots: int = 1, **changes: object) -> ServerConfig:
+    worker = WorkerConfig("sim0", "simulated", "sim", "sim", slots)
+    return replace(ServerConfig(), workers=(worker,), **changes)  # type: ignore[arg-type]
+
+
+def job(jid: str, max_tokens: int = 10, prompt: str = "p") -> Job:
+    return Job(jid, "sim", SamplingParams(max_tokens=max_tokens, temperature=0.0), prompt=prompt)
+
+
+def run_with(
+    cfg: ServerConfig, tokens_per_s: float | None, body: Callable[[Runtime, SimulatedWorker], Awaitable[None]]
+) -> None:
+    async def main() -> None:
+        worker = SimulatedWorker("sim0", "sim", cfg.workers[0].slots, tokens_per_s=tokens_per_s)
+        rt = Runtime(cfg, {"sim0": worker})
+        try:
+            await asyncio.wait_for(body(rt, worker), TIMEOUT_S)
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
+
+
+async def text_of(ticket: Ticket) -> str:
+    parts = [e.text async for e in ticket.events() if isinstance(e, Delta)]
+    return "".join(parts)
+
+
+async def until(pred: Callable[[], bool]) -> None:
+    while not pred():
+        await asyncio.sleep(0.005)
+
+
+def test_requests_complete_in_class_order() -> None:
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        first = rt.submit(job("a", 5), 1)  # P1: never preempted
+        await until(lambda: first.phase is Phase.RUNNING)  # it takes the only slot
+        later = [rt.submit(job("p2"), 2), rt.submit(job("p1"), 1), rt.submit(job("p0"), 0)]
+        order: list[str] = []
+
+        async def wait(t: Ticket) -> None:
+            await t.result()
+            order.append(t.id)
+
+        await asyncio.gather(wait(first), *(wait(t) for t in later))
+        assert order == ["a", "p0", "p1", "p2"]
+        assert rt.sched.live == 0 and not rt.tickets
+
+    run_with(config(), 500.0, body)
+
+
+def test_preemption_resumes_with_continuous_text() -> None:
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        alone = await text_of(rt.submit(job("solo", 40), 3))
+        low = rt.submit(job("low", 40), 3)
+        chunks: list[str] = []
+        async for e in low.events():
+            if isinstance(e, Delta):
+                chunks.append(e.text)
+                if len(chunks) == 5:
+                    high = rt.submit(job("high", 3), 0)
+        done = await high.result()
+        assert done.finish_reason == "length"
+        assert "".join(chunks) == alone
+        assert low.preemptions >= 1 and low.ended and high.preemptions == 0
+        assert rt.metrics.preemptions.labels("P3")._value.get() >= 1
+        assert worker.capacity().busy == 0
+
+    run_with(config(), 400.0, body)
+
+
+def test_cancel_frees_the_slot_and_drops_queued_work() -> None:
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        running = rt.submit(job("r", 1000), 2)
+        queued = rt.submit(job("q", 5), 2)
+        await until(lambda: running.phase is Phase.RUNNING and worker.capacity().busy == 1)
+        rt.cancel(queued)
+        rt.cancel(running)
+        with pytest.raises(GenerationFailed):
+            await running.result()
+        await until(lambda: worker.capacity().busy == 0)
+        assert rt.sched.free_slots == 1 and rt.sched.live == 0
+        assert (await rt.submit(job("next", 2), 2).result()).finish_reason == "length"
+        rt.cancel(running)  # twice: nothing happens
+
+    run_with(config(), 100.0, body)
+
+
+def test_queue_timeout_is_a_503_with_an_estimate() -> None:
+    classes = ClassTable()
+    p2 = replace(classes[2], timeout_s=0.1)
+    cfg = config(
+        scheduler=replace(
+            ServerConfig().scheduler, classes=ClassTable((*classes.classes[:2], p2, classes[3]))
+        )
+    )
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        long = rt.submit(job("long", 1000), 3)
+        await until(lambda: long.phase is Phase.RUNNING)
+        waiting = rt.submit(job("w"), 2)
+        with pytest.raises(Unavailable) as info:
+            await waiting.result()
+        err = info.value
+        assert err.status == 503 and err.code == "queue_timeout"
+        assert err.retry_after_s >= 1.0 and err.estimated_wait_s >= 0.0
+        assert rt.metrics.rejections.labels("queue_timeout")._value.get() == 1
+
+    run_with(cfg, 100.0, body)
+
+
+def test_queue_wait_alert_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = config(alert_wait_s=(None, None, 0.05, None))
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        long = rt.submit(job("long", 30), 3)
+        await until(lambda: long.phase is Phase.RUNNING)
+        waiting = rt.submit(job("w", 2), 2)
+        await waiting.result()
+        assert rt.metrics.alerts.labels("P2")._value.get() == 1
+
+    with caplog.at_level(logging.WARNING, logger="laneway.alerts"):
+        run_with(cfg, 100.0, body)
+    alerts = [r for r in caplog.records if "queue_wait_alert" in r.getMessage()]
+    assert len(alerts) == 1
+    assert alerts[0].laneway["class"] == "P2" and alerts[0].laneway["request_id"] == "w"  # type: ignore[attr-defined]
+
+
+def test_refusals_raise_client_errors() -> None:
+    from laneway.config import parse_config
+
+    cfg = parse_config(
+        {
+            "workers": [{"name": "sim0", "type": "simulated", "model": "sim", "slots": 1}],
+            "tenants": {"t": {"allowed": ["P2"], "quotas": {"P2": {"rate_per_s": 0.001, "burst": 1}}}},
+        }
+    )
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        with pytest.raises(ClassNotAllowed):
+            rt.submit(job("a"), 0, tenant="t")
+        await rt.submit(job("b", 1), 2, tenant="t").result()
+        with pytest.raises(QuotaExceeded) as info:
+            rt.submit(job("c"), 2, tenant="t")
+        assert info.value.status == 429 and info.value.retry_after_s >= 1
+
+    run_with(cfg, None, body)
+
+
+def test_close_answers_waiting_requests() -> None:
+    async def main() -> None:
+        worker = SimulatedWorker("sim0", "sim", 1, tokens_per_s=10.0)
+        rt = Runtime(config(), {"sim0": worker})
+        tickets = [rt.submit(job(f"r{i}", 100), 2) for i in range(3)]
+        await asyncio.sleep(0.05)
+        await rt.close()
+        for t in tickets:
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(t.result(), TIMEOUT_S)
+        with pytest.raises(Unavailable):
+            rt.submit(job("late"), 0)
+        assert isinstance(Done, type)
+
+    asyncio.run(main())
