@@ -19,13 +19,17 @@ MAX_STOP_STRINGS = 4
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable.
+
+    ``ignore_eos`` keeps generating past the end-of-text token (for benchmarks).
+    """
 
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -59,13 +63,19 @@ def _number_in(name: str, value: object, low: float, high: float, *, low_open: b
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One generation: a raw ``prompt`` (completions) or chat ``messages``."""
+    """One generation: a raw ``prompt`` (completions) or chat ``messages``.
+
+    ``continue_final`` (chat): the last message is an assistant message to
+    continue rather than a finished turn (OpenAI-compatible servers call it
+    ``continue_final_message``).
+    """
 
     id: str
     model: str
     params: SamplingParams = field(default_factory=SamplingParams)
     prompt: str | None = None
     messages: tuple[dict[str, Any], ...] | None = None
+    continue_final: bool = False
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

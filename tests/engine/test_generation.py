@@ -188,3 +188,11 @@ def test_unknown_model_specs(tmp_path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="cannot load model"):
         load_model(str(tmp_path), "cpu")
+
+
+def test_chat_continue_final_message_continues_the_text(engine: Engine) -> None:
+    msgs = ({"role": "user", "content": "tell me"},)
+    whole = alone(engine, Job("w", "builtin:tiny", greedy(30), messages=msgs)).text
+    partial = (*msgs, {"role": "assistant", "content": whole[:12]})
+    rest = alone(engine, Job("r", "builtin:tiny", greedy(18), messages=partial, continue_final=True))
+    assert whole[:12] + rest.text == whole

@@ -138,7 +138,10 @@ class Engine:
     def prompt_ids(self, job: Job) -> list[int]:
         """Tokenize ``job``'s prompt; raise :class:`ContextTooLong` if it cannot fit."""
         tok = self.model.tokenizer
-        ids = tok.encode(job.prompt) if job.prompt is not None else tok.chat_prompt(job.messages or ())
+        if job.prompt is not None:
+            ids = tok.encode(job.prompt)
+        else:
+            ids = tok.chat_prompt(job.messages or (), job.continue_final)
         if len(ids) >= self.model.context:
             raise ContextTooLong(
                 f"the prompt is {len(ids)} tokens; model {self.model.name} takes at most "
@@ -330,7 +333,7 @@ class Engine:
         """Sample the next token of ``seq`` and report it; ``True`` when the job ended."""
         token = sample(logits, seq.job.params, seq.gen)
         self.stats.tokens += 1
-        if token in self.model.tokenizer.eos_ids:
+        if token in self.model.tokenizer.eos_ids and not seq.job.params.ignore_eos:
             self._finish(seq, "stop")
             return True
         seq.ids.append(token)

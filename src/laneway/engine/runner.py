@@ -39,7 +39,7 @@ class EngineRunner:
         self._cmds.put((fn, fut))
         return fut
 
-    def add(self, job: Job, sink: Sink, prompt_ids: list[int]) -> Future[None]:
+    def add(self, job: Job, sink: Sink, prompt_ids: list[int] | None = None) -> Future[None]:
         return self.call(lambda: self.engine.add(job, sink, prompt_ids))
 
     def resume(self, ckpt: Checkpoint, sink: Sink) -> Future[None]:

@@ -23,7 +23,10 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
+        """The prompt for ``messages``; with ``continue_final`` the last (assistant)
+        message is left open for the model to continue, with no new turn."""
+        ...
 
 
 def _content(message: Mapping[str, Any]) -> str:
@@ -56,9 +59,11 @@ class ByteTokenizer:
         data = bytes(i - BYTE_OFFSET for i in ids if i >= BYTE_OFFSET)
         return data.decode("utf-8", errors="replace")
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        text = "".join(f"<|{m.get('role', 'user')}|>\n{_content(m)}\n" for m in messages)
-        return self.encode(text + "<|assistant|>\n")
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
+        turns = [f"<|{m.get('role', 'user')}|>\n{_content(m)}\n" for m in messages]
+        if continue_final and turns:
+            return self.encode("".join(turns)[:-1])  # the last turn stays open
+        return self.encode("".join(turns) + "<|assistant|>\n")
 
 
 class HFTokenizer:
@@ -76,11 +81,16 @@ class HFTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
         plain = [{"role": m.get("role", "user"), "content": _content(m)} for m in messages]
         if getattr(self._tok, "chat_template", None):
-            out = self._tok.apply_chat_template(plain, add_generation_prompt=True, tokenize=True)
+            out = self._tok.apply_chat_template(
+                plain,
+                add_generation_prompt=not continue_final,
+                continue_final_message=continue_final,
+                tokenize=True,
+            )
             ids = out["input_ids"] if isinstance(out, Mapping) else out
             return [int(i) for i in ids]
         text = "".join(f"{m['role']}: {m['content']}\n" for m in plain)
-        return self.encode(text + "assistant:")
+        return self.encode(text[:-1] if continue_final and text else text + "assistant:")
