@@ -121,6 +121,31 @@ def _model(body: Mapping[str, Any], models: tuple[str, ...], aliases: Mapping[st
     return model
 
 
+def _continue_final(body: Mapping[str, Any], messages: list[dict[str, Any]]) -> bool:
+    """``continue_final_message``: continue the last (assistant) message instead of a new turn.
+
+    The chat template then adds no generation prompt, so ``add_generation_prompt``
+    must be false with it (and may only be false with it).
+    """
+    cont = _flag(body, "continue_final_message", False)
+    add = _flag(body, "add_generation_prompt", not cont)
+    if cont and add:
+        raise InvalidRequest(
+            "continue_final_message and add_generation_prompt cannot both be true",
+            param="add_generation_prompt",
+        )
+    if not cont and not add:
+        raise InvalidRequest(
+            "add_generation_prompt=false is supported only with continue_final_message=true",
+            param="add_generation_prompt",
+        )
+    if cont and messages[-1].get("role") != "assistant":
+        raise InvalidRequest(
+            "continue_final_message needs an assistant message last", param="continue_final_message"
+        )
+    return cont
+
+
 def parse_job(body: Mapping[str, Any], chat: bool, config: ServerConfig, models: tuple[str, ...]) -> Parsed:
     """The job and options of a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body."""
     model = _model(body, models, config.aliases)
@@ -143,7 +168,9 @@ def parse_job(body: Mapping[str, Any], chat: bool, config: ServerConfig, models:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise InvalidRequest("messages must be a non-empty list of message objects", param="messages")
-        job = Job(rid, model, params, messages=tuple(messages))
+        job = Job(
+            rid, model, params, messages=tuple(messages), continue_final=_continue_final(body, messages)
+        )
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
