@@ -81,6 +81,14 @@ def test_400_invalid_requests(keyed: LiveServer) -> None:
     assert "not valid JSON" in error_of(resp, 400)["message"]  # type: ignore[operator]
     err = error_of(post(keyed, chat(), path="/completions"), 400)
     assert err["param"] == "prompt"
+    for bad in (
+        {"continue_final_message": True},  # the last message is the user's
+        {"continue_final_message": True, "add_generation_prompt": True},
+        {"add_generation_prompt": False},
+        {"continue_final_message": "yes"},
+    ):
+        err = error_of(post(keyed, chat(**bad)), 400)
+        assert err["param"] in ("continue_final_message", "add_generation_prompt")
     c = openai.OpenAI(base_url=keyed.base_url, api_key=BOB, max_retries=0)
     with pytest.raises(openai.BadRequestError):
         c.chat.completions.create(model="sim", messages=[{"role": "user", "content": "x"}], top_p=0)
