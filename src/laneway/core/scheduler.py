@@ -64,6 +64,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         "_end_sum",
         "_est_ahead",
         "_est_rights",
+        "_exposed",
         "_feedback_on",
         "_floors",
         "_free",
@@ -83,6 +84,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         "_rights_of",
         "_running",
         "_seq",
+        "_shares",
         "_slices",
         "_victims",
         "_weights",
@@ -174,8 +176,11 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         table = cfg.classes.classes
         # the preemptible classes each class may preempt
         self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
+        # the classes some class may preempt: with none of them running, no preemption is possible
+        self._exposed = tuple(sorted({v for victims in self._victims for v in victims}))
         self._preempting = self.pol.preemption != "none"
         self._feedback_on = self.pol.feedback
+        self._shares = self.pol.shares
         # for estimates: the classes a new request of each class may preempt,
         # and those whose queued work dispatches before it
         self._est_rights: list[frozenset[int]] = []
@@ -375,7 +380,11 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         if self._slices:
             self._feedback(now, out)
         if self._preempting and self.lanes.total:
-            self._preempt(now, out)
+            running = self._running
+            for v in self._exposed:
+                if running[v]:  # some running work may be preempted: look for waiting claimants
+                    self._preempt(now, out)
+                    break
         return out
 
     def next_wakeup(self) -> float:
@@ -521,19 +530,16 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         blocked: set[int] = NONE_BLOCKED
         lanes = self.lanes
         planner = self._planner
-        place = self.placement.place
-        strict = not self.pol.shares
-        interval, ceilings, floors = self._interval, self._ceilings, self._floors
         while (self._free > 0 or planner is not None) and lanes.total:
             req = self._reserved_head(now, blocked) if self._reserved_total else None
             if req is None:
-                if strict:  # self._select, inline
-                    req = select_strict(lanes, now, blocked, interval, ceilings, floors)
-                else:
+                if self._shares:
                     req = self._select(now, blocked)
+                else:  # self._select, inline
+                    req = select_strict(lanes, now, blocked, self._interval, self._ceilings, self._floors)
                 if req is None:
                     return
-            w = place(req, now) if self._free > 0 else None
+            w = self.placement.place(req, now) if self._free > 0 else None
             if w is None:
                 if planner is not None:
                     self._plan_load(req, now, out)
@@ -561,7 +567,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         return None
 
     def _select(self, now: float, blocked: set[int]) -> Request | None:
-        if self.pol.shares:
+        if self._shares:
             running = [len(r) for r in self._running]
             return select_share(
                 self.lanes, running, self._weights, self._rights_of, now, blocked, self._boost
