@@ -1,11 +1,14 @@
 """The in-process engine: throughput, preemption latency, checkpoint cost.
 
     python bench/engine_bench.py [--model builtin:small] [--device cpu|cuda|auto]
-        [--slots 1,4,8] [--tokens 64] [--prompt-tokens 32] [--threads N] [--json out.json]
+        [--slots 1,4,8] [--tokens 64] [--prompt-tokens 32] [--threads N] [--repeat 3]
+        [--json out.json]
 
 1. Decode throughput: ``slots`` greedy requests started together, each making
    ``--tokens`` tokens; generated tokens per second of wall time, at 1, 4 and
-   8 slots (the target is 8 slots ≥ 3× one slot).
+   8 slots (the target is 8 slots ≥ 3× one slot). The slot counts take turns
+   for ``--repeat`` rounds and each keeps its best round, so a busy moment of
+   the machine does not land on one count only.
 2. Preemption latency: with every slot busy and the engine on its own thread
    (as the server runs it), the time from ``preempt()`` being called to the
    request's slot being free (its ``Stopped`` event), against the decode step
@@ -35,6 +38,12 @@ from laneway.engine.models import LoadedModel, load_model
 from laneway.engine.runner import EngineRunner
 from laneway.generation import Event, Job, SamplingParams, Stopped
 
+THREADS: int | None = None  # --threads: CPU intra-op threads for every engine made here
+
+
+def make_engine(model: LoadedModel, slots: int, data: Path, **kw: int) -> Engine:
+    return Engine(model, slots, data_dir=data, threads=THREADS, **kw)
+
 
 def prompt(i: int, tokens: int) -> str:
     text = f"request {i}: " + "the quick brown fox jumps over the lazy dog " * 40
@@ -47,7 +56,7 @@ def sync(dev: torch.device) -> None:
 
 
 def throughput(model: LoadedModel, slots: int, tokens: int, prompt_tokens: int, data: Path) -> dict:
-    engine = Engine(model, slots, data_dir=data)
+    engine = make_engine(model, slots, data)
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     # warm up (allocator, kernels)
     engine.add(
@@ -76,7 +85,14 @@ def throughput(model: LoadedModel, slots: int, tokens: int, prompt_tokens: int, 
 
 
 def preemption_latency(model: LoadedModel, slots: int, data: Path, samples: int) -> dict:
-    engine = Engine(model, slots, data_dir=data)
+    """Preempt → slot free, against the decode step that was running when preempt was called.
+
+    The engine thread takes commands between steps, so the call waits for the
+    step in flight to end, then the preemption itself runs (copy the row's
+    cache to host memory, drop the row). Its overhead beyond the step in
+    flight is what the ``≤ one step + 5 ms`` target bounds.
+    """
+    engine = make_engine(model, slots, data)
     runner = EngineRunner(engine, "bench")
     params = SamplingParams(max_tokens=100_000, temperature=0.0, ignore_eos=True)
     stopped: dict[str, float] = {}
@@ -90,23 +106,27 @@ def preemption_latency(model: LoadedModel, slots: int, data: Path, samples: int)
 
         return sink
 
+    def preempt(victim: str):  # type: ignore[no-untyped-def]
+        # runs on the engine thread, right after the step that was in flight
+        return engine.stats.step_s_last, engine.preempt(victim, "checkpoint")
+
+    lat, over, in_flight = [], [], []
     try:
         for i in range(slots):
-            runner.add(
-                Job(f"p{i}", model.name, params, prompt=prompt(i, 32)), sink_for(f"p{i}"), None
-            ).result()  # type: ignore[arg-type]
+            job = Job(f"p{i}", model.name, params, prompt=prompt(i, 32))
+            runner.add(job, sink_for(f"p{i}")).result()
         time.sleep(0.5)  # everyone past the prefill, decoding as a batch
-        lat = []
-        step_ms = []
         for n in range(samples):
             victim = f"p{n % slots}"
             time.sleep(0.013 * (1 + n % 7))  # land at varied points inside a step
-            step_ms.append(engine.stats.step_s_last * 1000)
             t0 = time.perf_counter()
-            ckpt = runner.preempt(victim, "checkpoint").result(timeout=30)
+            step_s, ckpt = runner.call(lambda v=victim: preempt(v)).result(timeout=30)
             assert ckpt is not None
             with lock:
-                lat.append((stopped[victim] - t0) * 1000)
+                latency = stopped[victim] - t0
+            lat.append(latency * 1000)
+            in_flight.append(step_s * 1000)
+            over.append((latency - step_s) * 1000)
             runner.resume(ckpt, sink_for(victim)).result(timeout=30)
             time.sleep(0.05)  # let it rejoin the batch
         batch_steps, secs = engine.stats.by_batch.get(slots, (0, 0.0))
@@ -119,14 +139,17 @@ def preemption_latency(model: LoadedModel, slots: int, data: Path, samples: int)
         "latency_ms_p50": statistics.median(lat),
         "latency_ms_max": max(lat),
         "step_ms_mean": step,
-        "target_ms": step + 5.0,
+        "in_flight_step_ms_max": max(in_flight),
+        "beyond_step_ms_p50": statistics.median(over),
+        "beyond_step_ms_max": max(over),
+        "within_target": all(o <= 5.0 for o in over),
     }
 
 
 def checkpoint_costs(model: LoadedModel, data: Path, generated: int, prompt_tokens: int) -> dict:
     out: dict[str, float] = {}
     for where, budget in (("memory", 1 << 34), ("disk", 0)):
-        engine = Engine(model, 1, data_dir=data / where, spill_budget_bytes=budget)
+        engine = make_engine(model, 1, data / where, spill_budget_bytes=budget)
         params = SamplingParams(max_tokens=generated + 10, temperature=0.0, ignore_eos=True)
         saves, restores = [], []
         for rep in range(5):
@@ -150,7 +173,7 @@ def checkpoint_costs(model: LoadedModel, data: Path, generated: int, prompt_toke
         out[f"save_ms_{where}"] = 1000 * statistics.median(saves)
         out[f"restore_ms_{where}"] = 1000 * statistics.median(restores)
     # recompute: what resuming costs without a saved cache (a prefill of prompt + generated)
-    engine = Engine(model, 1, data_dir=data / "recompute")
+    engine = make_engine(model, 1, data / "recompute")
     times = []
     for rep in range(5):
         params = SamplingParams(max_tokens=1, temperature=0.0)
@@ -176,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: the engine's)")
     ap.add_argument("--preempt-samples", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the throughput runs (best kept)")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     console = Console()
@@ -185,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         console.print(f"engine_bench: error: {exc}", markup=False)
         return 2
-    if args.threads and model.device.type == "cpu":
-        Engine(model, 1, threads=args.threads)  # sets the process-wide thread count
+    global THREADS
+    THREADS = args.threads
+    make_engine(model, 1, Path(tempfile.gettempdir()))  # sets the process-wide thread count
     info = f"{args.model} ({model.parameters / 1e6:.1f}M parameters) on {model.device}"
     if model.device.type == "cpu":
         info += f", {torch.get_num_threads()} thread(s)"
@@ -194,9 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"model": args.model, "parameters": model.parameters, "device": str(model.device)}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
-        rows = [throughput(model, s, args.tokens, args.prompt_tokens, data) for s in slot_counts]
-        if args.threads and model.device.type == "cpu":
-            torch.set_num_threads(args.threads)
+        best: dict[int, dict] = {}
+        for _ in range(args.repeat):
+            for s in slot_counts:
+                r = throughput(model, s, args.tokens, args.prompt_tokens, data)
+                if s not in best or r["tokens_per_s"] > best[s]["tokens_per_s"]:
+                    best[s] = r
+        rows = [best[s] for s in slot_counts]
         base = rows[0]["tokens_per_s"]
         table = Table(title=f"Decode throughput ({args.tokens} tokens per request, greedy)")
         for col in ("slots", "tokens/s", "× 1 slot", "decode step ms"):
@@ -211,12 +240,26 @@ def main(argv: list[str] | None = None) -> int:
 
         busy = max(slot_counts)
         pre = preemption_latency(model, busy, data, args.preempt_samples)
-        table = Table(title=f"Preemption latency ({busy} slots busy, engine on its thread)")
-        for col in ("preempt → slot free p50 ms", "max ms", "decode step ms", "target ≤ step + 5 ms"):
+        table = Table(
+            title=f"Preemption latency ({busy} slots busy, engine on its thread)",
+            caption="overhead: preempt → slot free, minus the decode step that was in flight",
+        )
+        for col in (
+            "p50 ms",
+            "max ms",
+            "mean step ms",
+            "overhead p50 ms",
+            "overhead max ms",
+            "≤ step + 5 ms",
+        ):
             table.add_column(col, justify="right")
-        ok = "yes" if pre["latency_ms_max"] <= pre["target_ms"] else "no"
         table.add_row(
-            f"{pre['latency_ms_p50']:.1f}", f"{pre['latency_ms_max']:.1f}", f"{pre['step_ms_mean']:.1f}", ok
+            f"{pre['latency_ms_p50']:.1f}",
+            f"{pre['latency_ms_max']:.1f}",
+            f"{pre['step_ms_mean']:.1f}",
+            f"{pre['beyond_step_ms_p50']:.2f}",
+            f"{pre['beyond_step_ms_max']:.2f}",
+            "yes" if pre["within_target"] else "no",
         )
         console.print(table)
         results["preemption"] = pre

@@ -72,7 +72,12 @@ class LocalWorker:
     async def health(self) -> Health:
         if not self._runner.alive:
             return Health(False, f"engine stopped: {self._runner.error}")
-        return Health(True, f"{self.model}: {self.engine.busy}/{self.engine.slots} slots busy")
+        stats = self.engine.stats
+        return Health(
+            True,
+            f"{self.model}: {self.engine.busy}/{self.engine.slots} slots busy, "
+            f"{stats.tokens} tokens made at {stats.tokens_per_s:.0f} tokens/s while busy",
+        )
 
     async def close(self) -> None:
         await asyncio.to_thread(self._runner.close)
