@@ -162,6 +162,7 @@ def parse_job(body: Mapping[str, Any], chat: bool, config: ServerConfig, models:
         top_p=1.0 if top_p is None else top_p,
         seed=body.get("seed"),
         stop=_stop(body.get("stop")),
+        ignore_eos=_flag(body, "ignore_eos", False),
     )
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     if chat:
