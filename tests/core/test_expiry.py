@@ -157,6 +157,19 @@ def test_expiry_structure_directly() -> None:
     assert disabled.due(1e9) == []
 
 
+def test_expiry_without_shedding_keeps_deadlines_only() -> None:
+    e = Expiry([10.0, None], shedding=False)
+    a = Request("a", 0, 0.0)
+    c = Request("c", 1, 0.0)
+    for r in (a, c):
+        r.state = State.QUEUED
+        e.add(r, r.arrival_s)
+    assert (a.deadline_s, c.deadline_s) == (10.0, math.inf)
+    assert e.newest(0) is None and e.newest(1) is None
+    assert not any(e.fresh)
+    assert e.due(10.0) == [a]
+
+
 def test_out_of_order_arrivals_expire_on_time() -> None:
     d = _busy()
     d.now = 10.0

@@ -3,7 +3,8 @@
 Per native class, two deques in submission order:
 
 - ``fresh``: every never-started request (shedding takes the newest from the
-  right);
+  right), kept only when ``shedding`` is on (the scheduler sheds only under a
+  total queue bound);
 - ``scan``: those on the class's default timeout whose deadlines come in
   order, so expiry is a scan from the left.
 
@@ -31,8 +32,11 @@ def _fresh(req: Request) -> bool:
 
 
 class Expiry:
-    def __init__(self, class_timeouts: list[float | None], enabled: bool = True) -> None:
+    def __init__(
+        self, class_timeouts: list[float | None], enabled: bool = True, *, shedding: bool = True
+    ) -> None:
         self.enabled = enabled
+        self.shedding = shedding  # keep ``fresh`` for :meth:`newest`
         self.timeouts = class_timeouts if enabled else [None] * len(class_timeouts)
         self.fresh: list[deque[Request]] = [deque() for _ in class_timeouts]
         self.scan: list[deque[Request]] = [deque() for _ in class_timeouts]
@@ -45,13 +49,14 @@ class Expiry:
         own = req.timeout_s
         cls = req.priority
         default = self.timeouts[cls]
-        fresh = self.fresh[cls]
-        while fresh:  # amortised trim: classes without deadlines too
-            head = fresh[0]
-            if head.state is _QUEUED and head.first_start_s != head.first_start_s:
-                break  # _fresh(head), inline: still queued and never started (NaN)
-            fresh.popleft()
-        fresh.append(req)
+        if self.shedding:
+            fresh = self.fresh[cls]
+            while fresh:  # amortised trim: classes without deadlines too
+                head = fresh[0]
+                if head.state is _QUEUED and head.first_start_s != head.first_start_s:
+                    break  # _fresh(head), inline: still queued and never started (NaN)
+                fresh.popleft()
+            fresh.append(req)
         if own is None or not self.enabled:
             if default is None:
                 req.deadline_s = math.inf
@@ -120,7 +125,7 @@ class Expiry:
     def newest(self, cls: int, above: int | None = None) -> Request | None:
         """The newest never-started queued request of native class ``cls`` whose
         effective class is still less urgent than ``above`` (looking at no more
-        than ``_SHED_SCAN`` of the newest)."""
+        than ``_SHED_SCAN`` of the newest; ``None`` unless ``shedding``)."""
         dq = self.fresh[cls]
         while dq and not _fresh(dq[-1]):
             dq.pop()

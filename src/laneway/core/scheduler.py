@@ -128,7 +128,11 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         # whether a request without a model may still be unplaceable
         self._check_every = self._planner is not None or any(w.classes is not None for w in workers)
         self.lanes = Lanes(k, cfg.mlfq_levels if self.pol.feedback else 1, not self.pol.classes)
-        self.expiry = Expiry([c.timeout_s for c in cfg.classes.classes], self.pol.timeouts)
+        self.expiry = Expiry(
+            [c.timeout_s for c in cfg.classes.classes],
+            self.pol.timeouts,
+            shedding=cfg.max_queued_total is not None,  # _shed_candidate looks at it only then
+        )
         self.admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
         self.service = ServiceStats(k, cfg.default_service_s)
         self.arrivals = ArrivalRates(k)
