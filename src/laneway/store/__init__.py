@@ -1,0 +1,35 @@
+"""Durable state behind one protocol (:class:`Store`); SQLite in the data directory by default."""
+
+from laneway.store.base import (
+    ACTIVE,
+    TERMINAL,
+    TRANSITIONS,
+    BatchRecord,
+    BatchStatus,
+    ClaimedLine,
+    FileRecord,
+    LineState,
+    LineView,
+    NewLine,
+    Outputs,
+    Store,
+)
+from laneway.store.sqlite import SQLiteDB, SQLiteStore, StoreError
+
+__all__ = [
+    "ACTIVE",
+    "TERMINAL",
+    "TRANSITIONS",
+    "BatchRecord",
+    "BatchStatus",
+    "ClaimedLine",
+    "FileRecord",
+    "LineState",
+    "LineView",
+    "NewLine",
+    "Outputs",
+    "SQLiteDB",
+    "SQLiteStore",
+    "Store",
+    "StoreError",
+]

@@ -1,0 +1,403 @@
+"""The embedded store: one SQLite database (WAL) in the data directory.
+
+:class:`SQLiteDB` is the synchronous implementation; :class:`SQLiteStore`
+runs it on one dedicated thread so the event loop never waits on the disk
+(one connection, one thread: every statement is serialized, which is what
+SQLite wants anyway). A lock file keeps a second server off the same data
+directory; holding it, the store may treat every line left ``running`` as
+orphaned by a crash and put it back in the queue when it opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from laneway.core.errors import LanewayError
+from laneway.store import schema as q
+from laneway.store.base import (
+    BatchRecord,
+    BatchStatus,
+    ClaimedLine,
+    FileRecord,
+    LineState,
+    LineView,
+    NewLine,
+    Outputs,
+    sources,
+)
+
+T = TypeVar("T")
+_NO_SEQ = (1 << 63) - 1
+
+
+class StoreError(LanewayError):
+    """The store cannot be opened or was asked something it must refuse."""
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+def _batch(row: Sequence[Any]) -> BatchRecord:
+    values = list(row)
+    values[6] = BatchStatus(values[6])
+    errors, metadata = values[21], values[22]
+    values[21] = tuple(json.loads(errors)) if errors is not None else None
+    values[22] = json.loads(metadata) if metadata is not None else None
+    return BatchRecord(*values)
+
+
+class SQLiteDB:
+    """The store's operations, synchronous, on one connection (use from one thread at a time)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / q.DB_NAME
+        self._lock = os.open(data_dir / q.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock)
+            raise StoreError(f"another laneway server is using the data directory {data_dir}") from None
+        try:
+            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            for pragma in q.PRAGMAS:
+                self.conn.execute(pragma)
+            with self._tx():
+                for stmt in q.CREATE:
+                    self.conn.execute(stmt)
+                self.conn.execute(f"PRAGMA user_version={q.SCHEMA_VERSION}")
+                # we hold the lock: whatever is still running was orphaned by a crash
+                self.recovered = self.conn.execute(q.RELEASE_ALL).rowcount
+        except BaseException:
+            os.close(self._lock)
+            raise
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lock)
+
+    # ------------------------------------------------------------------ files
+    def put_file(self, r: FileRecord, content: bytes) -> None:
+        with self._tx() as c:
+            c.execute(q.INSERT_FILE, (r.id, r.tenant, r.purpose, r.filename, r.bytes, r.created_at, content))
+
+    def get_file(self, file_id: str, tenant: str) -> FileRecord | None:
+        row = self.conn.execute(q.GET_FILE, (file_id, tenant)).fetchone()
+        return FileRecord(*row) if row is not None else None
+
+    def file_content(self, file_id: str, tenant: str) -> bytes | None:
+        row = self.conn.execute(q.GET_FILE_CONTENT, (file_id, tenant)).fetchone()
+        return bytes(row[0]) if row is not None else None
+
+    def list_files(
+        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
+    ) -> tuple[list[FileRecord], bool]:
+        seq = self._seq(q.FILE_SEQ, after, tenant)
+        if seq is None:
+            return [], False
+        sql = q.LIST_FILES.format(purpose="AND purpose = ?" if purpose is not None else "")
+        args: tuple[Any, ...] = (tenant, seq, *((purpose,) if purpose is not None else ()), limit + 1)
+        rows = self.conn.execute(sql, args).fetchall()
+        return [FileRecord(*r) for r in rows[:limit]], len(rows) > limit
+
+    def delete_file(self, file_id: str, tenant: str) -> bool:
+        with self._tx() as c:
+            return c.execute(q.DELETE_FILE, (file_id, tenant)).rowcount == 1
+
+    def _seq(self, sql: str, after: str | None, tenant: str) -> int | None:
+        if after is None:
+            return _NO_SEQ
+        row = self.conn.execute(sql, (after, tenant)).fetchone()
+        return int(row[0]) if row is not None else None
+
+    # ------------------------------------------------------------------ batches
+    def create_batch(self, r: BatchRecord) -> None:
+        meta = json.dumps(r.metadata) if r.metadata is not None else None
+        with self._tx() as c:
+            c.execute(
+                q.INSERT_BATCH,
+                (
+                    r.id,
+                    r.tenant,
+                    r.endpoint,
+                    r.input_file_id,
+                    r.completion_window,
+                    r.priority,
+                    r.status.value,
+                    r.created_at,
+                    r.expires_at,
+                    meta,
+                ),
+            )
+
+    def get_batch(self, batch_id: str, tenant: str | None = None) -> BatchRecord | None:
+        if tenant is None:
+            row = self.conn.execute(q.GET_BATCH, (batch_id,)).fetchone()
+        else:
+            row = self.conn.execute(q.GET_TENANT_BATCH, (batch_id, tenant)).fetchone()
+        return _batch(row) if row is not None else None
+
+    def list_batches(
+        self, tenant: str, *, limit: int, after: str | None = None
+    ) -> tuple[list[BatchRecord], bool]:
+        seq = self._seq(q.BATCH_SEQ, after, tenant)
+        if seq is None:
+            return [], False
+        rows = self.conn.execute(q.LIST_BATCHES, (tenant, seq, limit + 1)).fetchall()
+        return [_batch(r) for r in rows[:limit]], len(rows) > limit
+
+    def batches_in(self, statuses: frozenset[BatchStatus]) -> list[BatchRecord]:
+        names = sorted(s.value for s in statuses)
+        rows = self.conn.execute(q.BATCHES_IN.format(marks=_marks(len(names))), names).fetchall()
+        return [_batch(r) for r in rows]
+
+    def set_status(self, batch_id: str, status: BatchStatus, now: int) -> bool:
+        src = sorted(s.value for s in sources(status))
+        sql = q.SET_STATUS.format(stamp=f"{status.value}_at", marks=_marks(len(src)))
+        with self._tx() as c:
+            return c.execute(sql, (status.value, now, batch_id, *src)).rowcount == 1
+
+    def start_batch(self, batch_id: str, lines: Sequence[NewLine], now: int) -> bool:
+        with self._tx() as c:
+            if c.execute(q.START_BATCH, (now, len(lines), batch_id)).rowcount != 1:
+                return False
+            c.executemany(q.INSERT_LINE, ((batch_id, n.line_no, n.custom_id, n.body) for n in lines))
+            return True
+
+    def fail_batch(
+        self,
+        batch_id: str,
+        errors: Sequence[dict[str, Any]],
+        error_file: tuple[FileRecord, bytes] | None,
+        now: int,
+    ) -> bool:
+        try:
+            with self._tx() as c:
+                file_id = None
+                if error_file is not None:
+                    r, content = error_file
+                    c.execute(
+                        q.INSERT_FILE, (r.id, r.tenant, r.purpose, r.filename, r.bytes, r.created_at, content)
+                    )
+                    file_id = r.id
+                args = (now, json.dumps(list(errors)), file_id, batch_id)
+                if c.execute(q.FAIL_BATCH, args).rowcount != 1:
+                    raise _Rollback  # not validating any more (cancelled meanwhile): write nothing
+        except _Rollback:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ lines
+    def claim(self, batch_id: str, owner: str, limit: int, lease_s: float, now: float) -> list[ClaimedLine]:
+        if limit <= 0:
+            return []
+        with self._tx() as c:
+            nos = [r[0] for r in c.execute(q.CLAIMABLE_QUEUED, (batch_id, now, limit))]
+            if len(nos) < limit:
+                nos += [r[0] for r in c.execute(q.CLAIMABLE_EXPIRED, (batch_id, now, limit - len(nos)))]
+            until = now + lease_s
+            rows = [c.execute(q.CLAIM, (owner, until, batch_id, n)).fetchone() for n in nos]
+            return [ClaimedLine(batch_id, *row) for row in rows]
+
+    def renew(self, owner: str, lease_s: float, now: float) -> None:
+        with self._tx() as c:
+            c.execute(q.RENEW, (now + lease_s, owner))
+
+    def finish(self, batch_id: str, line_no: int, owner: str, ok: bool, result: str) -> bool:
+        state = LineState.DONE if ok else LineState.FAILED
+        with self._tx() as c:
+            if c.execute(q.FINISH, (state.value, result, batch_id, line_no, owner)).rowcount != 1:
+                return False
+            if ok:
+                c.execute(q.COUNT_DONE, (batch_id,))
+            else:
+                c.execute(q.COUNT_FAILED, (1, batch_id))
+            return True
+
+    def release(
+        self, batch_id: str, line_no: int, owner: str, *, not_before: float, count_attempt: bool
+    ) -> bool:
+        undo = 0 if count_attempt else 1
+        with self._tx() as c:
+            return c.execute(q.RELEASE, (not_before, undo, batch_id, line_no, owner)).rowcount == 1
+
+    def release_owner(self, owner: str) -> int:
+        with self._tx() as c:
+            return int(c.execute(q.RELEASE_OWNER, (owner,)).rowcount)
+
+    def pending(self, batch_id: str) -> int:
+        return int(self.conn.execute(q.PENDING, (batch_id,)).fetchone()[0])
+
+    def finalize(
+        self,
+        batch_id: str,
+        status: BatchStatus,
+        outputs: Outputs,
+        leftover: Callable[[str], str] | None,
+        now: int,
+    ) -> BatchRecord | None:
+        src = sorted(s.value for s in sources(status))
+        with self._tx() as c:
+            rec = self.get_batch(batch_id)
+            if rec is None or rec.status.value not in src:
+                return None
+            left = c.execute(q.LEFTOVERS, (batch_id,)).fetchall()
+            if left:
+                if leftover is None:
+                    raise StoreError(f"batch {batch_id} still has {len(left)} lines to run")
+                c.executemany(q.FAIL_LEFTOVER, ((leftover(cid), batch_id, n) for n, cid in left))
+                c.execute(q.COUNT_FAILED, (len(left), batch_id))
+            done: list[str] = []
+            failed: list[str] = []
+            for state, result in c.execute(q.RESULTS, (batch_id,)):
+                (done if state == LineState.DONE.value else failed).append(result)
+            out_id = self._write_output(rec, outputs.output_file_id, "output", done, outputs.created_at)
+            err_id = self._write_output(rec, outputs.error_file_id, "error", failed, outputs.created_at)
+            sql = q.SET_OUTPUTS.format(stamp=f"{status.value}_at", marks=_marks(len(src)))
+            c.execute(sql, (status.value, now, out_id, err_id, batch_id, *src))
+        return self.get_batch(batch_id)
+
+    def _write_output(
+        self, rec: BatchRecord, file_id: str, kind: str, lines: list[str], now: int
+    ) -> str | None:
+        if not lines:
+            return None
+        content = ("\n".join(lines) + "\n").encode("utf-8")
+        name = f"{rec.id}_{kind}.jsonl"
+        args = (file_id, rec.tenant, "batch_output", name, len(content), now, content)
+        self.conn.execute(q.INSERT_FILE, args)
+        return file_id
+
+    def lines(self, batch_id: str) -> list[LineView]:
+        rows = self.conn.execute(q.LINE_STATES, (batch_id,)).fetchall()
+        return [LineView(n, cid, LineState(st), attempts, result) for n, cid, st, attempts, result in rows]
+
+
+class _Rollback(Exception):
+    pass
+
+
+class SQLiteStore:
+    """The :class:`~laneway.store.base.Store` over :class:`SQLiteDB`, on a thread of its own."""
+
+    def __init__(self, db: SQLiteDB) -> None:
+        self.db = db
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laneway-store")
+
+    @classmethod
+    async def open(cls, data_dir: Path) -> SQLiteStore:
+        return cls(await asyncio.to_thread(SQLiteDB, data_dir))
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+
+    async def put_file(self, record: FileRecord, content: bytes) -> None:
+        await self._call(self.db.put_file, record, content)
+
+    async def get_file(self, file_id: str, tenant: str) -> FileRecord | None:
+        return await self._call(self.db.get_file, file_id, tenant)
+
+    async def file_content(self, file_id: str, tenant: str) -> bytes | None:
+        return await self._call(self.db.file_content, file_id, tenant)
+
+    async def list_files(
+        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
+    ) -> tuple[list[FileRecord], bool]:
+        return await self._call(self.db.list_files, tenant, limit=limit, after=after, purpose=purpose)
+
+    async def delete_file(self, file_id: str, tenant: str) -> bool:
+        return await self._call(self.db.delete_file, file_id, tenant)
+
+    async def create_batch(self, record: BatchRecord) -> None:
+        await self._call(self.db.create_batch, record)
+
+    async def get_batch(self, batch_id: str, tenant: str | None = None) -> BatchRecord | None:
+        return await self._call(self.db.get_batch, batch_id, tenant)
+
+    async def list_batches(
+        self, tenant: str, *, limit: int, after: str | None = None
+    ) -> tuple[list[BatchRecord], bool]:
+        return await self._call(self.db.list_batches, tenant, limit=limit, after=after)
+
+    async def batches_in(self, statuses: frozenset[BatchStatus]) -> list[BatchRecord]:
+        return await self._call(self.db.batches_in, statuses)
+
+    async def set_status(self, batch_id: str, status: BatchStatus, now: int) -> bool:
+        return await self._call(self.db.set_status, batch_id, status, now)
+
+    async def start_batch(self, batch_id: str, lines: Sequence[NewLine], now: int) -> bool:
+        return await self._call(self.db.start_batch, batch_id, lines, now)
+
+    async def fail_batch(
+        self,
+        batch_id: str,
+        errors: Sequence[dict[str, Any]],
+        error_file: tuple[FileRecord, bytes] | None,
+        now: int,
+    ) -> bool:
+        return await self._call(self.db.fail_batch, batch_id, errors, error_file, now)
+
+    async def claim(
+        self, batch_id: str, owner: str, limit: int, lease_s: float, now: float
+    ) -> list[ClaimedLine]:
+        return await self._call(self.db.claim, batch_id, owner, limit, lease_s, now)
+
+    async def renew(self, owner: str, lease_s: float, now: float) -> None:
+        await self._call(self.db.renew, owner, lease_s, now)
+
+    async def finish(self, batch_id: str, line_no: int, owner: str, ok: bool, result: str) -> bool:
+        return await self._call(self.db.finish, batch_id, line_no, owner, ok, result)
+
+    async def release(
+        self, batch_id: str, line_no: int, owner: str, *, not_before: float, count_attempt: bool
+    ) -> bool:
+        return await self._call(
+            self.db.release, batch_id, line_no, owner, not_before=not_before, count_attempt=count_attempt
+        )
+
+    async def release_owner(self, owner: str) -> int:
+        return await self._call(self.db.release_owner, owner)
+
+    async def pending(self, batch_id: str) -> int:
+        return await self._call(self.db.pending, batch_id)
+
+    async def finalize(
+        self,
+        batch_id: str,
+        status: BatchStatus,
+        outputs: Outputs,
+        leftover: Callable[[str], str] | None,
+        now: int,
+    ) -> BatchRecord | None:
+        return await self._call(self.db.finalize, batch_id, status, outputs, leftover, now)
+
+    async def lines(self, batch_id: str) -> list[LineView]:
+        return await self._call(self.db.lines, batch_id)
+
+    async def close(self) -> None:
+        await self._call(self.db.close)
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,193 @@
+"""The SQLite store: files, batches, line claims and results, recovery, the data-dir lock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from laneway.store import (
+    BatchRecord,
+    BatchStatus,
+    FileRecord,
+    LineState,
+    NewLine,
+    Outputs,
+    SQLiteDB,
+    SQLiteStore,
+    StoreError,
+)
+
+LEASE = 30.0
+
+
+def batch(
+    bid: str = "batch_1", tenant: str = "t", status: BatchStatus = BatchStatus.VALIDATING
+) -> BatchRecord:
+    return BatchRecord(bid, tenant, "/v1/completions", "file-in", "24h", 2, status, 100, 100 + 86400)
+
+
+def started(db: SQLiteDB, n: int, bid: str = "batch_1") -> None:
+    db.create_batch(batch(bid))
+    lines = [NewLine(i + 1, f"c{i}", json.dumps({"i": i})) for i in range(n)]
+    assert db.start_batch(bid, lines, 101)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> SQLiteDB:
+    d = SQLiteDB(tmp_path)
+    yield d
+    d.close()
+
+
+def test_files_are_per_tenant_and_paginated(db: SQLiteDB) -> None:
+    for i in range(5):
+        db.put_file(FileRecord(f"file-{i}", "a", "batch", f"f{i}.jsonl", 3, 10 + i), b"abc")
+    db.put_file(FileRecord("file-b", "b", "batch", "b.jsonl", 1, 20), b"x")
+    assert db.get_file("file-b", "a") is None and db.file_content("file-b", "a") is None
+    assert db.file_content("file-b", "b") == b"x"
+    page, more = db.list_files("a", limit=2)
+    assert [f.id for f in page] == ["file-4", "file-3"] and more
+    page, more = db.list_files("a", limit=10, after="file-3")
+    assert [f.id for f in page] == ["file-2", "file-1", "file-0"] and not more
+    assert db.list_files("a", limit=10, after="file-b") == ([], False)  # another tenant's cursor
+    assert not db.delete_file("file-b", "a") and db.delete_file("file-b", "b")
+    assert db.get_file("file-b", "b") is None
+
+
+def test_batch_status_follows_the_transition_table(db: SQLiteDB) -> None:
+    db.create_batch(batch())
+    assert not db.set_status("batch_1", BatchStatus.COMPLETED, 1)  # not from validating
+    assert db.get_batch("batch_1", "other") is None
+    assert db.start_batch("batch_1", [NewLine(1, "a", "{}")], 101)
+    assert not db.start_batch("batch_1", [NewLine(2, "b", "{}")], 102)  # only once
+    assert db.set_status("batch_1", BatchStatus.CANCELLING, 103)
+    b = db.get_batch("batch_1", "t")
+    assert b is not None and b.status is BatchStatus.CANCELLING and b.cancelling_at == 103 and b.total == 1
+    assert not db.set_status("batch_1", BatchStatus.EXPIRED, 104)
+
+
+def test_claim_finish_release_and_counts(db: SQLiteDB) -> None:
+    started(db, 5)
+    got = db.claim("batch_1", "A", 3, LEASE, 1000.0)
+    assert [c.line_no for c in got] == [1, 2, 3] and all(c.attempts == 1 for c in got)
+    assert [c.line_no for c in db.claim("batch_1", "B", 10, LEASE, 1000.0)] == [4, 5]
+    assert not db.finish("batch_1", 1, "B", True, "r1")  # not B's
+    assert db.finish("batch_1", 1, "A", True, '{"r":1}')
+    assert not db.finish("batch_1", 1, "A", True, '{"r":1}')  # written once
+    assert db.finish("batch_1", 2, "A", False, '{"e":2}')
+    assert db.release("batch_1", 3, "A", not_before=1010.0, count_attempt=False)
+    assert db.claim("batch_1", "A", 5, LEASE, 1005.0) == []  # line 3 waits until 1010
+    again = db.claim("batch_1", "A", 5, LEASE, 1010.0)
+    assert [(c.line_no, c.attempts) for c in again] == [(3, 1)]  # a deferral is not an attempt
+    b = db.get_batch("batch_1")
+    assert b is not None and (b.completed, b.failed, b.total) == (1, 1, 5)
+    assert db.pending("batch_1") == 3
+
+
+def test_expired_lease_is_claimable_and_the_stale_owner_loses(db: SQLiteDB) -> None:
+    started(db, 1)
+    db.claim("batch_1", "A", 1, LEASE, 1000.0)
+    db.renew("A", LEASE, 1020.0)  # lease until 1050
+    assert db.claim("batch_1", "B", 1, LEASE, 1049.0) == []
+    [b] = db.claim("batch_1", "B", 1, LEASE, 1051.0)
+    assert b.attempts == 2
+    assert not db.finish("batch_1", 1, "A", True, "late")
+    assert db.finish("batch_1", 1, "B", True, '{"ok":1}')
+
+
+def test_one_result_per_custom_id_in_the_schema(db: SQLiteDB) -> None:
+    db.create_batch(batch())
+    with pytest.raises(sqlite3.IntegrityError):
+        db.start_batch("batch_1", [NewLine(1, "same", "{}"), NewLine(2, "same", "{}")], 101)
+    b = db.get_batch("batch_1")
+    assert b is not None and b.status is BatchStatus.VALIDATING  # nothing of it was kept
+    started(db, 1, "batch_2")
+    db.claim("batch_2", "A", 1, LEASE, 1.0)
+    assert db.finish("batch_2", 1, "A", True, "first")
+    with pytest.raises(sqlite3.IntegrityError, match="written once"):
+        db.conn.execute("UPDATE batch_lines SET result = 'second' WHERE batch_id = 'batch_2'")
+
+
+def test_finalize_writes_files_in_line_order(db: SQLiteDB) -> None:
+    started(db, 4)
+    for c in db.claim("batch_1", "A", 4, LEASE, 1.0)[::-1]:
+        db.finish("batch_1", c.line_no, "A", c.line_no != 3, json.dumps({"line": c.line_no}))
+    outputs = Outputs("file-out", "file-err", 500)
+    assert db.finalize("batch_1", BatchStatus.COMPLETED, outputs, None, 500) is None  # not finalizing yet
+    assert db.set_status("batch_1", BatchStatus.FINALIZING, 499)
+    b = db.finalize("batch_1", BatchStatus.COMPLETED, outputs, None, 500)
+    assert b is not None and b.status is BatchStatus.COMPLETED and b.completed_at == 500
+    assert (b.output_file_id, b.error_file_id) == ("file-out", "file-err")
+    out = db.file_content("file-out", "t")
+    assert out == b'{"line": 1}\n{"line": 2}\n{"line": 4}\n'
+    assert db.file_content("file-err", "t") == b'{"line": 3}\n'
+    meta = db.get_file("file-out", "t")
+    assert meta is not None and meta.purpose == "batch_output" and meta.filename == "batch_1_output.jsonl"
+
+
+def test_cancel_finalizes_leftovers_and_pending_lines_block_completion(db: SQLiteDB) -> None:
+    started(db, 3)
+    [c] = db.claim("batch_1", "A", 1, LEASE, 1.0)
+    db.finish("batch_1", c.line_no, "A", True, "{}")
+    db.claim("batch_1", "A", 1, LEASE, 1.0)  # line 2 running, line 3 queued
+    assert db.set_status("batch_1", BatchStatus.CANCELLING, 2)
+    b = db.finalize("batch_1", BatchStatus.CANCELLED, Outputs("o", "e", 3), lambda cid: f'"{cid}"', 3)
+    assert b is not None and b.status is BatchStatus.CANCELLED and (b.completed, b.failed) == (1, 2)
+    assert db.file_content("e", "t") == b'"c1"\n"c2"\n'
+    assert all(v.state in (LineState.DONE, LineState.FAILED) for v in db.lines("batch_1"))
+    started(db, 1, "batch_2")
+    db.set_status("batch_2", BatchStatus.FINALIZING, 4)  # (a test shortcut: the line is still queued)
+    with pytest.raises(StoreError, match="still has 1 lines"):
+        db.finalize("batch_2", BatchStatus.COMPLETED, Outputs("o2", "e2", 5), None, 5)
+
+
+def test_validation_failure_records_errors_and_error_file(db: SQLiteDB) -> None:
+    db.create_batch(batch())
+    err = FileRecord("file-err", "t", "batch_output", "batch_1_error.jsonl", 2, 5)
+    assert db.fail_batch(
+        "batch_1", [{"code": "x", "line": 3, "message": "bad", "param": None}], (err, b"{}"), 5
+    )
+    b = db.get_batch("batch_1")
+    assert (
+        b is not None
+        and b.status is BatchStatus.FAILED
+        and b.errors == ({"code": "x", "line": 3, "message": "bad", "param": None},)
+    )
+    assert b.error_file_id == "file-err"
+    assert not db.fail_batch("batch_1", [], None, 6)  # no longer validating: nothing written
+
+
+def test_reopening_requeues_running_lines_and_the_lock_holds(tmp_path: Path) -> None:
+    db = SQLiteDB(tmp_path)
+    started(db, 3)
+    db.claim("batch_1", "A", 2, LEASE, 1.0)
+    with pytest.raises(StoreError, match="another laneway server"):
+        SQLiteDB(tmp_path)
+    db.close()  # (a crash: nothing released)
+    again = SQLiteDB(tmp_path)
+    try:
+        assert again.recovered == 2
+        assert [v.state for v in again.lines("batch_1")] == [LineState.QUEUED] * 3
+        assert [c.attempts for c in again.claim("batch_1", "B", 3, LEASE, 2.0)] == [2, 2, 1]
+    finally:
+        again.close()
+
+
+def test_async_store_runs_off_the_loop(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await SQLiteStore.open(tmp_path)
+        try:
+            await store.put_file(FileRecord("file-1", "", "batch", "a.jsonl", 1, 1), b"x")
+            results = await asyncio.gather(*(store.file_content("file-1", "") for _ in range(20)))
+            assert results == [b"x"] * 20
+            await store.create_batch(batch(tenant=""))
+            page, more = await store.list_batches("", limit=5)
+            assert [b.id for b in page] == ["batch_1"] and not more
+        finally:
+            await store.close()
+
+    asyncio.run(main())
