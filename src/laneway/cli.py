@@ -3,6 +3,8 @@
 ``laneway serve [--config FILE] [--host H] [--port P] [--model SPEC] [--slots N]
 [--data-dir DIR] [--insecure]`` (see :mod:`laneway.serve`)
 
+``laneway batch submit|status|results ...`` (see :mod:`laneway.batch.cli`)
+
 ``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
 [--slots N] [--seed N] [--requests N] [--json] [--report DIR]``
 
@@ -24,6 +26,8 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from laneway import __version__
+from laneway.batch.cli import BatchCliError
+from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError
 from laneway.core.inventory import Inventory
 from laneway.serve import ServeError, cmd_serve
@@ -108,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_serve_arguments(serve)
     serve.set_defaults(run=cmd_serve)
+    batch = commands.add_parser(
+        "batch",
+        help="submit batches to a running server and follow them (the Batch API)",
+        description="Client commands for the OpenAI Batch API of a running laneway server.",
+    )
+    add_batch_arguments(batch, _Parser)
     return parser
 
 
@@ -235,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         run: Any = args.run
         return int(run(args))
-    except (UsageError, ServeError) as exc:
+    except (UsageError, ServeError, BatchCliError) as exc:
         return _fail(str(exc))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0

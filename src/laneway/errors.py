@@ -114,3 +114,17 @@ class GenerationFailed(RequestError):
     status = 502
     type = "server_error"
     code = "generation_failed"
+
+
+class NotFound(RequestError):
+    """No such file or batch — or one that belongs to another tenant (404)."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(RequestError):
+    """The object is in a state that does not allow this (e.g. cancelling a finished batch) (409)."""
+
+    status = 409
+    code = "conflict"

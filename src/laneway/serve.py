@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without API keys configured"
     )
+    p.add_argument(
+        "--access-log", action="store_true", help="log every HTTP request (off by default: it costs CPU)"
+    )
 
 
 def resolve(args: argparse.Namespace) -> ServerConfig:
@@ -87,21 +90,34 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import os
     import uvicorn
+    if os.environ.get("LANEWAY_SWITCH_S"):
+        sys.setswitchinterval(float(os.environ["LANEWAY_SWITCH_S"]))
 
     from laneway.api import create_app
     from laneway.runtime import build_workers
+    from laneway.store import SQLiteStore, StoreError
 
     try:
         config = resolve(args)
     except ConfigError as exc:
         raise ServeError(str(exc)) from None
     note = check_exposure(config, args.insecure)
-    sock = bind(config.host, config.port)
+    try:
+        store = asyncio.run(SQLiteStore.open(config.data_dir))
+    except StoreError as exc:
+        raise ServeError(str(exc)) from None
+    try:
+        sock = bind(config.host, config.port)
+    except BaseException:
+        asyncio.run(store.close())
+        raise
     try:
         workers = asyncio.run(build_workers(config.workers, config.data_dir))
     except BaseException:
         sock.close()
+        asyncio.run(store.close())
         raise
     port = sock.getsockname()[1]
     slots = sum(w.capacity().slots for w in workers.values())
@@ -112,7 +128,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    app = create_app(config, workers)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on", ws="none"))
+    if store.db.recovered:
+        print(
+            f"laneway: {store.db.recovered} batch lines left running by the last run will run again",
+            file=sys.stderr,
+            flush=True,
+        )
+    app = create_app(config, workers, store)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="info", access_log=args.access_log, lifespan="on", ws="none")
+    )
     server.run(sockets=[sock])
     return 0

@@ -14,25 +14,41 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from laneway.api import completions, info
+from laneway.api import batches, completions, files, info
 from laneway.api.errors import on_http_error, on_request_error, on_unexpected
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.errors import RequestError
 from laneway.runtime import CHECKPOINTS, Runtime, build_workers
+from laneway.runtime.batches import BatchRunner
+from laneway.store import SQLiteStore, Store
 
 ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
     Route("/v1/completions", completions.completions, methods=["POST"]),
     Route("/v1/models", info.models, methods=["GET"]),
     Route("/v1/queue/estimate", info.queue_estimate, methods=["GET"]),
+    Route("/v1/files", files.upload, methods=["POST"]),
+    Route("/v1/files", files.list_files, methods=["GET"]),
+    Route("/v1/files/{file_id}", files.retrieve, methods=["GET"]),
+    Route("/v1/files/{file_id}", files.delete, methods=["DELETE"]),
+    Route("/v1/files/{file_id}/content", files.content, methods=["GET"]),
+    Route("/v1/batches", batches.create, methods=["POST"]),
+    Route("/v1/batches", batches.list_batches, methods=["GET"]),
+    Route("/v1/batches/{batch_id}", batches.retrieve, methods=["GET"]),
+    Route("/v1/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
     Route("/metrics", info.metrics, methods=["GET"]),
     Route("/healthz", info.healthz, methods=["GET"]),
     Route("/readyz", info.readyz, methods=["GET"]),
 ]
 
 
-def create_app(config: ServerConfig, workers: Mapping[str, Worker] | None = None) -> Starlette:
+def create_app(
+    config: ServerConfig, workers: Mapping[str, Worker] | None = None, store: Store | None = None
+) -> Starlette:
+    """``store``: an opened store the app takes over (closed at shutdown); else the SQLite
+    store in ``config.data_dir`` is opened at start-up."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         built = dict(workers) if workers is not None else await build_workers(config.workers, config.data_dir)
@@ -42,9 +58,22 @@ def create_app(config: ServerConfig, workers: Mapping[str, Worker] | None = None
         )
         app.state.runtime = runtime
         try:
+            opened = store if store is not None else await SQLiteStore.open(config.data_dir)
+        except BaseException:
+            await runtime.close()
+            raise
+        app.state.store = opened
+        runner = BatchRunner(runtime, opened)
+        app.state.batches = runner
+        try:
+            await runner.start()
             yield
         finally:
-            await runtime.close()
+            try:
+                await runner.close()
+                await runtime.close()
+            finally:
+                await opened.close()
 
     return Starlette(
         routes=ROUTES,

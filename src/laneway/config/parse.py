@@ -17,6 +17,7 @@ from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
     DEFAULT_SERVICE_TIERS,
     WORKER_TYPES,
+    BatchConfig,
     ServerConfig,
     TenantConfig,
     WorkerConfig,
@@ -66,10 +67,26 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         tenants=tenants,
         alert_wait_s=_alerts(top.table("alerts"), names),
         service_tiers=_tiers(top.table("service_tiers"), names),
+        batches=_batches(top.table("batches"), names),
     )
     server.done()
     top.done()
     return config
+
+
+def _batches(t: Table, names: tuple[str, ...]) -> BatchConfig:
+    base = BatchConfig()
+    out = BatchConfig(
+        default_priority=_rank(t, "default_priority", names, base.default_priority),
+        max_file_bytes=t.int("max_file_bytes", base.max_file_bytes, low=1024),
+        max_lines=t.int("max_lines", base.max_lines, low=1),
+        max_in_flight=t.int("max_in_flight", base.max_in_flight, low=1),
+        max_attempts=t.int("max_attempts", base.max_attempts, low=1),
+        lease_s=t.float("lease_s", base.lease_s, positive=True),
+        poll_s=t.float("poll_s", base.poll_s, positive=True),
+    )
+    t.done()
+    return out
 
 
 def _policy(server: Table) -> str:

@@ -69,6 +69,19 @@ class TenantConfig:
 
 
 @dataclass(frozen=True)
+class BatchConfig:
+    """``[batches]``: the Batch API's limits and how the runner feeds the scheduler."""
+
+    default_priority: int = 2  # class of a batch whose metadata names none
+    max_file_bytes: int = 200 << 20  # larger uploads are answered 413
+    max_lines: int = 50_000  # a longer input file fails validation
+    max_in_flight: int | None = None  # lines of one batch submitted at once; None: 2 × all slots, ≥ 8
+    max_attempts: int = 5  # runs of one line (crashes and worker failures) before it fails
+    lease_s: float = 60.0  # a claimed line is the runner's for this long, renewed while it lives
+    poll_s: float = 1.0  # how often the runner looks for batches and status changes it was not told of
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -83,6 +96,7 @@ class ServerConfig:
     tenants: tuple[TenantConfig, ...] = ()
     alert_wait_s: tuple[float | None, ...] = DEFAULT_ALERT_WAIT_S
     service_tiers: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SERVICE_TIERS))
+    batches: BatchConfig = field(default_factory=BatchConfig)
 
     @property
     def auth(self) -> bool:

@@ -1,0 +1,108 @@
+"""``/v1/files``: upload (multipart, purpose ``batch``, JSONL), list, retrieve, content, delete.
+
+A tenant sees only its own files: another tenant's file id is a 404.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from laneway.api.objects import file_object, limit_param, page
+from laneway.api.params import authenticate
+from laneway.config.schema import ServerConfig
+from laneway.errors import InvalidRequest, NotFound, PayloadTooLarge
+from laneway.store.base import FileRecord, Store
+
+PURPOSES = ("batch",)
+FORM_OVERHEAD = 64 << 10  # multipart headers and the purpose field, on top of the file
+
+
+def tenant_of(request: Request, config: ServerConfig) -> str:
+    tenant = authenticate(request, config)
+    return tenant.name if tenant is not None else ""
+
+
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def _config(request: Request) -> ServerConfig:
+    config: ServerConfig = request.app.state.runtime.config
+    return config
+
+
+async def upload(request: Request) -> Response:
+    config = _config(request)
+    tenant = tenant_of(request, config)
+    limit = config.batches.max_file_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit + FORM_OVERHEAD:
+        raise PayloadTooLarge(f"the upload is {declared} bytes; files may have at most {limit}")
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise InvalidRequest("upload a file as multipart/form-data with fields 'file' and 'purpose'")
+    async with request.form(max_files=1, max_fields=8) as form:
+        purpose = form.get("purpose")
+        if purpose not in PURPOSES:
+            raise InvalidRequest(
+                f"purpose must be one of {', '.join(PURPOSES)}, got {purpose!r}", param="purpose"
+            )
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidRequest("the form has no 'file' part", param="file")
+        content = await upload.read(limit + 1)
+        filename = upload.filename or "upload.jsonl"
+    if len(content) > limit:
+        raise PayloadTooLarge(f"the file is over the limit of {limit} bytes")
+    record = FileRecord(
+        "file-" + uuid.uuid4().hex[:24], tenant, str(purpose), filename, len(content), int(time.time())
+    )
+    await _store(request).put_file(record, content)
+    return JSONResponse(file_object(record))
+
+
+async def list_files(request: Request) -> Response:
+    tenant = tenant_of(request, _config(request))
+    query = request.query_params
+    limit = limit_param(query, maximum=10_000)
+    records, more = await _store(request).list_files(
+        tenant, limit=limit, after=query.get("after"), purpose=query.get("purpose")
+    )
+    return JSONResponse(page(records, more, file_object))
+
+
+async def _file(request: Request) -> tuple[str, str]:
+    tenant = tenant_of(request, _config(request))
+    return tenant, request.path_params["file_id"]
+
+
+def _missing(file_id: str) -> NotFound:
+    return NotFound(f"no such file: {file_id}", param="file_id")
+
+
+async def retrieve(request: Request) -> Response:
+    tenant, file_id = await _file(request)
+    record = await _store(request).get_file(file_id, tenant)
+    if record is None:
+        raise _missing(file_id)
+    return JSONResponse(file_object(record))
+
+
+async def content(request: Request) -> Response:
+    tenant, file_id = await _file(request)
+    data = await _store(request).file_content(file_id, tenant)
+    if data is None:
+        raise _missing(file_id)
+    return Response(data, media_type="application/octet-stream")
+
+
+async def delete(request: Request) -> Response:
+    tenant, file_id = await _file(request)
+    if not await _store(request).delete_file(file_id, tenant):
+        raise _missing(file_id)
+    return JSONResponse({"id": file_id, "object": "file", "deleted": True})

@@ -1,0 +1,1 @@
+"""The Batch API's pure parts: input validation, completion windows, result lines."""

@@ -1,0 +1,146 @@
+"""Checking a batch input file (OpenAI's JSONL) before any line runs.
+
+Each line is ``{"custom_id": str, "method": "POST", "url": ENDPOINT, "body": {...}}``
+where ``url`` is the batch's endpoint and ``body`` a request that endpoint
+would accept (the same parsing as the live API: model served, parameters in
+range, no streaming). Every bad line is reported with its 1-based line number;
+one bad line fails the whole batch, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneway.api.params import parse_job
+from laneway.config.schema import ServerConfig
+from laneway.errors import ModelNotFound, RequestError
+from laneway.store.base import NewLine
+
+ENDPOINTS = {"/v1/chat/completions": True, "/v1/completions": False}  # endpoint -> chat?
+MAX_CUSTOM_ID = 512
+MAX_WINDOW_S = 30 * 86400
+_WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def window_seconds(text: object) -> int:
+    """``"24h"`` → 86400 (also ``s``, ``m``, ``d``); ``ValueError`` if it is not such a duration."""
+    m = _WINDOW.match(text) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"completion_window must be a duration like '24h' (s, m, h or d), got {text!r}")
+    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]
+    if not 1 <= seconds <= MAX_WINDOW_S:
+        raise ValueError(f"completion_window must be between 1s and 30d, got {text!r}")
+    return seconds
+
+
+@dataclass
+class Validated:
+    lines: list[NewLine] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)  # {"code", "line", "message", "param"}
+    custom_ids: dict[int, str] = field(default_factory=dict)  # line -> custom_id, where one was read
+
+    def bad(self, line: int | None, code: str, message: str, param: str | None = None) -> None:
+        where = f"line {line}: " if line is not None else ""
+        self.errors.append({"code": code, "line": line, "message": where + message, "param": param})
+
+
+def validate_input(content: bytes, endpoint: str, config: ServerConfig, models: tuple[str, ...]) -> Validated:
+    out = Validated()
+    chat = ENDPOINTS[endpoint]
+    limit = config.batches.max_lines
+    seen: dict[str, int] = {}
+    count = 0
+    for number, raw in enumerate(content.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        count += 1
+        if count > limit:
+            continue
+        if len(raw) > config.max_body_bytes:
+            out.bad(
+                number,
+                "line_too_large",
+                f"the line is {len(raw)} bytes; the limit is {config.max_body_bytes}",
+            )
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            out.bad(number, "invalid_json_line", f"not valid JSON: {exc}")
+            continue
+        if not isinstance(obj, dict):
+            out.bad(number, "invalid_json_line", "each line must be a JSON object")
+            continue
+        line = _check_line(out, number, obj, endpoint, chat, config, models)
+        if line is None:
+            continue
+        first = seen.get(line.custom_id)
+        if first is not None:
+            out.bad(
+                number,
+                "duplicate_custom_id",
+                f"custom_id {line.custom_id!r} is also on line {first}",
+                "custom_id",
+            )
+            continue
+        seen[line.custom_id] = number
+        out.lines.append(line)
+    if count > limit:
+        out.bad(None, "too_many_requests", f"the file has {count} requests; a batch may have at most {limit}")
+    elif count == 0:
+        out.bad(None, "empty_file", "the input file has no requests")
+    return out
+
+
+def _check_line(
+    out: Validated,
+    number: int,
+    obj: dict[str, Any],
+    endpoint: str,
+    chat: bool,
+    config: ServerConfig,
+    models: tuple[str, ...],
+) -> NewLine | None:
+    cid = obj.get("custom_id")
+    if not isinstance(cid, str) or not cid or len(cid) > MAX_CUSTOM_ID:
+        out.bad(
+            number,
+            "invalid_custom_id",
+            f"custom_id must be a string of 1–{MAX_CUSTOM_ID} characters",
+            "custom_id",
+        )
+        return None
+    out.custom_ids[number] = cid
+    if obj.get("method", "POST") != "POST":
+        out.bad(number, "invalid_method", f"method must be POST, got {obj.get('method')!r}", "method")
+        return None
+    if obj.get("url") != endpoint:
+        out.bad(
+            number,
+            "invalid_url",
+            f"url must be the batch's endpoint {endpoint}, got {obj.get('url')!r}",
+            "url",
+        )
+        return None
+    body = obj.get("body")
+    if not isinstance(body, dict):
+        out.bad(number, "invalid_body", "body must be a JSON object (the request)", "body")
+        return None
+    if body.get("stream"):
+        out.bad(number, "invalid_request", "streaming is not available in a batch", "body.stream")
+        return None
+    try:
+        parse_job(body, chat, config, models)
+    except ModelNotFound as exc:
+        out.bad(number, "model_not_found", exc.message, "body.model")
+        return None
+    except RequestError as exc:
+        out.bad(
+            number, exc.code or "invalid_request", exc.message, f"body.{exc.param}" if exc.param else "body"
+        )
+        return None
+    return NewLine(number, cid, json.dumps(body, separators=(",", ":"), ensure_ascii=False))

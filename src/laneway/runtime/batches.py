@@ -1,0 +1,319 @@
+"""The batch runner: feeds stored batch lines into the same scheduler as live traffic.
+
+One driver task per active batch. It validates a new batch's input file,
+then claims lines from the store a few at a time (at most ``max_in_flight``
+per batch are submitted to the runtime at once, so a batch of 10^5 lines
+never floods the core queue but keeps enough queued to keep every slot
+busy), submits each at the batch's class (so P0/P1 work preempts it) with the
+rest of the completion window as its queue timeout, and writes each result
+once. When no line is left it finalizes: output and error files, status.
+
+Nothing here assumes it is the only runner: lines are claimed atomically with
+a lease (renewed while this process lives), results are written only by the
+claim's owner, and status changes follow the store's transition table. On
+start the runner picks up every active batch in the store; lines that were
+running when a previous process died are claimed and run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from laneway.api.formats import Shape
+from laneway.api.params import parse_job
+from laneway.batch import results
+from laneway.batch.validate import ENDPOINTS, validate_input
+from laneway.errors import Deferred, GenerationFailed, RequestError
+from laneway.runtime.runtime import Runtime
+from laneway.runtime.ticket import Ticket
+from laneway.store.base import (
+    ACTIVE,
+    BatchRecord,
+    BatchStatus,
+    ClaimedLine,
+    FileRecord,
+    Outputs,
+    Store,
+)
+
+log = logging.getLogger("laneway.batches")
+
+MAX_LISTED_ERRORS = 1000  # validation errors listed in the batch object (the error file has all)
+MAX_RETRY_AFTER_S = 30.0
+RETRY_FAILED_S = 1.0  # back-off before running a line again after a worker failure
+
+
+def new_file_id() -> str:
+    return "file-" + uuid.uuid4().hex[:24]
+
+
+@dataclass(eq=False)
+class _Driver:
+    batch_id: str
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    recheck: bool = False  # re-read the batch's status (a cancel came in)
+    stopping: bool = False  # cancelling or expiring: line outcomes are no longer written
+    running: dict[int, asyncio.Task[None]] = field(default_factory=dict)  # line -> its task
+    tickets: dict[int, Ticket] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        runtime: Runtime,
+        store: Store,
+        *,
+        owner: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.rt = runtime
+        self.store = store
+        self.cfg = runtime.config.batches
+        self.clock = clock
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        slots = sum(w.capacity().slots for w in runtime.workers.values())
+        self.max_in_flight = self.cfg.max_in_flight or max(8, 2 * slots)
+        self._drivers: dict[str, _Driver] = {}
+        self._housekeeper: asyncio.Task[None] | None = None
+        self.closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Resume every active batch in the store, then keep looking for new ones."""
+        for batch in await self.store.batches_in(ACTIVE):
+            self.track(batch.id)
+        self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping())
+
+    async def close(self) -> None:
+        """Stop feeding lines; what was running goes back to the queue for the next start."""
+        self.closed = True
+        tasks: list[asyncio.Task[None]] = []
+        if self._housekeeper is not None:
+            tasks.append(self._housekeeper)
+        for d in list(self._drivers.values()):
+            d.stopping = True
+            for ticket in list(d.tickets.values()):
+                self.rt.cancel(ticket)
+            tasks.extend(d.running.values())
+            if d.task is not None:
+                tasks.append(d.task)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.store.release_owner(self.owner)
+
+    def track(self, batch_id: str) -> None:
+        """Drive ``batch_id`` (if no driver does yet)."""
+        if self.closed or batch_id in self._drivers:
+            return
+        d = _Driver(batch_id)
+        self._drivers[batch_id] = d
+        d.task = asyncio.get_running_loop().create_task(self._drive(d))
+        d.task.add_done_callback(lambda task, d=d: self._driver_done(d, task))
+
+    def poke(self, batch_id: str) -> None:
+        """The batch's status changed (a cancel): its driver looks now rather than at its next poll."""
+        d = self._drivers.get(batch_id)
+        if d is not None:
+            d.recheck = True
+            d.wake.set()
+
+    def _driver_done(self, d: _Driver, task: asyncio.Task[None]) -> None:
+        if self._drivers.get(d.batch_id) is d:
+            del self._drivers[d.batch_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("batch %s: driver failed", d.batch_id, exc_info=task.exception())
+
+    async def _housekeeping(self) -> None:
+        renewed = self.clock()
+        while True:
+            await asyncio.sleep(self.cfg.poll_s)
+            try:
+                now = self.clock()
+                if now - renewed >= self.cfg.lease_s / 3:
+                    await self.store.renew(self.owner, self.cfg.lease_s, now)
+                    renewed = now
+                for batch in await self.store.batches_in(ACTIVE):
+                    self.track(batch.id)
+            except Exception:
+                log.exception("batch housekeeping failed")
+
+    # ------------------------------------------------------------------ one batch
+    async def _drive(self, d: _Driver) -> None:
+        b = await self.store.get_batch(d.batch_id)
+        if b is None:
+            return
+        if b.status is BatchStatus.VALIDATING:
+            b = await self._validate(b)
+        checked = self.clock()
+        while b.status is BatchStatus.IN_PROGRESS:
+            now = self.clock()
+            if now >= b.expires_at:
+                await self._stop_lines(d)
+                b = await self._finalize(
+                    b, BatchStatus.EXPIRED, "batch_expired", "the completion window ended"
+                )
+                return
+            free = self.max_in_flight - len(d.running)
+            claimed = (
+                await self.store.claim(b.id, self.owner, free, self.cfg.lease_s, now) if free > 0 else []
+            )
+            for line in claimed:
+                self._start_line(d, b, line)
+            if not d.running and not claimed and await self.store.pending(b.id) == 0:
+                await self.store.set_status(b.id, BatchStatus.FINALIZING, int(self.clock()))
+                b = await self._reread(b)
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(d.wake.wait(), max(0.0, min(self.cfg.poll_s, b.expires_at - now)))
+            d.wake.clear()
+            if d.recheck or self.clock() - checked >= self.cfg.poll_s:
+                d.recheck = False
+                checked = self.clock()
+                b = await self._reread(b)
+        if b.status is BatchStatus.FINALIZING:
+            await self._finalize(b, BatchStatus.COMPLETED, None, "")
+        elif b.status is BatchStatus.CANCELLING:
+            await self._stop_lines(d)
+            await self._finalize(b, BatchStatus.CANCELLED, "batch_cancelled", "the batch was cancelled")
+
+    async def _reread(self, b: BatchRecord) -> BatchRecord:
+        return await self.store.get_batch(b.id) or b
+
+    async def _validate(self, b: BatchRecord) -> BatchRecord:
+        content = await self.store.file_content(b.input_file_id, b.tenant)
+        now = int(self.clock())
+        if content is None:
+            errors = [
+                {
+                    "code": "file_not_found",
+                    "line": None,
+                    "message": "the input file was deleted",
+                    "param": None,
+                }
+            ]
+            await self.store.fail_batch(b.id, errors, None, now)
+            return await self._reread(b)
+        checked = await asyncio.to_thread(validate_input, content, b.endpoint, self.rt.config, self.rt.models)
+        if checked.errors:
+            lines = [
+                results.unanswered(checked.custom_ids.get(e["line"]), e["code"], e["message"], e["line"])
+                for e in checked.errors
+            ]
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            record = FileRecord(
+                new_file_id(), b.tenant, "batch_output", f"{b.id}_error.jsonl", len(data), now
+            )
+            await self.store.fail_batch(b.id, checked.errors[:MAX_LISTED_ERRORS], (record, data), now)
+            log.info("batch %s failed validation: %d errors", b.id, len(checked.errors))
+        else:
+            await self.store.start_batch(b.id, checked.lines, now)
+        return await self._reread(b)
+
+    async def _finalize(
+        self, b: BatchRecord, status: BatchStatus, code: str | None, message: str
+    ) -> BatchRecord:
+        leftover = None if code is None else (lambda cid: results.unanswered(cid, code, message))
+        now = int(self.clock())
+        outputs = Outputs(new_file_id(), new_file_id(), now)
+        done = await self.store.finalize(b.id, status, outputs, leftover, now)
+        if done is None:  # another runner got there first, or the status moved
+            return await self._reread(b)
+        log.info(
+            "batch %s %s: %d completed, %d failed of %d",
+            b.id,
+            status,
+            done.completed,
+            done.failed,
+            done.total,
+        )
+        return done
+
+    async def _stop_lines(self, d: _Driver) -> None:
+        d.stopping = True
+        for ticket in list(d.tickets.values()):
+            self.rt.cancel(ticket)
+        await asyncio.gather(*d.running.values(), return_exceptions=True)
+
+    # ------------------------------------------------------------------ one line
+    def _start_line(self, d: _Driver, b: BatchRecord, line: ClaimedLine) -> None:
+        task = asyncio.get_running_loop().create_task(self._line(d, b, line))
+        d.running[line.line_no] = task
+
+        def ended(_: asyncio.Task[None]) -> None:
+            d.running.pop(line.line_no, None)
+            d.tickets.pop(line.line_no, None)
+            d.wake.set()
+
+        task.add_done_callback(ended)
+
+    async def _line(self, d: _Driver, b: BatchRecord, line: ClaimedLine) -> None:
+        try:
+            await self._run_line(d, b, line)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the store failed: try to hand the line back so it runs again
+            log.exception("batch %s line %d: could not record its outcome", b.id, line.line_no)
+            with contextlib.suppress(Exception):
+                await self._retry(line, RETRY_FAILED_S, count_attempt=True)
+
+    async def _run_line(self, d: _Driver, b: BatchRecord, line: ClaimedLine) -> None:
+        cid = line.custom_id
+        if line.attempts > self.cfg.max_attempts:
+            message = f"the request was started {line.attempts - 1} times without finishing"
+            await self._write(line, False, results.unanswered(cid, "too_many_attempts", message))
+            return
+        chat = ENDPOINTS[b.endpoint]
+        rid = ""
+        try:
+            parsed = parse_job(json.loads(line.body), chat, self.rt.config, self.rt.models)
+            rid = parsed.job.id
+            ticket = self.rt.submit(
+                parsed.job,
+                b.priority,
+                tenant=b.tenant or None,
+                preemptible=True,
+                timeout_s=max(1.0, b.expires_at - self.clock()),
+            )
+        except Deferred as exc:  # quota or overload: later
+            await self._retry(line, exc.retry_after_s, count_attempt=False)
+            return
+        except RequestError as exc:  # e.g. the model is no longer served
+            await self._write(line, False, results.refused(cid, rid, exc))
+            return
+        d.tickets[line.line_no] = ticket
+        try:
+            done = await ticket.result()
+        except RequestError as exc:
+            if d.stopping:
+                return
+            if isinstance(exc, Deferred):
+                await self._retry(line, exc.retry_after_s, count_attempt=False)
+            elif isinstance(exc, GenerationFailed) and line.attempts < self.cfg.max_attempts:
+                await self._retry(line, RETRY_FAILED_S, count_attempt=True)
+            else:
+                await self._write(line, False, results.refused(cid, rid, exc))
+            return
+        shape = Shape(chat, rid, parsed.job.model, int(self.clock()))
+        body = shape.final(done.text, done.finish_reason, done.usage, ticket)
+        await self._write(line, True, results.answered(cid, rid, 200, body))
+
+    async def _write(self, line: ClaimedLine, ok: bool, result: str) -> None:
+        if not await self.store.finish(line.batch_id, line.line_no, self.owner, ok, result):
+            log.warning("batch %s line %d: no longer ours; result dropped", line.batch_id, line.line_no)
+
+    async def _retry(self, line: ClaimedLine, after_s: float, *, count_attempt: bool) -> None:
+        not_before = self.clock() + min(max(after_s, 0.0), MAX_RETRY_AFTER_S)
+        await self.store.release(
+            line.batch_id, line.line_no, self.owner, not_before=not_before, count_attempt=count_attempt
+        )

@@ -1,0 +1,103 @@
+"""The official openai client against a live server: files, batches, results, cancel, expiry."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from batch_util import chat_line, client, jsonl, lines_of, submit, wait
+from live_server import LiveServer
+
+
+def test_files_roundtrip(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    data = jsonl([chat_line("a")])
+    f = c.files.create(file=("mine.jsonl", data), purpose="batch")
+    assert f.object == "file" and f.purpose == "batch" and f.bytes == len(data) and f.filename == "mine.jsonl"
+    assert c.files.retrieve(f.id).id == f.id
+    assert c.files.content(f.id).content == data
+    assert f.id in [x.id for x in c.files.list(purpose="batch")]
+    deleted = c.files.delete(f.id)
+    assert deleted.deleted and deleted.id == f.id
+    with pytest.raises(openai.NotFoundError):
+        c.files.retrieve(f.id)
+    with pytest.raises(openai.NotFoundError):
+        c.files.delete(f.id)
+
+
+def test_batch_runs_to_completion_with_one_result_per_custom_id(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    b = submit(c, [chat_line(f"req-{i}", max_tokens=1 + i % 4) for i in range(40)], metadata={"team": "x"})
+    assert b.status == "validating" and b.object == "batch" and b.metadata == {"team": "x"}
+    assert b.expires_at - b.created_at == 86400 and b.model_extra["laneway"]["priority"] == "P2"
+    b = wait(c, b.id)
+    assert b.status == "completed" and b.error_file_id is None
+    assert (b.request_counts.total, b.request_counts.completed, b.request_counts.failed) == (40, 40, 0)
+    assert b.in_progress_at is not None and b.finalizing_at is not None and b.completed_at is not None
+    out = lines_of(c, b.output_file_id)
+    assert [o["custom_id"] for o in out] == [f"req-{i}" for i in range(40)]  # input order
+    first = out[0]
+    assert first["id"].startswith("batch_req_") and first["error"] is None
+    resp = first["response"]
+    assert resp["status_code"] == 200 and resp["request_id"] == resp["body"]["id"]
+    assert resp["body"]["object"] == "chat.completion" and resp["body"]["usage"]["completion_tokens"] == 1
+    assert resp["body"]["laneway"]["priority"] == "P2"
+    meta = c.files.retrieve(b.output_file_id)
+    assert meta.purpose == "batch_output" and meta.filename == f"{b.id}_output.jsonl"
+
+
+def test_completions_endpoint_priority_and_list_pages(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    line = {
+        "custom_id": "p",
+        "method": "POST",
+        "url": "/v1/completions",
+        "body": {"model": "sim", "prompt": "x", "max_tokens": 2},
+    }
+    ids = [submit(c, [line], endpoint="/v1/completions", metadata={"priority": "P3"}).id for _ in range(3)]
+    done = [wait(c, i) for i in ids]
+    assert all(b.status == "completed" and b.model_extra["laneway"]["priority"] == "P3" for b in done)
+    body = lines_of(c, done[0].output_file_id)[0]["response"]["body"]
+    assert body["object"] == "text_completion" and body["laneway"]["priority"] == "P3"
+    page = c.batches.list(limit=2)
+    assert [b.id for b in page.data] == ids[::-1][:2] and page.has_more
+    rest = c.batches.list(limit=2, after=page.data[-1].id)
+    assert rest.data[0].id == ids[0]
+    seen = [b.id for b in c.batches.list(limit=1)]  # the client pages through every batch
+    assert seen[:3] == ids[::-1]
+    raw = httpx.get(batch_server.base_url + "/batches", params={"limit": 2}).json()
+    assert raw["first_id"] == ids[2] and raw["last_id"] == ids[1] and raw["has_more"] is True
+
+
+def test_cancel_keeps_results_so_far(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    b = submit(c, [chat_line(f"c{i}", max_tokens=200) for i in range(60)])  # ~0.4 s a line, 4 at a time
+    wait(c, b.id, until=["in_progress"])
+    cancelled = c.batches.cancel(b.id)
+    assert cancelled.status in ("cancelling", "cancelled")
+    b = wait(c, b.id)
+    assert b.status == "cancelled" and b.cancelled_at is not None
+    counts = b.request_counts
+    assert counts.total == 60 and counts.completed + counts.failed == 60 and counts.completed < 60
+    out, err = lines_of(c, b.output_file_id), lines_of(c, b.error_file_id)
+    ids = [x["custom_id"] for x in out + err]
+    assert sorted(ids) == sorted(f"c{i}" for i in range(60))  # each exactly once
+    assert {e["error"]["code"] for e in err} == {"batch_cancelled"}
+    assert c.batches.cancel(b.id).status == "cancelled"  # again: no change
+    finished = wait(c, submit(c, [chat_line("one")]).id)
+    with pytest.raises(openai.ConflictError):
+        c.batches.cancel(finished.id)
+
+
+def test_expiry_keeps_partial_results(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    # 0.4 s a line, 4 at a time: 4 s in all; the window ends 1–2 s after creation
+    b = submit(c, [chat_line(f"e{i}", max_tokens=200) for i in range(40)], completion_window="2s")
+    b = wait(c, b.id, timeout_s=15)
+    assert b.status == "expired" and b.expired_at is not None
+    assert 0 < b.request_counts.completed < 40
+    assert b.request_counts.completed + b.request_counts.failed == 40
+    out, err = lines_of(c, b.output_file_id), lines_of(c, b.error_file_id)
+    assert sorted(x["custom_id"] for x in out + err) == sorted(f"e{i}" for i in range(40))
+    assert err and all(e["error"]["code"] == "batch_expired" and e["response"] is None for e in err)

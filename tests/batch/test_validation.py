@@ -1,0 +1,115 @@
+"""Bad input fails the batch with every bad line named (OpenAI behaviour), never a 500."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from batch_util import chat_line, client, jsonl, lines_of, submit, wait
+from laneway.batch.validate import window_seconds
+from live_server import LiveServer
+
+
+def test_bad_lines_fail_the_batch_naming_each(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    lines = [
+        chat_line("ok-1"),
+        "{not json",
+        chat_line("ok-1"),  # duplicate custom_id
+        {**chat_line("url"), "url": "/v1/embeddings"},
+        chat_line("model", model="gpt-nope"),
+        chat_line("param", max_tokens=0),
+        {"custom_id": 7, "method": "POST", "url": "/v1/chat/completions", "body": {}},
+        "[1, 2]",
+        chat_line("stream", stream=True),
+        "",  # blank lines are skipped
+        chat_line("ok-2"),
+    ]
+    b = wait(c, submit(c, lines).id)
+    assert b.status == "failed" and b.failed_at is not None and b.output_file_id is None
+    errors = [(e.line, e.code) for e in b.errors.data]
+    assert errors == [
+        (2, "invalid_json_line"),
+        (3, "duplicate_custom_id"),
+        (4, "invalid_url"),
+        (5, "model_not_found"),
+        (6, "invalid_request"),
+        (7, "invalid_custom_id"),
+        (8, "invalid_json_line"),
+        (9, "invalid_request"),
+    ]
+    assert all(e.message.startswith(f"line {e.line}: ") for e in b.errors.data)
+    err = lines_of(c, b.error_file_id)
+    assert [(e["error"]["line"], e["custom_id"]) for e in err][:4] == [
+        (2, None),
+        (3, "ok-1"),
+        (4, "url"),
+        (5, "model"),
+    ]
+    assert b.request_counts.total == 0
+
+
+def test_too_many_lines_and_empty_files_fail(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    big = wait(c, submit(c, [chat_line(f"n{i}") for i in range(501)]).id)  # the fixture allows 500
+    assert big.status == "failed" and [e.code for e in big.errors.data] == ["too_many_requests"]
+    empty = wait(c, submit(c, ["", "  "]).id)
+    assert empty.status == "failed" and [e.code for e in empty.errors.data] == ["empty_file"]
+
+
+def test_request_errors_at_creation(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    f = c.files.create(file=("a.jsonl", jsonl([chat_line("a")])), purpose="batch")
+    with pytest.raises(openai.BadRequestError, match="endpoint must be one of"):
+        c.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+    with pytest.raises(openai.BadRequestError, match="completion_window"):
+        c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="soon")  # type: ignore[arg-type]
+    with pytest.raises(openai.NotFoundError):
+        c.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.BadRequestError, match="unknown priority"):
+        c.batches.create(
+            input_file_id=f.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"priority": "P9"},
+        )
+    with pytest.raises(openai.NotFoundError):
+        c.batches.retrieve("batch_nope")
+    with pytest.raises(openai.BadRequestError, match="purpose"):
+        c.files.create(file=("a.jsonl", b"{}\n"), purpose="fine-tune")
+    with pytest.raises(openai.APIStatusError) as too_big:
+        c.files.create(file=("big.jsonl", b"x" * (400 << 10)), purpose="batch")
+    assert too_big.value.status_code == 413
+    r = httpx.post(
+        batch_server.base_url + "/files", content=b"{}", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.get(batch_server.base_url + "/batches", params={"limit": "0"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limit"
+    r = httpx.post(batch_server.base_url + "/batches", content=b"nope")
+    assert r.status_code == 400
+
+
+def test_deleted_input_fails_validation(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    f = c.files.create(file=("a.jsonl", jsonl([chat_line("a")])), purpose="batch")
+    r = httpx.post(
+        batch_server.base_url + "/batches",
+        json={"input_file_id": f.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+    )
+    assert r.status_code == 200
+    c.files.delete(f.id)  # it may still validate first: either way, never a 500
+    b = wait(c, r.json()["id"])
+    assert b.status in ("failed", "completed")
+    if b.status == "failed":
+        assert b.errors.data[0].code == "file_not_found"
+
+
+def test_window_seconds() -> None:
+    assert [window_seconds(w) for w in ("24h", "90s", "5m", "2d")] == [86400, 90, 300, 172800]
+    for bad in ("", "24", "h", "0s", "31d", 24, None, json):
+        with pytest.raises(ValueError):
+            window_seconds(bad)
