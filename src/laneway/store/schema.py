@@ -71,7 +71,7 @@ CREATE = (
         result TEXT,
         PRIMARY KEY (batch_id, line_no),
         UNIQUE (batch_id, custom_id)
-    ) WITHOUT ROWID""",
+    )""",
     f"CREATE INDEX IF NOT EXISTS {LINES}_by_state ON {LINES} (batch_id, state, line_no)",
     f"CREATE INDEX IF NOT EXISTS {LINES}_by_owner ON {LINES} (owner) WHERE owner IS NOT NULL",
     f"""CREATE TRIGGER IF NOT EXISTS {LINES}_result_once
