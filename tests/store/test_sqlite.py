@@ -86,6 +86,8 @@ def test_claim_finish_release_and_counts(db: SQLiteDB) -> None:
     b = db.get_batch("batch_1")
     assert b is not None and (b.completed, b.failed, b.total) == (1, 1, 5)
     assert db.pending("batch_1") == 3
+    assert db.release_owner("A") == 1 and db.release_owner("A") == 0  # an orderly stop of A
+    assert [(c.line_no, c.attempts) for c in db.claim("batch_1", "C", 5, LEASE, 1010.0)] == [(3, 1)]
 
 
 def test_expired_lease_is_claimable_and_the_stale_owner_loses(db: SQLiteDB) -> None:

@@ -187,7 +187,9 @@ class Store(Protocol):
     ) -> bool:
         """Put a running line back in the queue (to be claimed again after ``not_before``)."""
 
-    async def release_owner(self, owner: str) -> int: ...
+    async def release_owner(self, owner: str) -> int:
+        """An orderly stop of ``owner``: its running lines go back to the queue, the run not counted."""
+
     async def pending(self, batch_id: str) -> int:
         """Lines not ended yet (queued or running)."""
 

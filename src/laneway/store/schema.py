@@ -156,8 +156,8 @@ RELEASE = (
     f"UPDATE {LINES} SET state = 'queued', owner = NULL, lease_until = NULL, not_before = ?, "
     "attempts = attempts - ? WHERE batch_id = ? AND line_no = ? AND state = 'running' AND owner = ?"
 )
-RELEASE_OWNER = (
-    f"UPDATE {LINES} SET state = 'queued', owner = NULL, lease_until = NULL "
+RELEASE_OWNER = (  # an orderly stop: the interrupted run does not count as an attempt
+    f"UPDATE {LINES} SET state = 'queued', owner = NULL, lease_until = NULL, attempts = MAX(attempts - 1, 0) "
     "WHERE owner = ? AND state = 'running'"
 )
 RELEASE_ALL = f"UPDATE {LINES} SET state = 'queued', owner = NULL, lease_until = NULL WHERE state = 'running'"
