@@ -90,10 +90,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import os
     import uvicorn
-    if os.environ.get("LANEWAY_SWITCH_S"):
-        sys.setswitchinterval(float(os.environ["LANEWAY_SWITCH_S"]))
 
     from laneway.api import create_app
     from laneway.runtime import build_workers
