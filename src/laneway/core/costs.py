@@ -11,11 +11,15 @@ multi-head attention) on one datacentre GPU:
 So checkpointing a request that holds 2,000 tokens moves ~1 GiB: ~65 ms to
 save and as much to restore; recomputing it re-prefills 2,000 tokens: ~0.25 s.
 Requests given only a duration are converted to tokens with the decode speed.
+
+A worker that reports what its checkpoints really cost (bytes, tokens held,
+seconds to save) replaces these defaults as measurements come in
+(:meth:`CostModel.observed`), so victim choice weighs real figures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from laneway.core.errors import ConfigError
 
@@ -35,6 +39,20 @@ class CostModel:
                 raise ConfigError(f"costs.{name}: must be > 0")
         if self.kv_bytes_per_token < 0 or self.step_s < 0 or self.default_prompt_tokens < 0:
             raise ConfigError("costs: sizes and times must be >= 0")
+
+    def observed(self, nbytes: int, tokens: int, save_s: float | None, weight: float = 0.3) -> CostModel:
+        """This model moved toward one measured checkpoint (an exponential average).
+
+        ``nbytes`` of KV cache for ``tokens`` held gives the bytes per token;
+        ``save_s`` (the copy alone) gives the host-link bandwidth.
+        """
+        if nbytes <= 0 or tokens <= 0:
+            return self
+        per_token = (1 - weight) * self.kv_bytes_per_token + weight * nbytes / tokens
+        link = self.host_link_bytes_s
+        if save_s is not None and save_s > 0:
+            link = (1 - weight) * link + weight * nbytes / save_s
+        return replace(self, kv_bytes_per_token=max(round(per_token), 1), host_link_bytes_s=link)
 
     def tokens_held(self, prompt_tokens: int, generated: int) -> int:
         return (prompt_tokens or self.default_prompt_tokens) + generated

@@ -86,6 +86,7 @@ class GpuPlacement:
         self.evictions = 0
         self._seq = 0
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
+        self.down: set[str] = set()  # replicas out of placement until they recover
         # preloads are placed best-fit next to each other, in naive mode too (its
         # "first idle GPU, evict what is there" would evict the preloads before)
         self.naive = False
@@ -106,7 +107,7 @@ class GpuPlacement:
         best: WorkerState | None = None
         for r in self.by_model.get(req.model, ()):  # type: ignore[arg-type]
             w = r.worker
-            if not r.ready or w.free <= 0 or not w.spec.admits(req.cls):
+            if not r.ready or w.free <= 0 or not w.spec.admits(req.cls) or w.id in self.down:
                 continue
             if r.draining:
                 if now < r.draining:
@@ -128,7 +129,12 @@ class GpuPlacement:
                 continue
             for r in self.on_gpu[g.id].values():
                 # (a multi-GPU replica may span a GPU reserved for other classes)
-                if r.model is model and r.worker.spec.admits(req.cls) and all(map(self._idle_gpu, r.gpus)):
+                if (
+                    r.model is model
+                    and r.worker.spec.admits(req.cls)
+                    and r.worker.id not in self.down
+                    and all(map(self._idle_gpu, r.gpus))
+                ):
                     return r.worker
             if model.gpus == 1:
                 return None  # load it here
@@ -148,6 +154,12 @@ class GpuPlacement:
 
     def slot_taken(self, worker: WorkerState) -> None:
         pass
+
+    def set_available(self, worker: WorkerState, available: bool) -> None:
+        if available:
+            self.down.discard(worker.id)
+        else:
+            self.down.add(worker.id)
 
     # ------------------------------------------------------------------ loads
     def touch(self, worker_id: str, now: float) -> None:

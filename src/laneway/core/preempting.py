@@ -37,7 +37,7 @@ class Preempting:
         self, victims: tuple[int, ...], model: str | None, now: float, cls: int | None = None
     ) -> list[Candidate]:
         return gather_candidates(
-            self._running, victims, self.workers, model, now, self.cfg.costs, self.cfg.max_preemptions, cls
+            self._running, victims, self.workers, model, now, self.costs, self.cfg.max_preemptions, cls
         )
 
     def _preempt(self, now: float, out: list[Decision]) -> None:
@@ -136,7 +136,7 @@ class Preempting:
         out.append(Preempt(victim.id, victim.worker, mode, for_class))  # type: ignore[arg-type]
 
     def _cheapest_mode(self, req: Request, now: float) -> str:
-        costs = self.cfg.costs
+        costs = self.costs
         held = costs.tokens_held(req.prompt_tokens, req.tokens_done + costs.generated_in(now - req.started_s))
         can = self.workers[req.worker].spec.can_checkpoint  # type: ignore[index]
         if self.pol.preemption == "recompute" or not can:

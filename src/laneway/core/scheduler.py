@@ -92,6 +92,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         "arrivals",
         "cfg",
         "classes",
+        "costs",
         "counters",
         "expiry",
         "lanes",
@@ -112,6 +113,7 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         if not workers and (placement is None or not hasattr(placement, "plan")):
             raise LanewayError("at least one worker is required")
         self.cfg = cfg = config or SchedulerConfig()
+        self.costs = cfg.costs  # moves toward the checkpoint costs workers report
         self.pol = policy(policy_name)
         self.classes = cfg.classes
         k = len(cfg.classes)
@@ -330,20 +332,28 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         *,
         tokens_done: int | None = None,
         checkpoint_bytes: int | None = None,
+        save_s: float | None = None,
     ) -> None:
-        """The worker stopped a preempted request and its slot is free."""
+        """The worker stopped a preempted request and its slot is free.
+
+        A worker that measures its checkpoint (``checkpoint_bytes``, and
+        ``save_s`` the time the copy took) teaches the cost model used to
+        choose victims and preemption modes.
+        """
         req = self.get(request_id)
         if req.state is not _PREEMPTED:
             raise InvalidTransition(f"request {request_id} is {req.state.value}, not preempted")
         ran = max(req.preempt_at_s - req.started_s, 0.0)
         req.run_s += ran
-        costs = self.cfg.costs
+        costs = self.costs
         req.tokens_done = (
             tokens_done if tokens_done is not None else req.tokens_done + costs.generated_in(ran)
         )
+        held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
         if checkpoint_bytes is None:
-            held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
             checkpoint_bytes = costs.checkpoint_bytes(held) if req.resume == "checkpoint" else 0
+        elif checkpoint_bytes > 0 and req.prompt_tokens:
+            self.costs = costs.observed(checkpoint_bytes, held, save_s)
         req.checkpoint_bytes = checkpoint_bytes
         self._release(req)
         req.state = _QUEUED  # PREEMPTED -> QUEUED, checked above
@@ -351,6 +361,34 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         self.lanes.push(req)
         if req.tenant is not None:
             self.admission.on_requeue(req.tenant)
+
+    def requeue(self, request_id: str, now: float) -> None:
+        """Its worker failed before the request produced anything: queue it again.
+
+        It goes back to the head of its class (it keeps its arrival time) and
+        starts afresh on whichever worker it is dispatched to next.
+        """
+        req = self.get(request_id)
+        if req.state is _PREEMPTED:  # the failure came first: the preemption did not happen
+            req.preemptions -= 1
+            self.counters.preemptions[req.cls] -= 1
+        elif req.state is not _RUNNING:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
+        req.state = _PREEMPTED
+        req.preempt_at_s = now
+        req.resume = None
+        self.preempted(request_id, now, tokens_done=0, checkpoint_bytes=0)
+
+    def set_available(self, worker_id: str, available: bool) -> None:
+        """Take a worker out of placement (it is failing) or back in (it recovered).
+
+        Requests it runs are not touched; queued ones wait for other workers
+        (an unavailable worker is "not now", never "never").
+        """
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        self.placement.set_available(w, available)
 
     def cancel(self, request_id: str, now: float) -> bool:
         """Cancel a live request wherever it is; ``False`` if it is not live."""

@@ -56,6 +56,9 @@ class Placement(Protocol):
 
     def slot_taken(self, worker: WorkerState) -> None: ...
 
+    def set_available(self, worker: WorkerState, available: bool) -> None:
+        """Take ``worker`` out of placement (it failed) or back in (it recovered)."""
+
 
 class SlotPlacement:
     """The worker idle longest (configuration order at start) that serves the model."""
@@ -63,6 +66,7 @@ class SlotPlacement:
     def __init__(self, workers: Sequence[WorkerState]) -> None:
         self.workers = list(workers)
         self._free: dict[str, WorkerState] = {w.id: w for w in self.workers if w.free > 0}
+        self.down: set[str] = set()  # workers out of placement until they recover
         # every worker serves every model and class: any free one will do
         self._open = all(w.spec.models is None and w.spec.classes is None for w in self.workers)
 
@@ -83,9 +87,18 @@ class SlotPlacement:
         return None
 
     def slot_freed(self, worker: WorkerState) -> None:
-        if worker.free == 1:
+        if worker.free == 1 and worker.id not in self.down:
             self._free[worker.id] = worker  # idle longest is tried first
 
     def slot_taken(self, worker: WorkerState) -> None:
         if worker.free == 0:
             del self._free[worker.id]
+
+    def set_available(self, worker: WorkerState, available: bool) -> None:
+        if available:
+            self.down.discard(worker.id)
+            if worker.free > 0:
+                self._free.setdefault(worker.id, worker)
+        else:
+            self.down.add(worker.id)
+            self._free.pop(worker.id, None)

@@ -1,0 +1,93 @@
+"""Workers that fail: requeueing their request, taking them out of placement, measured checkpoint costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from laneway.core import CostModel, Dispatch, InvalidTransition, LanewayError, Preempt
+
+from .gpu_helpers import gpu, gpu_sched, inventory, model
+from .helpers import ids, req, sched
+
+
+def test_requeue_puts_a_failed_start_back_at_the_head_of_its_class() -> None:
+    s = sched(1)
+    s.submit(req("a", 2, 0.0), 0.0)
+    s.submit(req("b", 2, 1.0), 1.0)
+    assert ids(s.schedule(1.0)) == ["a"]
+    s.requeue("a", 2.0)
+    s.check_invariants()
+    out = s.schedule(2.0)
+    assert out == [Dispatch("a", "w0", None)]  # first again (its arrival is kept), started afresh
+    assert s.get("a").preemptions == 0 and s.counters.preemptions[2] == 0
+    s.finished("a", 3.0)
+    assert ids(s.schedule(3.0)) == ["b"]
+    with pytest.raises(LanewayError):
+        s.requeue("a", 3.0)  # it ended
+    s.submit(req("c", 2, 4.0), 4.0)
+    with pytest.raises(InvalidTransition):
+        s.requeue("c", 4.0)  # queued, not running
+
+
+def test_requeue_while_being_preempted_undoes_the_preemption() -> None:
+    s = sched(1)
+    s.submit(req("batch", 3, 0.0), 0.0)
+    s.schedule(0.0)
+    s.submit(req("chat", 0, 1.0), 1.0)
+    out = s.schedule(1.0)
+    assert [type(d) for d in out] == [Preempt]
+    s.requeue("batch", 1.5)  # its worker failed before it could stop it
+    s.check_invariants()
+    assert s.counters.preemptions[3] == 0
+    assert ids(s.schedule(1.5)) == ["chat"]
+
+
+def test_an_unavailable_worker_gets_nothing_until_it_recovers() -> None:
+    s = sched(2)
+    s.set_available("w0", False)
+    for i in range(3):
+        s.submit(req(f"r{i}", 1, float(i)), float(i))
+    assert s.schedule(3.0) == [Dispatch("r0", "w1", None)]
+    s.finished("r0", 4.0)
+    assert s.schedule(4.0) == [Dispatch("r1", "w1", None)]
+    s.set_available("w0", True)
+    assert s.schedule(5.0) == [Dispatch("r2", "w0", None)]
+    s.check_invariants()
+    with pytest.raises(LanewayError, match="unknown worker"):
+        s.set_available("w9", False)
+
+
+def test_measured_checkpoints_teach_the_cost_model() -> None:
+    costs = CostModel(kv_bytes_per_token=1000, host_link_bytes_s=1e8)
+    s = sched(1, costs=costs)
+    s.submit(req("batch", 3, 0.0, prompt_tokens=100), 0.0)
+    s.schedule(0.0)
+    s.submit(req("chat", 0, 1.0), 1.0)
+    [p] = s.schedule(1.0)
+    assert isinstance(p, Preempt) and p.mode == "checkpoint"
+    # the worker measured 100 prompt + 20 generated tokens at 16 KB each, saved in 2 ms
+    s.preempted("batch", 1.1, tokens_done=20, checkpoint_bytes=120 * 16_000, save_s=0.002)
+    learned = s.costs
+    assert 1000 < learned.kv_bytes_per_token < 16_000
+    assert learned.host_link_bytes_s > 1e8
+    assert s.cfg.costs is costs  # the configuration itself is unchanged
+    for _ in range(30):
+        learned = learned.observed(120 * 16_000, 120, 0.002)
+    assert learned.kv_bytes_per_token == pytest.approx(16_000, rel=1e-3)
+    assert learned.host_link_bytes_s == pytest.approx(120 * 16_000 / 0.002, rel=1e-3)
+    assert learned.observed(0, 10, 0.1) is learned  # nothing measured: nothing learned
+
+
+def test_an_unavailable_replica_takes_no_work() -> None:
+    inv = inventory([gpu("g0", 80), gpu("g1", 80)], [model("m", 30, slots=1)], preload=("m", "m"))
+    s = gpu_sched(inv)
+    [first, second] = list(s.placement.replicas)  # type: ignore[attr-defined]
+    s.set_available(first, False)
+    s.submit(req("a", 1, 0.0, model="m"), 0.0)
+    s.submit(req("b", 1, 0.0, model="m"), 0.0)
+    out = [d for d in s.schedule(0.0) if isinstance(d, Dispatch)]
+    assert [(d.request_id, d.worker_id) for d in out] == [("a", second)]
+    s.set_available(first, True)
+    out = [d for d in s.schedule(1.0) if isinstance(d, Dispatch)]
+    assert [(d.request_id, d.worker_id) for d in out] == [("b", first)]
+    s.check_invariants()
