@@ -57,6 +57,7 @@ def create_app(
             config, built, can_checkpoint={n: CHECKPOINTS.get(types.get(n, "local"), True) for n in built}
         )
         app.state.runtime = runtime
+        await runtime.calibrate()
         try:
             opened = store if store is not None else await SQLiteStore.open(config.data_dir)
         except BaseException:

@@ -10,6 +10,7 @@ event.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -19,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from laneway.api.errors import request_error
 from laneway.api.formats import DONE_LINE, Shape, extension, sse
 from laneway.api.params import authenticate, parse_job, priority, read_json
-from laneway.api.streaming import EventStream, unless_disconnected
+from laneway.api.streaming import DisconnectWatch, EventStream
 from laneway.errors import RequestError
 from laneway.generation import Delta, Done
 from laneway.runtime import Runtime, Ticket
@@ -43,57 +44,39 @@ async def _complete(request: Request, *, chat: bool) -> Response:
     parsed = parse_job(body, chat, config, runtime.models)
     cls = priority(body, request.headers, tenant, config)
     ticket = runtime.submit(
-        parsed.job, cls, tenant=tenant.name if tenant is not None else None, preemptible=parsed.preemptible
+        parsed.job,
+        cls,
+        tenant=tenant.name if tenant is not None else None,
+        preemptible=parsed.preemptible,
+        deltas=parsed.stream,  # a whole answer needs only the Done, which holds all the text
     )
     shape = Shape(chat, parsed.job.id, parsed.job.model, int(time.time()))
-    events = ticket.events()
-    present, first = await unless_disconnected(
-        _first(events), request.receive, lambda: runtime.cancel(ticket)
-    )
-    if not present:
+    watch = DisconnectWatch(request.receive, lambda: runtime.cancel(ticket))
+    try:
+        try:
+            first = await ticket.next()
+            if not parsed.stream:
+                done = first
+                while type(done) is not Done:
+                    done = await ticket.next()
+        finally:
+            watch.stop()
+    except RequestError as exc:
+        return _GONE if watch.gone else request_error(exc)
+    except asyncio.CancelledError:
+        runtime.cancel(ticket)
+        raise
+    if watch.gone:
         return _GONE
-    assert first is not None
-    if isinstance(first, RequestError):
-        return request_error(first)
     if not parsed.stream:
-        present, done = await unless_disconnected(
-            _rest(first, events), request.receive, lambda: runtime.cancel(ticket)
-        )
-        if not present:
-            return _GONE
-        assert done is not None
-        if isinstance(done, RequestError):
-            return request_error(done)
+        assert type(done) is Done
         return JSONResponse(shape.final(done.text, done.finish_reason, done.usage, ticket))
-    chunks = _chunks(shape, ticket, first, events, parsed.include_usage)
+    chunks = _chunks(shape, ticket, first, parsed.include_usage)
     return EventStream(chunks, lambda: runtime.cancel(ticket))
 
 
-async def _first(events: AsyncIterator[Delta | Done]) -> Delta | Done | RequestError:
-    try:
-        return await anext(events)
-    except RequestError as exc:
-        return exc
-
-
-async def _rest(first: Delta | Done, events: AsyncIterator[Delta | Done]) -> Done | RequestError:
-    if isinstance(first, Done):
-        return first
-    try:
-        async for item in events:
-            if isinstance(item, Done):
-                return item
-    except RequestError as exc:
-        return exc
-    raise AssertionError("a ticket's events end with Done")  # pragma: no cover
-
-
 async def _chunks(
-    shape: Shape,
-    ticket: Ticket,
-    first: Delta | Done,
-    events: AsyncIterator[Delta | Done],
-    include_usage: bool,
+    shape: Shape, ticket: Ticket, first: Delta | Done, include_usage: bool
 ) -> AsyncIterator[bytes]:
     if shape.chat:
         yield sse(_with_usage(shape.chunk("", first=True), include_usage))
@@ -109,7 +92,7 @@ async def _chunks(
                 yield DONE_LINE
                 return
             yield sse(_with_usage(shape.chunk(item.text), include_usage))
-            item = await anext(events)
+            item = await ticket.next()
     except RequestError as exc:
         error = {"message": exc.message, "type": exc.type, "code": exc.code, "param": exc.param}
         yield sse({"error": error})

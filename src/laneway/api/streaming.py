@@ -8,14 +8,10 @@ the slot at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
-
-T = TypeVar("T")
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -25,26 +21,30 @@ async def _disconnected(receive: Receive) -> None:
             return
 
 
-async def unless_disconnected(
-    work: Awaitable[T], receive: Receive, on_disconnect: Callable[[], None]
-) -> tuple[bool, T | None]:
-    """``(True, result)``, or ``(False, None)`` once the client disconnected first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        on_disconnect()
-        raise
-    finally:
-        watcher.cancel()
-    if task.done():
-        return True, task.result()
-    on_disconnect()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    return False, None
+class DisconnectWatch:
+    """Calls ``on_disconnect`` if the client goes away before :meth:`stop`.
+
+    One task per request, reading ``receive`` (the body already read) until
+    the disconnect; what the handler waits on is woken by ``on_disconnect``
+    (the runtime ends the ticket), so the handler itself awaits its ticket
+    directly. :meth:`stop` before the response is sent: once a response is
+    complete the server reports a disconnect.
+    """
+
+    __slots__ = ("_on_disconnect", "_task", "gone")
+
+    def __init__(self, receive: Receive, on_disconnect: Callable[[], None]) -> None:
+        self.gone = False
+        self._on_disconnect = on_disconnect
+        self._task = asyncio.get_running_loop().create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        await _disconnected(receive)
+        self.gone = True
+        self._on_disconnect()
+
+    def stop(self) -> None:
+        self._task.cancel()
 
 
 class EventStream(Response):

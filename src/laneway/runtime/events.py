@@ -46,7 +46,7 @@ class WorkerEvents:
     def _delta(self: Runtime, ticket: Ticket, event: Delta) -> None:
         if math.isnan(ticket.first_token_s):
             ticket.first_token_s = now = self.now()
-            self.metrics.ttft.labels(ticket.class_name).observe(now - ticket.arrival_s)
+            self.metrics.first_token[ticket.class_name].observe(now - ticket.arrival_s)
         ticket.tokens = event.tokens
         ticket.put(event)
 
@@ -58,7 +58,7 @@ class WorkerEvents:
             return
         now = self.now()
         self.sched.finished(ticket.id, now)
-        self.metrics.latency.labels(ticket.class_name).observe(now - ticket.arrival_s)
+        self.metrics.took[ticket.class_name].observe(now - ticket.arrival_s)
         self._end(ticket, event, "completed")
         self.kick()
 
@@ -76,7 +76,7 @@ class WorkerEvents:
         ticket.preemptions += 1
         ticket.phase = Phase.QUEUED
         ticket.enqueued_s = now
-        self.metrics.preemptions.labels(ticket.class_name).inc()
+        self.metrics.preempted[ticket.class_name].inc()
         self.metrics.checkpoint_bytes.inc(ckpt.nbytes)
         self.alerts.watch(ticket, now)
         self.kick()
@@ -97,7 +97,7 @@ class WorkerEvents:
     def _end(self: Runtime, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
         ticket.phase = Phase.ENDED
         self.tickets.pop(ticket.id, None)
-        self.metrics.requests.labels(ticket.class_name, outcome).inc()
+        self.metrics.ended[ticket.class_name, outcome].inc()
         ticket.put(item)
 
     def _drop_checkpoint(self: Runtime, ticket: Ticket) -> None:
@@ -107,7 +107,7 @@ class WorkerEvents:
             self.workers[ticket.worker].discard(ckpt)
 
     def _alerted(self: Runtime, ticket: Ticket) -> None:
-        self.metrics.alerts.labels(ticket.class_name).inc()
+        self.metrics.alerted[ticket.class_name].inc()
 
     def refresh_metrics(self: Runtime) -> None:
         """Bring the present-tense gauges up to date (before a scrape)."""

@@ -87,18 +87,25 @@ class Metrics:
         self.checkpoint_held = Gauge(
             "laneway_checkpoint_bytes_held", "Bytes of checkpoints held for preempted requests", registry=r
         )
-        for reason in REJECT_REASONS:  # every series shows up from the first scrape
-            self.rejections.labels(reason)
+        # the children of every series, made once: every series shows up from the
+        # first scrape, and the request path looks them up in a plain dict
+        self.rejected = {reason: self.rejections.labels(reason) for reason in REJECT_REASONS}
+        self.ended = {(n, o): self.requests.labels(n, o) for n in self.class_names for o in OUTCOMES}
+        self.preempted = {n: self.preemptions.labels(n) for n in self.class_names}
+        self.alerted = {n: self.alerts.labels(n) for n in self.class_names}
+        self.waited = {n: self.queue_wait.labels(n) for n in self.class_names}
+        self.first_token = {n: self.ttft.labels(n) for n in self.class_names}
+        self.took = {n: self.latency.labels(n) for n in self.class_names}
         for name in self.class_names:
-            for outcome in OUTCOMES:
-                self.requests.labels(name, outcome)
-            for metric in (self.preemptions, self.alerts):
-                metric.labels(name)
-            for hist in (self.queue_wait, self.ttft, self.latency):
-                hist.labels(name)
             limit = alert_thresholds.get(name)
             if limit is not None:
                 self.alert_threshold.labels(name).set(limit)
+
+    def count_rejection(self, reason: str) -> None:
+        child = self.rejected.get(reason)
+        if child is None:
+            child = self.rejected[reason] = self.rejections.labels(reason)
+        child.inc()
 
     def refresh(
         self,

@@ -25,10 +25,11 @@ from dataclasses import replace
 
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
-from laneway.core import Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
+from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
 from laneway.errors import GenerationFailed, RequestError
 from laneway.generation import Job
 from laneway.runtime.alerts import QueueWaitAlerts
+from laneway.runtime.costs import measured_costs
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
 from laneway.runtime.rejections import error_for
@@ -59,6 +60,7 @@ class Runtime(WorkerEvents):
             )
             for name, worker in self.workers.items()
         ]
+        self._specs = specs
         self.sched = Scheduler(specs, config.scheduler, config.policy)
         self.classes = config.scheduler.classes
         names = self.classes.names
@@ -72,6 +74,24 @@ class Runtime(WorkerEvents):
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
+
+    async def calibrate(self) -> CostModel | None:
+        """Before the first request: measure the in-process engines for the
+        scheduler's cost model when the configuration gives none
+        (:mod:`laneway.runtime.costs`). Returns the cost model taken, if any."""
+        if self.config.scheduler.costs != CostModel() or self.tickets:
+            return None
+        costs = await measured_costs(self.workers, self.config.scheduler.costs)
+        if costs is None:
+            return None
+        self.sched = Scheduler(self._specs, replace(self.config.scheduler, costs=costs), self.config.policy)
+        log.info(
+            "preemption costs measured: decode step %.1f ms, prefill %.0f tokens/s, KV %d bytes/token",
+            costs.step_s * 1e3,
+            costs.prefill_tokens_s,
+            costs.kv_bytes_per_token,
+        )
+        return costs
 
     # ------------------------------------------------------------------ clock
     @property
@@ -96,8 +116,12 @@ class Runtime(WorkerEvents):
         tenant: str | None = None,
         preemptible: bool = True,
         timeout_s: float | None = None,
+        deltas: bool = True,
     ) -> Ticket:
-        """Queue ``job``; raise the :class:`RequestError` of a refusal."""
+        """Queue ``job``; raise the :class:`RequestError` of a refusal.
+
+        ``deltas=False``: the ticket gives only the ``Done`` (with all the text), not each ``Delta``.
+        """
         if self.closed:
             raise error_for(Reject(job.id, "overloaded", "the server is shutting down", 0.0, 1.0))
         now = self.now()
@@ -106,9 +130,11 @@ class Runtime(WorkerEvents):
             req.timeout_s = timeout_s
         refused = self.sched.submit(req, now)
         if refused is not None:
-            self.metrics.rejections.labels(refused.reason).inc()
+            self.metrics.count_rejection(refused.reason)
             raise error_for(refused)
-        ticket = Ticket(job, priority, self.classes[priority].name, tenant, now, enqueued_s=now)
+        ticket = Ticket(
+            job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas
+        )
         self.tickets[job.id] = ticket
         self.alerts.watch(ticket, now)
         self.kick()
@@ -178,7 +204,7 @@ class Runtime(WorkerEvents):
         self.alerts.check(ticket, now)
         if math.isnan(ticket.first_start_s):
             ticket.first_start_s = now
-            self.metrics.queue_wait.labels(ticket.class_name).observe(now - ticket.arrival_s)
+            self.metrics.waited[ticket.class_name].observe(now - ticket.arrival_s)
         ticket.phase = Phase.RUNNING
         ticket.worker = d.worker_id
         ticket.run += 1
@@ -208,7 +234,7 @@ class Runtime(WorkerEvents):
         self._spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
 
     def _reject(self, d: Reject) -> None:
-        self.metrics.rejections.labels(d.reason).inc()
+        self.metrics.count_rejection(d.reason)
         ticket = self.tickets.get(d.request_id)
         if ticket is not None:
             self._drop_checkpoint(ticket)

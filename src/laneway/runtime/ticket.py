@@ -3,9 +3,11 @@
 The runtime puts :class:`~laneway.generation.Delta` (new text),
 :class:`~laneway.generation.Done` (the end) or a
 :class:`~laneway.errors.RequestError` (refused, expired, failed) on the
-ticket's channel; the handler reads them with :meth:`Ticket.events` or
-:meth:`Ticket.result`. Text is continuous across preemptions: a resumed job
-only adds what it had not written yet.
+ticket's channel; the handler reads them with :meth:`Ticket.next`,
+:meth:`Ticket.events` or :meth:`Ticket.result`. Text is continuous across
+preemptions: a resumed job only adds what it had not written yet. A ticket
+made with ``deltas=False`` (a non-streaming answer) keeps only the end: its
+``Done`` carries the whole text.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -29,7 +32,7 @@ class Phase(enum.Enum):
     ENDED = "ended"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Ticket:
     job: Job
     priority: int  # class rank
@@ -47,7 +50,9 @@ class Ticket:
     enqueued_s: float = math.nan
     alerted: bool = False
     tokens: int = 0
-    channel: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+    deltas: bool = True  # whether the reader wants each Delta (else only the end)
+    _items: deque[Item] = field(default_factory=deque)
+    _waiter: asyncio.Future[None] | None = None
 
     @property
     def id(self) -> str:
@@ -58,16 +63,35 @@ class Ticket:
         return self.phase is Phase.ENDED
 
     def put(self, item: Item) -> None:
-        self.channel.put_nowait(item)
+        if not self.deltas and type(item) is Delta:
+            return
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next(self) -> Delta | Done:
+        """The next item: text, or the ``Done``; raises the error that ended it."""
+        items = self._items
+        while not items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        item = items.popleft()
+        if isinstance(item, RequestError):
+            raise item
+        return item
 
     async def events(self) -> AsyncIterator[Delta | Done]:
         """Text as it comes, then the ``Done``; raises the error that ended it."""
         while True:
-            item = await self.channel.get()
-            if isinstance(item, RequestError):
-                raise item
+            item = await self.next()
             yield item
-            if isinstance(item, Done):
+            if type(item) is Done:
                 return
 
     async def result(self) -> Done:
