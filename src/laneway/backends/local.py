@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from laneway.backends.base import Capacity, Health, Sink
@@ -11,6 +12,10 @@ from laneway.engine.models import LoadedModel, load_model
 from laneway.engine.runner import EngineRunner
 from laneway.errors import BackendError
 from laneway.generation import Checkpoint, Event, Job
+
+# after a preemption, how long the engine thread waits for the request that
+# takes the freed slot (a round trip through the event loop) before stepping on
+HOLD_AFTER_PREEMPT_S = 0.005
 
 
 class LocalWorker:
@@ -21,6 +26,7 @@ class LocalWorker:
         self.engine = engine
         self.model = engine.model.name
         self._runner = EngineRunner(engine, name)
+        self._taken = threading.Event()  # set when a request was sent to the engine
 
     @classmethod
     async def create(
@@ -54,14 +60,28 @@ class LocalWorker:
     async def run(self, job: Job, sink: Sink) -> None:
         self._check_alive()
         ids = self.engine.prompt_ids(job)  # raises ContextTooLong before a slot is taken
-        await asyncio.wrap_future(self._runner.add(job, self._on_loop(sink), ids))
+        started = self._runner.add(job, self._on_loop(sink), ids)
+        self._taken.set()
+        await asyncio.wrap_future(started)
 
     async def resume(self, checkpoint: Checkpoint, sink: Sink) -> None:
         self._check_alive()
-        await asyncio.wrap_future(self._runner.resume(checkpoint, self._on_loop(sink)))
+        started = self._runner.resume(checkpoint, self._on_loop(sink))
+        self._taken.set()
+        await asyncio.wrap_future(started)
 
     async def preempt(self, job_id: str, mode: str) -> None:
-        await asyncio.wrap_future(self._runner.preempt(job_id, mode))
+        await asyncio.wrap_future(self._runner.call(lambda: self._stop(job_id, mode)))
+
+    def _stop(self, job_id: str, mode: str) -> Checkpoint | None:
+        """On the engine thread: preempt ``job_id``, then hold the next step a
+        moment for the request the scheduler gives the slot to (it preempted
+        for one), so that it joins that step instead of the one after."""
+        self._taken.clear()
+        ckpt = self.engine.preempt(job_id, mode)
+        if ckpt is not None:
+            self._taken.wait(HOLD_AFTER_PREEMPT_S)
+        return ckpt
 
     async def cancel(self, job_id: str) -> None:
         await asyncio.wrap_future(self._runner.cancel(job_id))
