@@ -11,8 +11,8 @@ victims it believed were about to end.
 So when the configuration leaves ``[scheduler.costs]`` at its defaults and
 every worker is an in-process engine, the runtime measures the engines once
 at start-up (a short greedy job: prefill and decode speed) and reads the KV
-cache size per token off the model's shape. Any ``[scheduler.costs]`` key in
-the configuration turns this off.
+cache size per token off the model's shape. A ``[scheduler.costs]`` table
+that changes any figure turns this off.
 """
 
 from __future__ import annotations
