@@ -176,3 +176,25 @@ def test_gateway_in_front_of_an_upstream_preempts_by_recompute(upstream: str, tm
         assert resumed.model_extra["laneway"]["preemptions"] >= 1
         assert resumed.choices[0].text == alone.choices[0].text
         assert resumed.usage.completion_tokens == 100
+
+
+def test_gateway_retries_on_another_worker_and_maps_upstream_errors(upstream: str, tmp_path: Path) -> None:
+    gone = f"http://127.0.0.1:{dead_port()}/v1"
+    dead = WorkerConfig("dead", type="upstream", url=gone, model=MODEL, served_name="tiny", slots=1)
+    alive = WorkerConfig("up", type="upstream", url=upstream, model=MODEL, served_name="tiny", slots=1)
+    cfg = replace(ServerConfig(), workers=(dead, alive), data_dir=tmp_path)
+    with live_server(cfg) as server:
+        c = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
+        for i in range(3):
+            out = c.completions.create(model="tiny", prompt=f"retry {i}", max_tokens=5, temperature=0)
+            assert out.model_extra["laneway"]["worker"] == "up"
+            assert out.usage.completion_tokens == 5
+        assert server.runtime.recovery.down == {"dead"}
+        # the upstream's own refusal reaches the client as that error, not as a 5xx
+        r = httpx.post(
+            server.base_url + "/completions",
+            json={"model": "tiny", "prompt": "x" * 5000, "max_tokens": 5},
+            timeout=60,
+        )
+        assert r.status_code == 400, r.text
+        assert "prompt" in r.json()["error"]["message"]

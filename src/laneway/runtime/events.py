@@ -66,7 +66,9 @@ class WorkerEvents:
         now = self.now()
         ckpt = event.checkpoint
         try:
-            self.sched.preempted(ticket.id, now, tokens_done=ckpt.tokens_done, checkpoint_bytes=ckpt.nbytes)
+            self.sched.preempted(
+                ticket.id, now, tokens_done=ckpt.tokens_done, checkpoint_bytes=ckpt.nbytes, save_s=ckpt.save_s
+            )
         except (InvalidTransition, UnknownRequest):  # stopped without being asked: cannot resume it
             self.workers[ticket.worker].discard(ckpt)  # type: ignore[index]
             self._failed(ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} stopped the request"))
@@ -83,6 +85,8 @@ class WorkerEvents:
 
     def _failed(self: Runtime, ticket: Ticket, run: int, error: Exception) -> None:
         if ticket.ended or ticket.run != run:
+            return
+        if ticket.phase is not Phase.QUEUED and self.recovery.retry(ticket, error):
             return
         try:
             self.sched.finished(ticket.id, self.now(), failed=True)

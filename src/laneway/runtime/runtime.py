@@ -13,6 +13,10 @@ decisions are carried out:
 - ``Preempt``: ``worker.preempt(job, mode)``; its ``Stopped`` event reports
   ``scheduler.preempted`` and keeps the checkpoint for the resume;
 - ``Reject``: the waiting handler gets the error (503/429/403/404).
+
+A worker that fails a request with a retryable error before it streamed
+anything is taken out of placement and the request runs elsewhere
+(:mod:`laneway.runtime.recovery`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
+from laneway.runtime.recovery import Recovery
 from laneway.runtime.rejections import error_for
 from laneway.runtime.ticket import Phase, Ticket
 
@@ -67,6 +72,7 @@ class Runtime(WorkerEvents):
         thresholds = dict(zip(names, config.alert_wait_s, strict=False))
         self.metrics = Metrics(names, thresholds)
         self.alerts = QueueWaitAlerts(config.alert_wait_s, self._alerted)
+        self.recovery = Recovery(self)
         self.tickets: dict[str, Ticket] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_pending = False

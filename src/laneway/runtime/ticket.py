@@ -44,6 +44,7 @@ class Ticket:
     checkpoint: Checkpoint | None = None  # held while preempted
     run: int = 0  # bumped per dispatch: events of an older run are stale
     preemptions: int = 0
+    retries: int = 0  # runs failed by a worker and started again elsewhere
     first_start_s: float = math.nan
     first_token_s: float = math.nan
     queue_s: float = 0.0  # time spent queued, over every visit

@@ -1,0 +1,97 @@
+"""A failing worker: its requests run elsewhere, it is probed until healthy, then used again."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from laneway.backends.base import Health, Sink
+from laneway.backends.simulated import SimulatedWorker
+from laneway.backends.upstream import UpstreamUnavailable
+from laneway.config import ServerConfig, WorkerConfig
+from laneway.errors import BackendError, GenerationFailed
+from laneway.generation import Done, Failed, Job, SamplingParams
+from laneway.runtime import Runtime, recovery
+
+
+class Flaky(SimulatedWorker):
+    """Fails every job with ``error`` while ``broken``; unhealthy while broken."""
+
+    def __init__(self, name: str, error: Exception) -> None:
+        super().__init__(name, "sim", 1, tokens_per_s=None)
+        self.broken = True
+        self.error = error
+        self.failed = 0
+
+    async def run(self, job: Job, sink: Sink) -> None:
+        if self.broken:
+            self.failed += 1
+            asyncio.get_running_loop().call_soon(sink, Failed(job.id, self.error))
+            return
+        await super().run(job, sink)
+
+    async def health(self) -> Health:
+        return Health(not self.broken)
+
+
+def config() -> ServerConfig:
+    workers = tuple(WorkerConfig(n, "simulated", "sim", "sim", 1) for n in ("flaky", "good"))
+    return replace(ServerConfig(), workers=workers)
+
+
+def job(jid: str) -> Job:
+    return Job(jid, "sim", SamplingParams(max_tokens=3, temperature=0.0), prompt="p")
+
+
+def test_retryable_failure_runs_elsewhere_and_the_worker_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recovery, "PROBE_FIRST_S", 0.05)
+
+    async def main() -> None:
+        flaky = Flaky("flaky", UpstreamUnavailable("connection refused"))
+        rt = Runtime(config(), {"flaky": flaky, "good": SimulatedWorker("good", "sim", 1, tokens_per_s=None)})
+        try:
+            done = await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
+            assert isinstance(done, Done) and flaky.failed == 1
+            assert rt.recovery.down == {"flaky"}
+            assert (await asyncio.wait_for(rt.submit(job("b"), 1).result(), 5)).text
+            assert flaky.failed == 1  # out of placement: not tried again
+            flaky.broken = False
+            for _ in range(100):  # the probe brings it back
+                if not rt.recovery.down:
+                    break
+                await asyncio.sleep(0.02)
+            assert not rt.recovery.down
+            tickets = [rt.submit(job(f"c{i}"), 1) for i in range(2)]  # two at once: both workers run
+            for t in tickets:
+                await asyncio.wait_for(t.result(), 5)
+            assert {t.worker for t in tickets} == {"flaky", "good"}
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
+
+
+def test_non_retryable_failure_or_too_many_retries_fail_the_request() -> None:
+    async def main() -> None:
+        broken = Flaky("flaky", BackendError("the engine broke"))
+        good = SimulatedWorker("good", "sim", 1, tokens_per_s=None)
+        rt = Runtime(config(), {"flaky": broken, "good": good})
+        try:
+            with pytest.raises(GenerationFailed, match="engine broke"):
+                await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
+            assert not rt.recovery.down
+        finally:
+            await rt.close()
+        both = {n: Flaky(n, UpstreamUnavailable("down")) for n in ("flaky", "good")}
+        rt = Runtime(config(), both)
+        try:
+            with pytest.raises(GenerationFailed, match="down"):
+                await asyncio.wait_for(rt.submit(job("b"), 1).result(), 5)
+            assert sum(w.failed for w in both.values()) == 2  # both tried, then given up on
+            assert rt.recovery.down == {"flaky", "good"}
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
