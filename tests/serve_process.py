@@ -1,4 +1,4 @@
-"""``laneway serve`` as a real subprocess on 127.0.0.1 (a free port), always stopped."""
+"""``laneway serve`` as a real subprocess on 127.0.0.1 (a free port), its stderr in a log file."""
 
 from __future__ import annotations
 
@@ -10,46 +10,82 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 
 START_TIMEOUT_S = 60.0
-URL_LINE = re.compile(r"on (http://127\.0\.0\.1:\d+) ")
+URL = re.compile(r"on (http://127\.0\.0\.1:\d+) ")
+
+
+class ServeProcess:
+    """``laneway serve --port 0 ARGS...``; ready (``/readyz`` answers 200) once built.
+
+    Several runs may share one ``log`` (a restart appends); ``banner`` is this
+    run's first line, ``url`` its base URL.
+    """
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.log = log
+        self.start = log.stat().st_size if log.exists() else 0  # this run's lines come after
+        self.out = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "laneway.cli", "serve", "--port", "0", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self.out,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            self.url = self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def text(self) -> str:
+        """What this run wrote to its log so far."""
+        return self.log.read_bytes()[self.start :].decode(errors="replace")
+
+    @property
+    def banner(self) -> str:
+        return self.text().splitlines()[0]
+
+    def _wait_ready(self) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            text = self.text()
+            urls = URL.findall(text)
+            if urls and self.proc.poll() is None:
+                try:
+                    if httpx.get(urls[-1] + "/readyz", timeout=1).status_code == 200:
+                        return str(urls[-1])
+                except httpx.TransportError:
+                    pass
+            assert self.proc.poll() is None, f"laneway serve exited: {text}"
+            assert time.monotonic() < deadline, f"laneway serve never became ready: {text}"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.out.close()
+
+    def stop(self) -> None:
+        """SIGINT (Ctrl-C), then SIGKILL if it does not stop."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.out.close()
 
 
 @contextlib.contextmanager
-def serve_process(*args: str) -> Iterator[str]:
-    """Run ``laneway serve --port 0 ARGS...``; yield its base URL (``http://127.0.0.1:PORT``)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "laneway.cli", "serve", "--port", "0", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+def serve_process(*args: str, log: Path) -> Iterator[ServeProcess]:
+    server = ServeProcess(list(args), log)
     try:
-        assert proc.stderr is not None
-        first = proc.stderr.readline()
-        m = URL_LINE.search(first)
-        assert m, f"laneway serve did not start: {first}"
-        url = m.group(1)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "laneway serve never became ready"
-            time.sleep(0.05)
-        yield url
+        yield server
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
-            if proc.stderr is not None:
-                proc.stderr.close()
+        server.stop()

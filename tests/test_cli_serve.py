@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from laneway.cli import main
+from serve_process import serve_process
 
 SIM_CONFIG = """
 [server]
@@ -59,36 +55,8 @@ def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 def test_serve_starts_answers_and_stops(tmp_path: Path) -> None:
     cfg = tmp_path / "sim.toml"
     cfg.write_text(SIM_CONFIG.format(data=tmp_path / "data"), encoding="utf-8")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "laneway.cli", "serve", "--config", str(cfg), "--port", "0"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stderr is not None
-        first = proc.stderr.readline()
-        m = re.search(r"on (http://127\.0\.0\.1:\d+) \(1 worker, 2 slots\); no API keys configured", first)
-        assert m, first
-        url = m.group(1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url + "/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-        r = httpx.post(url + "/v1/completions", json={"model": "sim", "prompt": "x", "max_tokens": 2})
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        assert re.search(r"\(1 worker, 2 slots\); no API keys configured", server.banner), server.banner
+        r = httpx.post(server.url + "/v1/completions", json={"model": "sim", "prompt": "x", "max_tokens": 2})
         assert r.status_code == 200 and r.json()["laneway"]["worker"] == "sim0"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
-            if proc.stderr is not None:
-                proc.stderr.close()
+    assert server.proc.returncode is not None  # stopped

@@ -31,8 +31,8 @@ CHAT = ({"role": "user", "content": "tell me a story"},)
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A laneway server with the in-process engine (2 slots): its ``/v1`` URL."""
     data: Path = tmp_path_factory.mktemp("upstream")
-    with serve_process("--slots", "2", "--data-dir", str(data)) as url:
-        yield url + "/v1"
+    with serve_process("--slots", "2", "--data-dir", str(data), log=data / "serve.log") as server:
+        yield server.url + "/v1"
 
 
 def direct(upstream: str, path: str, body: dict) -> dict:

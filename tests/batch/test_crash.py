@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from batch_util import chat_line, client, lines_of, submit
 from laneway.store import LineState, SQLiteDB
+from serve_process import ServeProcess
 
 LINES = 300
 CONFIG = """
@@ -29,53 +23,6 @@ model = "sim"
 slots = 4
 tokens_per_s = 400
 """
-
-
-class Server:
-    """``laneway serve`` in a subprocess on 127.0.0.1 (a free port), its log in a file."""
-
-    def __init__(self, cfg: Path, log: Path) -> None:
-        self.log = log
-        self.start = log.stat().st_size if log.exists() else 0  # this run's lines come after
-        self.out = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "laneway.cli", "serve", "--config", str(cfg), "--port", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=self.out,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.url = self._url()
-
-    def _url(self) -> str:
-        deadline = time.monotonic() + 30
-        while True:
-            text = self.log.read_bytes()[self.start :].decode(errors="replace")
-            urls = re.findall(r"on (http://127\.0\.0\.1:\d+) ", text)
-            if urls and self.proc.poll() is None:
-                url = urls[-1]
-                try:
-                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                        return url
-                except httpx.TransportError:
-                    pass
-            assert self.proc.poll() is None, text
-            assert time.monotonic() < deadline, text
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        self.out.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.out.close()
 
 
 def completed(url: str, batch_id: str) -> tuple[str, int]:
@@ -98,14 +45,14 @@ def test_batch_survives_two_sigkills(tmp_path: Path) -> None:
     data = tmp_path / "data"
     cfg.write_text(CONFIG.format(data=data), encoding="utf-8")
     log = tmp_path / "server.log"
-    server = Server(cfg, log)
+    server = ServeProcess(["--config", str(cfg)], log)
     try:
         c = client(server.url + "/v1")
         batch_id = submit(c, [chat_line(f"line-{i:03d}", max_tokens=10) for i in range(LINES)]).id
         seen = [wait_until(server.url, batch_id, 40)]
         for _ in range(2):
             server.kill()  # in the middle of the batch: lines running, results being written
-            server = Server(cfg, log)
+            server = ServeProcess(["--config", str(cfg)], log)
             status, done = completed(server.url, batch_id)
             assert status == "in_progress" and done >= seen[-1]  # nothing written was lost
             seen.append(wait_until(server.url, batch_id, done + 40))
