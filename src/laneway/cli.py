@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from rich.console import Console
 from laneway import __version__
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
+from laneway.config.parse import read_toml
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError
 from laneway.core.inventory import Inventory
 from laneway.serve import ServeError, cmd_serve
@@ -142,13 +142,7 @@ def load_fleet(path: Path) -> Inventory:
     kv_reserve_gb, reserved_for}, ...]``, ``[models.NAME]`` with ``vram_gb,
     gpus, load_s, slots``, and ``preload = [...]``; errors name the key."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
-    try:
-        return Inventory.from_dict(data)
+        return Inventory.from_dict(read_toml(path))
     except ConfigError as exc:
         raise UsageError(f"{path}: {exc}") from None
 

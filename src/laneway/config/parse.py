@@ -28,13 +28,18 @@ from laneway.core.policies import POLICIES
 _HEX = frozenset("0123456789abcdef")
 
 
-def load_config(path: Path) -> ServerConfig:
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at ``path``; :class:`ConfigError` naming the file if it is not valid."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+
+
+def load_config(path: Path) -> ServerConfig:
+    data = read_toml(path)
     try:
         return parse_config(data)
     except ConfigError as exc:
