@@ -93,6 +93,51 @@ def test_request_errors_at_creation(batch_server: LiveServer) -> None:
     assert r.status_code == 400
 
 
+def test_missing_fields_are_named(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    f = c.files.create(file=("a.jsonl", jsonl([chat_line("a")])), purpose="batch")
+    url = batch_server.base_url
+
+    def error(r: httpx.Response) -> tuple[str | None, str]:
+        assert r.status_code == 400, r.text
+        e = r.json()["error"]
+        assert e["type"] == "invalid_request_error"
+        return e["param"], e["message"]
+
+    body = {"input_file_id": f.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    # completion_window is required, as at OpenAI (no silent 24h)
+    without = {k: v for k, v in body.items() if k != "completion_window"}
+    assert error(httpx.post(url + "/batches", json=without)) == (
+        "completion_window",
+        "completion_window is required (e.g. '24h'; also s, m or d)",
+    )
+    without = {k: v for k, v in body.items() if k != "endpoint"}
+    assert error(httpx.post(url + "/batches", json=without)) == (
+        "endpoint",
+        "endpoint is required (one of: /v1/chat/completions, /v1/completions)",
+    )
+    without = {k: v for k, v in body.items() if k != "input_file_id"}
+    assert error(httpx.post(url + "/batches", json=without)) == ("input_file_id", "input_file_id is required")
+    data = jsonl([chat_line("a")])
+    assert error(httpx.post(url + "/files", files={"file": ("a.jsonl", data)})) == (
+        "purpose",
+        "purpose is required (one of: batch)",
+    )
+    assert error(httpx.post(url + "/files", files={"file": ("a.jsonl", data)}, data={"purpose": "x"})) == (
+        "purpose",
+        "purpose must be one of: batch; got 'x'",
+    )
+    assert error(httpx.post(url + "/files", files={"purpose": (None, "batch")})) == (
+        "file",
+        "file is required (the JSONL file, as a multipart file part)",
+    )
+    assert error(httpx.post(url + "/files", files={"purpose": (None, "batch"), "file": (None, "{}")})) == (
+        "file",
+        "file must be a file part (with a filename), not a text field",
+    )
+    assert httpx.post(url + "/batches", json=body).status_code == 200
+
+
 def test_deleted_input_fails_validation(batch_server: LiveServer) -> None:
     c = client(batch_server.base_url)
     f = c.files.create(file=("a.jsonl", jsonl([chat_line("a")])), purpose="batch")

@@ -2,8 +2,8 @@
 
 A batch runs at its class: ``metadata.priority`` if given (within the
 tenant's entitlements, else 403), else ``[batches] default_priority`` (P2).
-Its lines queue for at most its ``completion_window``; past it the batch
-expires with the results it has. Validation (each line's JSON, custom_id,
+Its lines queue for at most its ``completion_window`` (required, as at
+OpenAI); past it the batch expires with the results it has. Validation (each line's JSON, custom_id,
 url, model and parameters) happens after creation: the batch is
 ``validating``, then ``in_progress`` or ``failed`` with ``errors``.
 """
@@ -83,11 +83,17 @@ async def create(request: Request) -> Response:
     if not isinstance(file_id, str) or not file_id:
         raise InvalidRequest("input_file_id is required", param="input_file_id")
     endpoint = body.get("endpoint")
+    if endpoint is None:
+        raise InvalidRequest(f"endpoint is required (one of: {', '.join(ENDPOINTS)})", param="endpoint")
     if endpoint not in ENDPOINTS:
         raise InvalidRequest(
             f"endpoint must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}", param="endpoint"
         )
-    window = body.get("completion_window", "24h")
+    window = body.get("completion_window")
+    if window is None:  # OpenAI requires it too: no silent default
+        raise InvalidRequest(
+            "completion_window is required (e.g. '24h'; also s, m or d)", param="completion_window"
+        )
     try:
         window_s = window_seconds(window)
     except ValueError as exc:

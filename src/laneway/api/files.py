@@ -48,13 +48,17 @@ async def upload(request: Request) -> Response:
         raise InvalidRequest("upload a file as multipart/form-data with fields 'file' and 'purpose'")
     async with request.form(max_files=1, max_fields=8) as form:
         purpose = form.get("purpose")
+        if purpose is None or purpose == "":
+            raise InvalidRequest(f"purpose is required (one of: {', '.join(PURPOSES)})", param="purpose")
         if purpose not in PURPOSES:
             raise InvalidRequest(
-                f"purpose must be one of {', '.join(PURPOSES)}, got {purpose!r}", param="purpose"
+                f"purpose must be one of: {', '.join(PURPOSES)}; got {purpose!r}", param="purpose"
             )
         upload = form.get("file")
+        if upload is None:
+            raise InvalidRequest("file is required (the JSONL file, as a multipart file part)", param="file")
         if not isinstance(upload, UploadFile):
-            raise InvalidRequest("the form has no 'file' part", param="file")
+            raise InvalidRequest("file must be a file part (with a filename), not a text field", param="file")
         content = await upload.read(limit + 1)
         filename = upload.filename or "upload.jsonl"
     if len(content) > limit:
