@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from batch_util import chat_line, jsonl
+from batch_util import chat_line, client, jsonl
 from laneway.cli import main
 from live_server import LiveServer
 
@@ -40,7 +40,11 @@ def test_submit_wait_status_results(
     assert code == 0 and json.loads(out)["request_counts"] == {"completed": 12, "failed": 0, "total": 12}
     dest = tmp_path / "out.jsonl"
     code, _, err = run(capsys, ["batch", "results", batch_id, "-o", str(dest)])
-    assert code == 0 and f"12 results written to {dest}" in err
+    assert code == 0 and err == f"12 results written to {dest}\n"
+    errors = tmp_path / "err.jsonl"
+    code, _, err = run(capsys, ["batch", "results", batch_id, "-o", str(dest), "--errors", str(errors)])
+    assert code == 0 and err == f"12 results written to {dest}; 0 errors written to {errors}\n"
+    assert errors.read_bytes() == b""  # written, empty: nothing failed
     assert sorted(json.loads(x)["custom_id"] for x in dest.read_text().splitlines()) == sorted(
         f"k{i}" for i in range(12)
     )
@@ -71,6 +75,90 @@ def test_failed_batch_exits_1_and_mistakes_are_one_line(
     )
     assert "invalid choice" in one_line(["batch", "frobnicate"])
     assert "--output" in one_line(["batch", "results", "x"])
-    blank = tmp_path / "blank.jsonl"
-    blank.write_text("not json\n")
-    assert "--endpoint" in one_line(["batch", "submit", str(blank)])
+    assert "argument --priority: unknown priority 'P9'" in one_line(
+        ["batch", "submit", str(bad), "--priority", "P9"]
+    )
+
+
+def test_submit_says_what_is_wrong_with_the_first_line(
+    batch_server: LiveServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
+    cases = {
+        "": "empty.jsonl: the file is empty (no request lines)",
+        "\n  \n": "blank.jsonl: the file is empty (no request lines)",
+        '{"custom_id": "a", "url": "/v1/chat': "truncated.jsonl: line 1 is not valid JSON: Unterminated",
+        '\n{"custom_id": "a",}\n': "trailing.jsonl: line 2 is not valid JSON: ",
+        "[1, 2]\n": "array.jsonl: line 1 is not a JSON object",
+        '{"custom_id": "a", "body": {}}\n': "nourl.jsonl: line 1 has no url; pass --endpoint",
+    }
+    names = ["empty", "blank", "truncated", "trailing", "array", "nourl"]
+    before = _file_ids(batch_server)
+    for name, (text, expected) in zip(names, cases.items(), strict=True):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(text)
+        code, out, err = run(capsys, ["batch", "submit", str(path)])
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert err.startswith(f"laneway: error: {path.parent}/{expected}"), err
+    assert _file_ids(batch_server) == before
+
+
+def _file_ids(server: LiveServer) -> set[str]:
+    return {f.id for f in client(server.base_url).files.list()}
+
+
+def test_bad_options_are_refused_before_upload_and_a_failed_create_leaves_no_file(
+    batch_server: LiveServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(jsonl([chat_line("a")]))
+    before = _file_ids(batch_server)
+
+    def one_line(argv: list[str]) -> str:
+        code, out, err = run(capsys, argv)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert err.startswith("laneway: error: "), err
+        return err
+
+    err = one_line(["batch", "submit", str(src), "--priority", "P9"])
+    assert "argument --priority: unknown priority 'P9': expected 0–3 or one of P0, P1, P2, P3" in err
+    err = one_line(["batch", "submit", str(src), "--window", "5x"])
+    assert "argument --window: must be a duration like '24h' (s, m, h or d), got '5x'" in err
+    assert "between 1s and 30d" in one_line(["batch", "submit", str(src), "--window", "90d"])
+    assert _file_ids(batch_server) == before  # nothing was uploaded
+    # the server refuses the batch after the upload: the uploaded file is deleted again
+    err = one_line(["batch", "submit", str(src), "--endpoint", "/v1/embeddings"])
+    assert "the server answered 400: endpoint must be one of" in err
+    assert _file_ids(batch_server) == before
+    code, out, _ = run(capsys, ["batch", "submit", str(src), "--priority", "3", "--window", "90m"])
+    assert code == 0
+    b = client(batch_server.base_url).batches.retrieve(out.strip())
+    assert b.metadata == {"priority": "P3"} and b.completion_window == "90m"
+
+
+def test_status_lines_are_never_wrapped(
+    batch_server: LiveServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
+    monkeypatch.setenv("COLUMNS", "40")
+    src = tmp_path / "long.jsonl"
+    src.write_bytes(jsonl([chat_line("a"), chat_line("b", model="no-such-model-" + "y" * 60)]))
+    code, out, err = run(capsys, ["batch", "submit", str(src), "--wait", "--poll", "0.05"])
+    assert code == 1
+    batch_id = out.strip()
+    expected = f"  model_not_found: line 2: the model 'no-such-model-{'y' * 60}'"
+    assert any(line.startswith(expected) for line in err.splitlines()), err
+    code, out, _ = run(capsys, ["batch", "status", batch_id])
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and lines[0].startswith(f"{batch_id} [P2]: failed; ")
+    assert lines[1].startswith(expected) and len(lines[1]) > 80

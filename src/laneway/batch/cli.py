@@ -13,6 +13,7 @@ Every command takes ``--base-url`` (``$LANEWAY_BASE_URL``, default
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,12 +24,38 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from laneway.batch.validate import window_seconds
+from laneway.core import ClassTable
+
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 ENDED = ("completed", "failed", "expired", "cancelled")
 
 
 class BatchCliError(Exception):
     """Reported as one line, exit status 2."""
+
+
+def _priority(text: str) -> str:
+    """``--priority``: a class the server knows (P0–P3 or 0–3), checked before anything is sent."""
+    classes = ClassTable()
+    try:
+        return classes[classes.parse(text)].name
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _window(text: str) -> str:
+    """``--window``: a duration the server accepts (``24h``, ``90m``, ``2d``), checked before upload."""
+    try:
+        window_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("completion_window ")) from None
+    return text
+
+
+def _lines_console() -> Console:
+    """Console for status and error lines on stderr: a line is never wrapped, whatever the width."""
+    return Console(stderr=True, soft_wrap=True)
 
 
 def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -38,9 +65,18 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     submit.add_argument("file", type=Path, metavar="FILE.jsonl")
     submit.add_argument("--endpoint", help="default: the url of the file's first line")
     submit.add_argument(
-        "--priority", metavar="P", help="the batch's class (e.g. P3; default: the server's, P2)"
+        "--priority",
+        type=_priority,
+        metavar="P",
+        help="the batch's class (e.g. P3; default: the server's, P2)",
     )
-    submit.add_argument("--window", default="24h", metavar="DURATION", help="completion window (default 24h)")
+    submit.add_argument(
+        "--window",
+        type=_window,
+        default="24h",
+        metavar="DURATION",
+        help="completion window (default 24h)",
+    )
     submit.add_argument("--wait", action="store_true", help="show progress until the batch ends")
     submit.add_argument("--poll", type=float, default=1.0, metavar="S", help=argparse.SUPPRESS)
     status = sub.add_parser("status", help="show a batch's status and counts")
@@ -93,17 +129,27 @@ def _message(exc: Any) -> str:
 
 
 def _endpoint(path: Path) -> str:
+    """The ``url`` of the file's first request line; what is wrong with it otherwise."""
     with path.open("rb") as f:
-        for raw in f:
-            if raw.strip():
-                try:
-                    url = json.loads(raw).get("url")
-                except (ValueError, AttributeError):
-                    url = None
-                if isinstance(url, str):
-                    return url
-                break
-    raise BatchCliError(f"{path}: cannot tell the endpoint from the first line; pass --endpoint")
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            where = f"{path}: line {number}"
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise BatchCliError(f"{where} is not valid JSON: {exc.msg} (column {exc.colno})") from None
+            except ValueError:  # not UTF-8
+                raise BatchCliError(f"{where} is not UTF-8 text") from None
+            if not isinstance(obj, dict):
+                raise BatchCliError(f"{where} is not a JSON object")
+            url = obj.get("url")
+            if url is None:
+                raise BatchCliError(f"{where} has no url; pass --endpoint")
+            if not isinstance(url, str) or not url:
+                raise BatchCliError(f"{where}: url must be a non-empty string, got {url!r}")
+            return url
+    raise BatchCliError(f"{path}: the file is empty (no request lines)")
 
 
 def _submit(client: Any, args: argparse.Namespace) -> int:
@@ -114,18 +160,29 @@ def _submit(client: Any, args: argparse.Namespace) -> int:
     with path.open("rb") as f:
         uploaded = client.files.create(file=(path.name, f), purpose="batch")
     metadata = {"priority": args.priority} if args.priority else None
-    batch = client.batches.create(
-        input_file_id=uploaded.id,
-        endpoint=endpoint,
-        completion_window=args.window,
-        metadata=metadata,
-    )
+    try:
+        batch = client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint=endpoint,
+            completion_window=args.window,
+            metadata=metadata,
+        )
+    except BaseException:  # no batch uses the file: do not leave it behind
+        _delete_quietly(client, uploaded.id)
+        raise
     print(batch.id, flush=True)
     if not args.wait:
         return 0
     batch = _wait(client, batch, max(0.05, args.poll))
-    _print_status(batch, Console(stderr=True))
+    _print_status(batch, _lines_console())
     return 0 if batch.status == "completed" else 1
+
+
+def _delete_quietly(client: Any, file_id: str) -> None:
+    import openai
+
+    with contextlib.suppress(openai.OpenAIError):  # the error that made the batch fail is the one to report
+        client.files.delete(file_id)
 
 
 def _wait(client: Any, batch: Any, poll_s: float) -> Any:
@@ -170,12 +227,13 @@ def _print_status(batch: Any, console: Console) -> None:
         files.append(f"errors {batch.error_file_id}")
     extra = (batch.model_extra or {}).get("laneway") or {}
     cls = f" [{extra['priority']}]" if extra.get("priority") else ""
-    console.print(f"{batch.id}{cls}: {batch.status}; {counts}" + (f"; {', '.join(files)}" if files else ""))
+    line = f"{batch.id}{cls}: {batch.status}; {counts}" + (f"; {', '.join(files)}" if files else "")
+    console.print(line, markup=False)
     if batch.errors is not None and batch.errors.data:
         for e in batch.errors.data[:20]:
-            console.print(f"  {e.code}: {e.message}")
+            console.print(f"  {e.code}: {e.message}", markup=False)
         if len(batch.errors.data) > 20:
-            console.print(f"  … {len(batch.errors.data) - 20} more (see the error file)")
+            console.print(f"  … {len(batch.errors.data) - 20} more (see the error file)", markup=False)
 
 
 def _status(client: Any, args: argparse.Namespace) -> int:
@@ -183,7 +241,7 @@ def _status(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(batch.model_dump_json())
     else:
-        _print_status(batch, Console(width=200) if not sys.stdout.isatty() else Console())
+        _print_status(batch, Console(soft_wrap=True))
     return 0
 
 
@@ -199,11 +257,19 @@ def _results(client: Any, args: argparse.Namespace) -> int:
     else:
         args.output.write_bytes(b"")
     errors = 0
+    data = b""
     if batch.error_file_id:
         data = client.files.content(batch.error_file_id).content
         errors = data.count(b"\n")
-        if args.errors is not None:
-            args.errors.write_bytes(data)
-    note = f"; {errors} failed" + (f" (in {args.errors})" if args.errors and errors else "") if errors else ""
-    print(f"{written} results written to {args.output}{note}", file=sys.stderr)
+    message = f"{_count(written, 'result')} written to {args.output}"
+    if args.errors is not None:
+        args.errors.write_bytes(data)  # empty when nothing failed: the file says so too
+        message += f"; {_count(errors, 'error')} written to {args.errors}"
+    elif errors:
+        message += f"; {errors} failed (save them with --errors FILE)"
+    print(message, file=sys.stderr)
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
