@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from batch_util import chat_line, client, jsonl, lines_of, submit, wait
-from laneway.batch.validate import window_seconds
+from laneway.batch.window import window_seconds
 from live_server import LiveServer
 
 

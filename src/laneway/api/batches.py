@@ -21,7 +21,8 @@ from starlette.responses import JSONResponse, Response
 from laneway.api.files import tenant_of
 from laneway.api.objects import batch_class, batch_object, limit_param, page
 from laneway.api.params import authenticate, read_json
-from laneway.batch.validate import ENDPOINTS, window_seconds
+from laneway.batch.validate import ENDPOINTS
+from laneway.batch.window import window_seconds
 from laneway.config.schema import ServerConfig, TenantConfig
 from laneway.errors import ClassNotAllowed, Conflict, InvalidRequest, NotFound
 from laneway.runtime.batches import BatchRunner

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from laneway.batch.validate import window_seconds
+from laneway.batch.window import window_seconds
 from laneway.core import ClassTable
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"

@@ -10,7 +10,6 @@ one bad line fails the whole batch, as OpenAI does.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,20 +20,6 @@ from laneway.store.base import NewLine
 
 ENDPOINTS = {"/v1/chat/completions": True, "/v1/completions": False}  # endpoint -> chat?
 MAX_CUSTOM_ID = 512
-MAX_WINDOW_S = 30 * 86400
-_WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def window_seconds(text: object) -> int:
-    """``"24h"`` → 86400 (also ``s``, ``m``, ``d``); ``ValueError`` if it is not such a duration."""
-    m = _WINDOW.match(text) if isinstance(text, str) else None
-    if m is None:
-        raise ValueError(f"completion_window must be a duration like '24h' (s, m, h or d), got {text!r}")
-    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]
-    if not 1 <= seconds <= MAX_WINDOW_S:
-        raise ValueError(f"completion_window must be between 1s and 30d, got {text!r}")
-    return seconds
 
 
 @dataclass
