@@ -25,6 +25,48 @@ def test_trace_on_the_example_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["classes"]["P2"]["rejected"] == 1
 
 
+def test_fleet_table_names_the_fleet_and_why_requests_were_rejected(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    trace, fleet = EXAMPLES / "gpu-trace.jsonl", EXAMPLES / "fleet.toml"
+    assert main(["simulate", "--trace", str(trace), "--fleet", str(fleet), "--policy", "naive,laneway"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].rstrip() == "scenario trace: 5 requests, 8 GPUs in 2 nodes, 3 models"
+    assert "slots" not in out
+    # the 405B model fits nowhere (both policies); naive lets a P0 chat request time out
+    table = out.split("Rejections by reason", 1)[1]
+    lines = [line.replace("┃", "│") for line in table.splitlines()]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if "│" in line]
+    assert rows == [
+        ["policy", "class", "queue_timeout", "unplaceable"],
+        ["naive", "P0", "1", "0"],
+        ["", "P2", "0", "1"],
+        ["laneway", "P2", "0", "1"],
+    ]
+
+
+def test_a_trace_without_models_on_a_fleet_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        '{"arrival_s": 0, "priority": "P0", "duration_s": 2, "model": "chat-7b"}\n'
+        "\n"
+        '{"arrival_s": 1, "priority": "P2", "duration_s": 5}\n',
+        encoding="utf-8",
+    )
+    assert main(["simulate", "--trace", str(trace), "--fleet", str(EXAMPLES / "fleet.toml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"laneway: error: {trace}:3: a run on a GPU fleet needs a model on every line "
+        "(the fleet serves: chat-7b, mid-13b, big-70b)\n"
+    )
+    # on plain slots the same trace runs
+    assert main(["simulate", "--trace", str(trace), "--json"]) == 0
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

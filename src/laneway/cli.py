@@ -33,7 +33,7 @@ from laneway.core.inventory import Inventory
 from laneway.serve import ServeError, cmd_serve
 from laneway.serve import add_arguments as add_serve_arguments
 from laneway.sim.engine import SimResult, simulate
-from laneway.sim.report import print_summaries, summarize
+from laneway.sim.report import details, print_summaries, summarize
 from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
 from laneway.sim.workload import load_trace
 
@@ -152,12 +152,13 @@ def load_workload(args: argparse.Namespace) -> Scenario:
     if args.trace is not None:
         if args.requests is not None:
             raise UsageError("argument --requests: only for --scenario mixed")
-        requests = load_trace(args.trace, ClassTable())
         if args.fleet is not None:
             if args.slots is not None:
                 raise UsageError("argument --slots: not with --fleet (the fleet sets the capacity)")
             fleet = load_fleet(args.fleet)
+            requests = load_trace(args.trace, ClassTable(), models=tuple(fleet.models))
             return Scenario("trace", requests, len(fleet.gpus), f"trace {args.trace} on {args.fleet}", fleet)
+        requests = load_trace(args.trace, ClassTable())
         return Scenario("trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}")
     if args.fleet is not None:
         raise UsageError("argument --fleet: only with --trace (scenarios bring their own capacity)")
@@ -218,7 +219,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         console = Console()
         if not console.is_terminal:
             console = Console(width=120)
-        print_summaries(summaries, console)
+        print_summaries([{**s, **details(r)} for s, r in zip(summaries, results, strict=True)], console)
     if args.report is not None:
         from laneway.sim.plots import write_report  # matplotlib is slow to import: only when asked
 

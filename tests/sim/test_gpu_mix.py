@@ -9,10 +9,11 @@ from collections import Counter
 
 import pytest
 
+from laneway.core import ClassTable
 from laneway.core.inventory import Inventory
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.scenarios import scenario
-from laneway.sim.workload import SimRequest
+from laneway.sim.workload import SimRequest, TraceError, parse_trace
 
 
 def p99(values: list[float]) -> float:
@@ -121,3 +122,15 @@ def test_unplaceable_requests_are_rejected_on_arrival_in_the_simulator(policy: s
         assert out[rid].end_s == out[rid].spec.arrival_s
     assert out["fine"].status == "finished"
     assert res.scheduler.counters.model_loads == 0
+
+
+def test_a_fleet_trace_needs_a_model_on_every_line() -> None:
+    lines = [
+        '{"arrival_s": 0, "priority": "P0", "duration_s": 1, "model": "m"}',
+        '{"arrival_s": 1, "priority": "P0", "duration_s": 1}',
+    ]
+    assert len(parse_trace(lines, ClassTable())) == 2  # on slots a model is optional
+    with pytest.raises(TraceError, match=r"^t.jsonl:2: a run on a GPU fleet needs a model on every line"):
+        parse_trace(lines, ClassTable(), "t.jsonl", models=("m", "n"))
+    with pytest.raises(TraceError, match=r"\(the fleet serves: m, n\)$"):
+        parse_trace(lines, ClassTable(), "t.jsonl", models=("m", "n"))

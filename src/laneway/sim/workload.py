@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -108,8 +108,16 @@ def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
     )
 
 
-def parse_trace(lines: Iterable[str], classes: ClassTable, source: str = "trace") -> list[SimRequest]:
-    """Parse JSONL lines; raise :class:`TraceError` naming the first bad line."""
+def parse_trace(
+    lines: Iterable[str],
+    classes: ClassTable,
+    source: str = "trace",
+    models: Sequence[str] | None = None,
+) -> list[SimRequest]:
+    """Parse JSONL lines; raise :class:`TraceError` naming the first bad line.
+
+    ``models``: the models of the GPU fleet the trace will run on; every line
+    must then name a model (a fleet serves named models only)."""
     out: list[SimRequest] = []
     ids: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
@@ -124,6 +132,12 @@ def parse_trace(lines: Iterable[str], classes: ClassTable, source: str = "trace"
             req = parse_line(obj, classes, default_id=f"r{number}")
         except ValueError as exc:
             raise TraceError(f"{source}:{number}: {exc}") from None
+        if models is not None and req.model is None:
+            served = ", ".join(models) or "none"
+            raise TraceError(
+                f"{source}:{number}: a run on a GPU fleet needs a model on every line "
+                f"(the fleet serves: {served})"
+            )
         if req.id in ids:
             raise TraceError(f"{source}:{number}: duplicate id {req.id!r} (first on line {ids[req.id]})")
         ids[req.id] = number
@@ -134,11 +148,13 @@ def parse_trace(lines: Iterable[str], classes: ClassTable, source: str = "trace"
     return out
 
 
-def load_trace(path: str | Path, classes: ClassTable) -> list[SimRequest]:
+def load_trace(
+    path: str | Path, classes: ClassTable, models: Sequence[str] | None = None
+) -> list[SimRequest]:
     p = Path(path)
     try:
         with p.open(encoding="utf-8") as fh:
-            return parse_trace(fh, classes, source=str(p))
+            return parse_trace(fh, classes, source=str(p), models=models)
     except OSError as exc:
         raise TraceError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
