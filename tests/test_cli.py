@@ -64,6 +64,55 @@ def test_default_output_is_a_table(capsys: pytest.CaptureFixture[str]) -> None:
         assert word in out
 
 
+def table_cells(text: str) -> dict[tuple[str, str], list[str]]:
+    """(policy, class) -> the cells of a printed class-table row."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    policy = ""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) > 2 and cells[1].startswith("P"):
+            policy = cells[0] or policy
+            rows[(policy, cells[1])] = cells[2:]
+    return rows
+
+
+def test_readme_headline_figures_are_in_the_default_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Why: one run, side by side", 1)[1].split("\n## ", 1)[0]
+    assert "laneway simulate --scenario chat-vs-batch --policy fifo,laneway" in section
+    quoted = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in ("fifo", "laneway"):
+            quoted[cells[0]] = (cells[1].split()[0], cells[2].split()[0])
+    assert set(quoted) == {"fifo", "laneway"}
+    argv = ["simulate", "--scenario", "chat-vs-batch", "--policy", "fifo,laneway"]
+    assert main([*argv, "--report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "last done s" in out
+    rows = table_cells(out)
+    columns = [
+        "count",
+        "done",
+        "rejected",
+        "wait mean s",
+        "p50",
+        "p99",
+        "max",
+        "latency p99 s",
+        "last done s",
+    ]
+    md = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    for policy, (p0_wait_p99, p2_last_done) in quoted.items():
+        p0, p2 = (dict(zip(columns, rows[(policy, c)], strict=True)) for c in ("P0", "P2"))
+        assert (p0["p99"], p2["last done s"]) == (p0_wait_p99, p2_last_done)
+        assert f"| {policy} | P2 | 200 | 200 | 0 | 0 |" in md
+        md_row = next(x for x in md.splitlines() if x.startswith(f"| {policy} | P2 |"))
+        assert md_row.endswith(f"| {p2_last_done} |")  # summary.md has the column too
+
+
 def test_trace_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = write_trace(
         tmp_path,

@@ -16,11 +16,14 @@ from laneway.core.inventory import Inventory
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.plots import definitions, summary_markdown, write_report
 from laneway.sim.report import (
+    capacity,
+    details,
     estimate_errors,
     merge_intervals,
     percentile,
     print_summaries,
     render_gpus,
+    render_rejections,
     render_table,
     render_totals,
     summarize,
@@ -150,6 +153,52 @@ def test_json_object_has_every_design_key() -> None:
     assert json.loads(json.dumps(s, allow_nan=False)) == s
 
 
+EXPIRING_TRACE = [
+    '{"id": "long", "arrival_s": 0, "priority": "P3", "duration_s": 100, "preemptible": false}',
+    '{"id": "x", "arrival_s": 1, "priority": "P0", "duration_s": 1, "timeout_s": 5}',
+    '{"id": "y", "arrival_s": 2, "priority": "P1", "duration_s": 1, "timeout_s": 5}',
+    '{"id": "z", "arrival_s": 3, "priority": "P1", "duration_s": 1, "timeout_s": 5}',
+]
+
+
+def test_details_capacity_and_rejection_reasons() -> None:
+    result = run(EXPIRING_TRACE, "laneway")
+    s = summarize(result)
+    assert [s["classes"][c]["rejected"] for c in ("P0", "P1", "P3")] == [1, 2, 0]
+    assert details(result) == {
+        "capacity": "1 slot",
+        "rejections": {"P0": {"queue_timeout": 1}, "P1": {"queue_timeout": 2}},
+    }
+    assert "capacity" not in s and "rejections" not in s  # the --json object stays as it was
+    assert capacity(run(FIFO_TRACE, "fifo", slots=4)) == "4 slots"
+    requests = [SimRequest("a", 0.0, 2, 5.0, model="m"), SimRequest("b", 1.0, 0, 5.0, model="other")]
+    gpu = gpu_run(2, ONE_SLOT, requests)
+    assert details(gpu) == {"capacity": "2 GPUs in 1 node, 1 model", "rejections": {"P0": {"unplaceable": 1}}}
+
+
+def test_rejections_table_and_summary_md(tmp_path: Path) -> None:
+    results = [run(EXPIRING_TRACE, "laneway"), run(FIFO_TRACE, "fifo")]
+    shown = [{**summarize(r), **details(r)} for r in results]
+    out = io.StringIO()
+    print_summaries(shown, Console(file=out, width=160))
+    text = out.getvalue()
+    assert text.splitlines()[0].rstrip() == "scenario hand: 4 requests, 1 slot, seed 7"
+    assert "Rejections by reason" in text and "queue_timeout" in text
+    table = render_rejections(shown)
+    assert table is not None and [c.header for c in table.columns] == ["policy", "class", "queue_timeout"]
+    assert render_rejections(shown[1:]) is None  # fifo rejected nothing
+    assert render_rejections([summarize(r) for r in results]) is None  # no details: no table
+    write_report(results, [summarize(r) for r in results], tmp_path)
+    md = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    section = md.split("## Rejections by reason\n\n", 1)[1].split("\n\n", 1)[0]
+    assert section.splitlines() == [
+        "| policy | class | queue_timeout |",
+        "| --- | --- | ---: |",
+        "| laneway | P0 | 1 |",
+        "| laneway | P1 | 2 |",
+    ]
+
+
 def test_render_table_shows_policies_and_classes() -> None:
     summaries = [summarize(run(FIFO_TRACE, p)) for p in ("fifo", "laneway")]
     out = io.StringIO()
@@ -172,9 +221,12 @@ def test_write_report(tmp_path: Path) -> None:
         assert p.read_bytes().startswith(PNG_MAGIC)
     md = paths[0].read_text(encoding="utf-8")
     assert md == summary_markdown(summaries, "three requests")
-    assert "| fifo | P0 | 2 | 2 | 0 | 0 | 5.00 | 4.00 | 6.00 | 6.00 | 6.00 | 8.00 |" in md
+    # ... latency p99 8.00, last done 10.0 (c ends at 10)
+    assert "| fifo | P0 | 2 | 2 | 0 | 0 | 5.00 | 4.00 | 6.00 | 6.00 | 6.00 | 8.00 | 10.0 |" in md
+    assert "| fifo | P3 | 1 | 1 | 0 | 0 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 5.00 | 5.00 |" in md
     assert "- slots: 1" in md and "- seed: 7" in md and "three requests" in md
-    assert len(definitions()) == 7
+    assert "Rejections by reason" not in md  # nothing was rejected
+    assert len(definitions()) == 8
     assert all(item.split(":")[0] in md for item in definitions())
 
 
@@ -285,3 +337,5 @@ def test_write_report_gpu_timeline(tmp_path: Path) -> None:
     md = paths[0].read_text(encoding="utf-8")
     assert "![GPU timeline](gpu_timeline.png)" in md and "## GPU utilization" in md
     assert "model evictions" in md
+    assert "- fleet: 8 GPUs in 2 nodes, 3 models\n- GPUs: a0, a1, a2, a3, b0, b1, b2, b3\n" in md
+    assert "- slots:" not in md

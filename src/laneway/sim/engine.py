@@ -94,6 +94,7 @@ class SimResult:
     # ("evict", gpus, t, model) and ("preempt", gpus, t, model, class)
     gpus: list[str] = field(default_factory=list)
     timeline: list[tuple[object, ...]] = field(default_factory=list)
+    inventory: Inventory | None = None  # GPU runs: the fleet
 
 
 def service_time(spec: SimRequest, costs: CostModel) -> float:
@@ -293,6 +294,7 @@ class Simulation:
             depth=depth,
             gpus=[g.id for g in self.gpu.inv.gpus] if self.gpu is not None else [],
             timeline=self.timeline,
+            inventory=self.gpu.inv if self.gpu is not None else None,
         )
 
     def _ran(self, out: Outcome, now: float) -> None:

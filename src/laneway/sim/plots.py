@@ -1,7 +1,8 @@
 """The ``--report DIR`` files: a Markdown summary and two PNG charts (three on GPUs).
 
-- ``summary.md``: the figures of :mod:`laneway.sim.report` as Markdown tables,
-  with the scenario, slots, seed and the definitions of the figures;
+- ``summary.md``: the figures of :mod:`laneway.sim.report` as Markdown tables
+  (with its ``details``: rejection reasons), with the scenario, slots or GPU
+  fleet, seed and the definitions of the figures;
 - ``wait_cdf.png``: the wait-time CDF of completed requests, one panel per
   class, one line per policy;
 - ``queue_depth.png``: queued requests per class over time, one panel per policy;
@@ -54,10 +55,14 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
     if description:
         lines += [description, ""]
     seed = first["seed"] if first["seed"] is not None else "-"
+    if "gpu_utilization" in first:
+        fleet = [f"- fleet: {first['capacity']}"] if first.get("capacity") else []
+        where = [*fleet, f"- GPUs: {', '.join(first['gpu_utilization'])}"]
+    else:
+        where = [f"- slots: {first['slots']}"]
     lines += [
         f"- requests: {first['requests']}",
-        f"- slots: {first['slots']}",
-        *([f"- GPUs: {', '.join(first['gpu_utilization'])}"] if "gpu_utilization" in first else []),
+        *where,
         f"- seed: {seed}",
         f"- policies: {', '.join(s['policy'] for s in summaries)}",
         "",
@@ -93,6 +98,17 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         ]
         for s in gpus:
             lines.append(_row([s["policy"], *(f"{s['gpu_utilization'].get(g, 0.0):.1%}" for g in gpu_ids)]))
+    rejected = report.rejection_rows(summaries)
+    if rejected:
+        reasons = report.reason_columns(summaries)
+        lines += [
+            "",
+            "## Rejections by reason",
+            "",
+            _row(["policy", "class", *reasons]),
+            _row(["---", "---", *("---:" for _ in reasons)]),
+        ]
+        lines += [_row([policy, name, *counts]) for policy, name, counts in rejected]
     lines += [
         "",
         "## Figures",
@@ -204,7 +220,8 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "summary.md"
-    md.write_text(summary_markdown(summaries, description), encoding="utf-8")
+    shown = [{**report.details(r), **s} for r, s in zip(results, summaries, strict=True)]
+    md.write_text(summary_markdown(shown, description), encoding="utf-8")
     paths = [
         md,
         wait_cdf(results, out_dir / "wait_cdf.png"),

@@ -1,7 +1,9 @@
 """Figures of one simulation run: the ``--json`` object of DESIGN §3 and a table.
 
 :func:`summarize` turns a :class:`~laneway.sim.engine.SimResult` into a plain
-dict (JSON-ready: no NaN, ``None`` where a figure does not exist).
+dict (JSON-ready: no NaN, ``None`` where a figure does not exist);
+:func:`details` adds what the tables and ``summary.md`` show beyond the
+``--json`` object: the capacity in words and the rejection reasons.
 
 Definitions:
 
@@ -21,7 +23,8 @@ Definitions:
   intervals: concurrent requests on one replica, or replicas sharing a GPU,
   count once; a run over 4 GPUs keeps each of them busy; a preempted run counts
   until its KV cache is saved); per GPU in ``gpu_utilization`` (GPU runs only).
-  makespan: time of the last completion (per class: of that class's last completion).
+  makespan: time of the last completion (per class, "last done": of that
+  class's last completion).
 - estimate error: per completed request |estimate - first wait| / max(first
   wait, 1 s), where the estimate is the wait predicted at submission and the
   first wait runs from arrival to the first start; the median over requests
@@ -29,6 +32,11 @@ Definitions:
 - model loads: model loads started on GPUs (models preloaded at start-up not
   counted); 0 on slots (slot workers hold no models). model evictions (GPU
   runs only): loaded replicas removed to make room for others.
+- rejection reasons: why the rejected requests did not complete, per class:
+  queue_timeout (the expired), unplaceable (no GPU group could ever hold its
+  model, or the fleet does not serve it), queue_full, shed, overloaded,
+  rate_limited, concurrency, not_entitled; unfinished: still queued when the
+  run ended.
 """
 
 from __future__ import annotations
@@ -165,6 +173,36 @@ def summarize(result: SimResult) -> dict[str, Any]:
     return summary
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def capacity(result: SimResult) -> str:
+    """``4 slots``, or on a GPU fleet ``8 GPUs in 2 nodes, 3 models``."""
+    inv = result.inventory
+    if inv is None:
+        return _n(result.slots, "slot")
+    return f"{_n(len(inv.gpus), 'GPU')} in {_n(len(inv.nodes), 'node')}, {_n(len(inv.models), 'model')}"
+
+
+def rejection_reasons(result: SimResult) -> dict[str, dict[str, int]]:
+    """Per class with rejected requests: how many were rejected for each reason."""
+    names = result.scheduler.classes.names
+    out: dict[str, dict[str, int]] = {}
+    for o in result.outcomes:
+        if o.status != "finished":
+            reasons = out.setdefault(names[o.spec.priority], {})
+            reason = o.reason or "unfinished"
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return {name: dict(sorted(out[name].items())) for name in names if name in out}
+
+
+def details(result: SimResult) -> dict[str, Any]:
+    """Figures the table and ``summary.md`` show that the ``--json`` object leaves
+    out: ``capacity`` (words) and ``rejections`` ({class: {reason: count}})."""
+    return {"capacity": capacity(result), "rejections": rejection_reasons(result)}
+
+
 def fmt_s(value: float | None) -> str:
     """Seconds for a table cell: fewer decimals as the value grows."""
     if value is None:
@@ -189,17 +227,34 @@ CLASS_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("wait_p99_s", "p99", fmt_s),
     ("wait_max_s", "max", fmt_s),
     ("latency_p99_s", "latency p99 s", fmt_s),
+    ("makespan_s", "last done s", fmt_s),
 )
 
 
 def _title(s: dict[str, Any]) -> str:
-    slots = f"{s['slots']} slot" + ("" if s["slots"] == 1 else "s")
-    title = f"scenario {s['scenario']}: {s['requests']} requests, {slots}"
+    where = s.get("capacity") or _n(s["slots"], "slot")
+    title = f"scenario {s['scenario']}: {_n(s['requests'], 'request')}, {where}"
     return title + (f", seed {s['seed']}" if s.get("seed") is not None else "")
 
 
+def reason_columns(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """The rejection reasons of any of the summaries (with :func:`details` merged in)."""
+    found = {r for s in summaries for reasons in s.get("rejections", {}).values() for r in reasons}
+    return sorted(found)
+
+
+def rejection_rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, str, list[int]]]:
+    """(policy, class, count per reason of :func:`reason_columns`) for each class with rejections."""
+    reasons = reason_columns(summaries)
+    rows = []
+    for s in summaries:
+        for name, counts in s.get("rejections", {}).items():
+            rows.append((s["policy"], name, [counts.get(r, 0) for r in reasons]))
+    return rows
+
+
 def render_table(summaries: Sequence[dict[str, Any]]) -> Table:
-    """Per policy and class: counts, wait mean/p50/p99/max and latency p99."""
+    """Per policy and class: counts, wait mean/p50/p99/max, latency p99 and last completion."""
     table = Table(title=_title(summaries[0]) if summaries else None, title_justify="left")
     table.add_column("policy", style="bold")
     table.add_column("class")
@@ -255,10 +310,31 @@ def render_gpus(summaries: Sequence[dict[str, Any]]) -> Table | None:
     return table
 
 
+def render_rejections(summaries: Sequence[dict[str, Any]]) -> Table | None:
+    """Rejected requests by reason, one line per policy and class that had any;
+    ``None`` when nothing was rejected (or the summaries carry no :func:`details`)."""
+    rows = rejection_rows(summaries)
+    if not rows:
+        return None
+    table = Table(title="Rejections by reason", title_justify="left")
+    table.add_column("policy", style="bold")
+    table.add_column("class")
+    for reason in reason_columns(summaries):
+        table.add_column(reason, justify="right")
+    last = None
+    for policy, name, counts in rows:
+        if last is not None and policy != last:
+            table.add_section()
+        table.add_row(policy if policy != last else "", name, *(str(c) for c in counts))
+        last = policy
+    return table
+
+
 def print_summaries(summaries: Sequence[dict[str, Any]], console: Console) -> None:
-    """The default ``laneway simulate`` output: the class table, the totals, per-GPU utilization."""
+    """The default ``laneway simulate`` output: the class table, the totals, per-GPU
+    utilization, the rejection reasons (summaries with :func:`details` merged in)."""
     console.print(render_table(summaries))
     console.print(render_totals(summaries))
-    gpus = render_gpus(summaries)
-    if gpus is not None:
-        console.print(gpus)
+    for extra in (render_gpus(summaries), render_rejections(summaries)):
+        if extra is not None:
+            console.print(extra)
