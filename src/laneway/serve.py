@@ -119,9 +119,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     slots = sum(w.capacity().slots for w in workers.values())
     models = ", ".join(dict.fromkeys(w.served_name for w in config.workers))
+    counted = f"{_count(len(workers), 'worker')}, {_count(slots, 'slot')}"
     print(
-        f"laneway: serving {models} on http://{config.host}:{port} "
-        f"({len(workers)} worker{'s' if len(workers) != 1 else ''}, {slots} slots); {note}",
+        f"laneway: serving {models} on http://{config.host}:{port} ({counted}); {note}",
         file=sys.stderr,
         flush=True,
     )
@@ -137,3 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     server.run(sockets=[sock])
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

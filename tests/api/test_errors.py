@@ -89,6 +89,30 @@ def test_400_invalid_requests(keyed: LiveServer) -> None:
     ):
         err = error_of(post(keyed, chat(**bad)), 400)
         assert err["param"] in ("continue_final_message", "add_generation_prompt")
+    for messages, param in (
+        ([{"content": "no role"}], "messages[0].role"),
+        ([{"role": "wizard", "content": "x"}], "messages[0].role"),
+        ([{"role": "user"}], "messages[0].content"),
+        ([{"role": "user", "content": None}], "messages[0].content"),
+        ([{"role": "user", "content": 5}], "messages[0].content"),
+        ([{"role": "user", "content": {"a": 1}}], "messages[0].content"),
+        ([{"role": "user", "content": "ok"}, {"role": "user", "content": ["hi"]}], "messages[1].content"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "messages[0].content"),
+    ):
+        err = error_of(post(keyed, {**chat(), "messages": messages}), 400)
+        assert err["param"] == param, (messages, err)
+    for extra, param in (
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 2}, "logprobs"),
+    ):
+        assert error_of(post(keyed, chat(**extra)), 400)["param"] == param
+    completion = {"model": "sim", "prompt": "x", "max_tokens": 2}
+    unsupported = (({"logprobs": 3}, "logprobs"), ({"echo": True}, "echo"), ({"best_of": 2}, "best_of"))
+    for extra, param in unsupported:
+        assert error_of(post(keyed, {**completion, **extra}, path="/completions"), 400)["param"] == param
+    ok = post(keyed, chat(tools=[], logprobs=False))  # empty or off: nothing asked that is not done
+    assert ok.status_code == 200, ok.text
     c = openai.OpenAI(base_url=keyed.base_url, api_key=BOB, max_retries=0)
     with pytest.raises(openai.BadRequestError):
         c.chat.completions.create(model="sim", messages=[{"role": "user", "content": "x"}], top_p=0)
@@ -116,6 +140,14 @@ def test_404_unknown_model_and_route(keyed: LiveServer) -> None:
     assert err["code"] == "model_not_found" and err["param"] == "model"
     err = error_of(httpx.get(keyed.url + "/v1/nothing"), 404)
     assert err["code"] == "not_found"
+    # a trailing slash is another route: a 404 in OpenAI's shape, not a redirect
+    assert error_of(post(keyed, chat(), path="/chat/completions/"), 404)["code"] == "not_found"
+    auth = {"Authorization": f"Bearer {BOB}"}
+    assert httpx.get(keyed.base_url + "/models/sim", headers=auth).json()["id"] == "sim"
+    err = error_of(httpx.get(keyed.base_url + "/models/org/gpt-9", headers=auth), 404)
+    assert err["code"] == "model_not_found"
+    c = openai.OpenAI(base_url=keyed.base_url, api_key=BOB, max_retries=0)
+    assert c.models.retrieve("sim").id == "sim"
     error_of(
         httpx.get(
             keyed.base_url + "/queue/estimate",

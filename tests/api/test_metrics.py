@@ -37,6 +37,7 @@ def test_metric_names_present_and_moving(sim_server: LiveServer) -> None:
     for name in NAMES:
         assert re.search(r"^" + name + r"[{ ]", before.text, re.M), name
     assert value(before.text, 'laneway_queue_wait_alert_threshold_seconds{class="P0"}') == 10.0
+    assert "_created" not in before.text  # no creation-time samples posing as metrics
     body = {"model": "sim", "prompt": "x", "max_tokens": 2, "priority": "P2"}
     for _ in range(3):
         assert httpx.post(sim_server.base_url + "/completions", json=body).status_code == 200

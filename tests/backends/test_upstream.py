@@ -129,6 +129,9 @@ def test_upstream_errors_become_client_errors(upstream: str) -> None:
             assert isinstance(err, ModelNotFound) and "no-such-model" in str(err)
             err = await failure(good, Job("b", MODEL, GREEDY, prompt="x" * 5000))
             assert isinstance(err, InvalidRequest) and err.status == 400 and "prompt" in str(err)
+            too_many = SamplingParams(max_tokens=5000, temperature=0.0)
+            err = await failure(good, Job("b2", MODEL, too_many, prompt="x"))
+            assert isinstance(err, InvalidRequest) and "lower max_tokens" in str(err)
             err = await failure(dead, Job("c", MODEL, GREEDY, prompt="x"))
             assert isinstance(err, UpstreamUnavailable) and err.retryable
             assert not (await dead.health()).ok

@@ -133,8 +133,11 @@ def test_prompt_longer_than_context(engine: Engine) -> None:
     assert engine.busy == 0
 
 
-def test_generation_stops_at_the_context_end(engine: Engine) -> None:
-    done = alone(engine, job("edge", "y" * 2040, greedy(100)))
+def test_prompt_plus_max_tokens_must_fit_the_context(engine: Engine) -> None:
+    with pytest.raises(ContextTooLong, match="lower max_tokens to at most 7") as err:
+        engine.add(job("edge", "y" * 2040, greedy(100)), Collector().sink("edge"))
+    assert err.value.param == "max_tokens"
+    done = alone(engine, job("edge", "y" * 2040, greedy(7, ignore_eos=True)))
     assert done.finish_reason == "length"
     assert done.usage.prompt_tokens + done.usage.completion_tokens == engine.model.context
 

@@ -27,6 +27,7 @@ ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
     Route("/v1/completions", completions.completions, methods=["POST"]),
     Route("/v1/models", info.models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}", info.model, methods=["GET"]),
     Route("/v1/queue/estimate", info.queue_estimate, methods=["GET"]),
     Route("/v1/files", files.upload, methods=["POST"]),
     Route("/v1/files", files.list_files, methods=["GET"]),
@@ -76,7 +77,7 @@ def create_app(
             finally:
                 await opened.close()
 
-    return Starlette(
+    app = Starlette(
         routes=ROUTES,
         lifespan=lifespan,
         exception_handlers={
@@ -85,3 +86,7 @@ def create_app(
             Exception: on_unexpected,
         },
     )
+    # "/v1/chat/completions/" is an unknown route (404 in OpenAI's shape), not a
+    # redirect that clients would follow with a GET
+    app.router.redirect_slashes = False
+    return app

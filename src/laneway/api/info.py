@@ -23,11 +23,26 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
+def _model(name: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": STARTED, "owned_by": "laneway"}
+
+
 async def models(request: Request) -> Response:
     runtime = _runtime(request)
     authenticate(request, runtime.config)
-    data = [{"id": m, "object": "model", "created": STARTED, "owned_by": "laneway"} for m in runtime.models]
-    return JSONResponse({"object": "list", "data": data})
+    return JSONResponse({"object": "list", "data": [_model(m) for m in runtime.models]})
+
+
+async def model(request: Request) -> Response:
+    """``GET /v1/models/{id}`` (an id may hold slashes, as Hugging Face names do)."""
+    runtime = _runtime(request)
+    config = runtime.config
+    authenticate(request, config)
+    name = request.path_params["model_id"]
+    name = config.aliases.get(name, name)
+    if name not in runtime.models:
+        raise ModelNotFound(f"the model {name!r} does not exist; served: {', '.join(runtime.models)}")
+    return JSONResponse(_model(name))
 
 
 async def queue_estimate(request: Request) -> Response:

@@ -146,11 +146,61 @@ def _continue_final(body: Mapping[str, Any], messages: list[dict[str, Any]]) -> 
     return cont
 
 
+ROLES = ("system", "developer", "user", "assistant")
+
+
+def _messages(value: object) -> list[dict[str, Any]]:
+    """Chat messages: each a role and text content (a string or ``text`` parts)."""
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("messages must be a non-empty list of message objects", param="messages")
+    for i, m in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise InvalidRequest(f"{where} must be an object with a role and content", param=where)
+        role = m.get("role")
+        if role not in ROLES:
+            raise InvalidRequest(
+                f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", param=f"{where}.role"
+            )
+        content = m.get("content")
+        if isinstance(content, str):
+            continue
+        if not (isinstance(content, list) and all(map(_text_part, content))):
+            raise InvalidRequest(
+                f"{where}.content must be a string or a list of text parts "
+                '({"type": "text", "text": "..."}); other content is not supported',
+                param=f"{where}.content",
+            )
+    return value
+
+
+def _text_part(part: object) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def _unsupported(body: Mapping[str, Any], chat: bool) -> None:
+    """Refuse what the engines cannot do rather than ignore it silently."""
+    for name in ("tools", "functions"):
+        if body.get(name):
+            raise InvalidRequest(f"{name} (function calling) is not supported", param=name)
+    logprobs = body.get("logprobs")
+    if logprobs not in (None, False, 0) or body.get("top_logprobs"):
+        raise InvalidRequest("logprobs are not supported", param="logprobs")
+    if not chat:
+        if body.get("echo"):
+            raise InvalidRequest("echo is not supported", param="echo")
+        if body.get("suffix"):
+            raise InvalidRequest("suffix is not supported", param="suffix")
+        if body.get("best_of") not in (None, 1):
+            raise InvalidRequest("only best_of=1 is supported", param="best_of")
+
+
 def parse_job(body: Mapping[str, Any], chat: bool, config: ServerConfig, models: tuple[str, ...]) -> Parsed:
     """The job and options of a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body."""
     model = _model(body, models, config.aliases)
     if body.get("n") not in (None, 1):
         raise InvalidRequest("only n=1 is supported", param="n")
+    _unsupported(body, chat)
     max_tokens = body.get("max_completion_tokens") if chat else None
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
@@ -166,9 +216,7 @@ def parse_job(body: Mapping[str, Any], chat: bool, config: ServerConfig, models:
     )
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise InvalidRequest("messages must be a non-empty list of message objects", param="messages")
+        messages = _messages(body.get("messages"))
         job = Job(
             rid, model, params, messages=tuple(messages), continue_final=_continue_final(body, messages)
         )

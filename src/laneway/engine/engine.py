@@ -142,11 +142,20 @@ class Engine:
             ids = tok.encode(job.prompt)
         else:
             ids = tok.chat_prompt(job.messages or (), job.continue_final)
-        if len(ids) >= self.model.context:
+        context = self.model.context
+        if len(ids) >= context:
             raise ContextTooLong(
                 f"the prompt is {len(ids)} tokens; model {self.model.name} takes at most "
-                f"{self.model.context - 1} prompt tokens",
+                f"{context - 1} prompt tokens",
                 param="messages" if job.messages is not None else "prompt",
+            )
+        wanted = len(ids) + job.params.max_tokens
+        if wanted > context:
+            raise ContextTooLong(
+                f"model {self.model.name}'s context is {context} tokens; this request asks for {wanted} "
+                f"({len(ids)} in the prompt, max_tokens {job.params.max_tokens}): lower max_tokens "
+                f"to at most {context - len(ids)}",
+                param="max_tokens",
             )
         return ids
 

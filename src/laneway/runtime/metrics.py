@@ -10,9 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from laneway.core.decisions import REJECT_REASONS
+
+# no "<name>_created" timestamp samples: they read as metrics of their own (a
+# "laneway_checkpoint_bytes_created" that is a time, not bytes)
+disable_created_metrics()
 
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
