@@ -21,10 +21,15 @@ def test_defaults() -> None:
     assert not cfg.auth and cfg.models == ("builtin:tiny",)
 
 
-def test_example_file_loads() -> None:
+def test_example_files_load() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.auth
-    assert {w.type for w in cfg.workers} >= {"local", "simulated", "upstream"}
+    assert {w.type for w in cfg.workers} == {"local", "simulated"}
+    chat, batch = cfg.tenant_for_key("chat-demo-key"), cfg.tenant_for_key("batch-demo-key")
+    assert chat is not None and chat.name == "chat-frontend"
+    assert batch is not None and batch.name == "batch-pipeline"
+    [upstream] = load_config(EXAMPLE.with_name("vllm.toml")).workers
+    assert (upstream.type, upstream.served_name, upstream.api_key_env) == ("upstream", "llama-3.1-8b", None)
 
 
 def test_tenants_store_hashes_and_find_keys() -> None:
