@@ -65,7 +65,8 @@ class ArrivalRates:
         self.cur = [0.0] * n_classes
         self.prev = [0.0] * n_classes
 
-    def _roll(self, now: float) -> None:
+    def roll(self, now: float) -> None:
+        """Move the window to the bucket of ``now``."""
         index = int(now // self.bucket_s)
         if index != self.index:
             self.prev = self.cur if index == self.index + 1 else [0.0] * len(self.cur)
@@ -73,19 +74,19 @@ class ArrivalRates:
             self.index = index
 
     def add(self, cls: int, work_s: float, now: float) -> None:
-        if int(now // self.bucket_s) != self.index:
-            self._roll(now)
+        if now // self.bucket_s != self.index:
+            self.roll(now)
         self.cur[cls] += work_s
 
     def rate(self, cls: int, now: float) -> float:
-        self._roll(now)
+        self.roll(now)
         span = self.bucket_s + (now - self.index * self.bucket_s)
         return (self.prev[cls] + self.cur[cls]) / span
 
     def rate_before(self, cls: int, now: float) -> float:
         """Total rate of the classes more urgent than ``cls``."""
         if int(now // self.bucket_s) != self.index:
-            self._roll(now)
+            self.roll(now)
         span = self.bucket_s + (now - self.index * self.bucket_s)
         return (sum(self.prev[:cls]) + sum(self.cur[:cls])) / span
 

@@ -264,7 +264,10 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         elif self._feedback_on:
             req.level = self._start_level(est)
         req.est_s = est
-        self.arrivals.add(cls, est, now)
+        arrivals = self.arrivals  # arrivals.add(cls, est, now), inline: the hot path
+        if now // arrivals.bucket_s != arrivals.index:
+            arrivals.roll(now)
+        arrivals.cur[cls] += est
         req.state = _QUEUED  # NEW -> QUEUED, checked on entry
         reqs[rid] = req
         req.enqueued_s = now
@@ -323,7 +326,10 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             req.state = _FINISHED
             counters.completed[req.priority] += 1
             self.service.record(req.priority, req.model, service)
-        self._end(req)
+        if req.tenant is None and not req.depends_on:
+            del self._reqs[request_id]  # _end(req) with nothing else to do: the hot path
+        else:
+            self._end(req)
 
     def preempted(
         self,
