@@ -50,14 +50,20 @@ def preempted_run(
     return col.done(j.id), col.streamed(j.id), preemptions
 
 
-@pytest.mark.parametrize("mode", ["checkpoint", "recompute"])
+@pytest.mark.parametrize("mode", ["checkpoint", "checkpoint-on-disk", "recompute"])
 @pytest.mark.parametrize("points", [[1], [N // 2], [N - 1], [1, N // 2, N - 1]])
-def test_greedy_preempted_matches_uninterrupted(engine: Engine, mode: str, points: list[int]) -> None:
+def test_greedy_preempted_matches_uninterrupted(
+    tiny: LoadedModel, tmp_path: Path, mode: str, points: list[int]
+) -> None:
+    budget = 0 if mode == "checkpoint-on-disk" else 1 << 30  # 0: every checkpoint is spilled to a file
+    engine = Engine(tiny, slots=4, data_dir=tmp_path, spill_budget_bytes=budget)
+    mode = mode.removesuffix("-on-disk")
     j = job("a", "The quick brown fox")
     ref = alone(engine, j)
     assert ref.usage.completion_tokens == N
     done, streamed, count = preempted_run(engine, j, points, mode)
     assert count == len(points)
+    assert engine.store.spills == (count if budget == 0 else 0)
     assert done.text == ref.text
     assert streamed == ref.text  # nothing streamed twice or lost across the preemption
     assert done.usage == ref.usage
