@@ -1,0 +1,43 @@
+"""Every third-party package the code imports is a declared runtime dependency.
+
+A plain ``pip install .`` (README command 1) must be enough to run every
+command; test-only packages (pytest, hypothesis) belong to the ``dev`` extra.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_imports_are_declared_dependencies() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {_name(r) for r in project["dependencies"]}
+    dists = packages_distributions()
+    missing: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "src" / "laneway").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                if top == "laneway" or top in sys.stdlib_module_names:
+                    continue
+                names = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
+                if not names & declared:
+                    missing.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    assert not missing, f"imported but not in [project.dependencies]: {missing}"
