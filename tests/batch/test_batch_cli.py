@@ -18,15 +18,26 @@ def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, 
     return code, out.out, out.err
 
 
+def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run a command that must fail with exit 2 and one ``laneway: error:`` line."""
+    code, out, err = run(capsys, argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("laneway: error: "), err
+    return err.rstrip("\n")
+
+
+@pytest.fixture
+def cli(batch_server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> LiveServer:
+    """The batch commands talk to ``batch_server`` (``LANEWAY_BASE_URL``)."""
+    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
+    return batch_server
+
+
 def test_submit_wait_status_results(
-    batch_server: LiveServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl([chat_line(f"k{i}") for i in range(12)]))
-    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
     code, out, err = run(
         capsys, ["batch", "submit", str(src), "--priority", "P3", "--wait", "--poll", "0.05"]
     )
@@ -34,7 +45,7 @@ def test_submit_wait_status_results(
     batch_id = out.strip()
     assert batch_id.startswith("batch_")
     assert f"{batch_id} [P3]: completed; 12 done, 0 failed of 12" in err
-    code, out, _ = run(capsys, ["batch", "status", batch_id, "--base-url", batch_server.base_url])
+    code, out, _ = run(capsys, ["batch", "status", batch_id, "--base-url", cli.base_url])
     assert code == 0 and "completed; 12 done, 0 failed of 12" in out
     code, out, _ = run(capsys, ["batch", "status", batch_id, "--json"])
     assert code == 0 and json.loads(out)["request_counts"] == {"completed": 12, "failed": 0, "total": 12}
@@ -51,42 +62,28 @@ def test_submit_wait_status_results(
 
 
 def test_failed_batch_exits_1_and_mistakes_are_one_line(
-    batch_server: LiveServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(jsonl([chat_line("a", model="nope")]))
     code, _, err = run(capsys, ["batch", "submit", str(bad), "--wait", "--poll", "0.05"])
     assert code == 1 and "failed" in err and "model_not_found" in err
 
-    def one_line(argv: list[str]) -> str:
-        code, _, err = run(capsys, argv)
-        lines = err.splitlines()
-        assert code == 2 and len(lines) == 1 and lines[0].startswith("laneway: error: "), err
-        return lines[0]
-
-    assert "no such file" in one_line(["batch", "submit", str(tmp_path / "missing.jsonl")])
-    assert "404" in one_line(["batch", "status", "batch_nope"])
+    assert "no such file" in one_line(capsys, ["batch", "submit", str(tmp_path / "missing.jsonl")])
+    assert "404" in one_line(capsys, ["batch", "status", "batch_nope"])
     assert "cannot reach the server" in one_line(
-        ["batch", "status", "x", "--base-url", "http://127.0.0.1:9/v1"]
+        capsys, ["batch", "status", "x", "--base-url", "http://127.0.0.1:9/v1"]
     )
-    assert "invalid choice" in one_line(["batch", "frobnicate"])
-    assert "--output" in one_line(["batch", "results", "x"])
+    assert "invalid choice" in one_line(capsys, ["batch", "frobnicate"])
+    assert "--output" in one_line(capsys, ["batch", "results", "x"])
     assert "argument --priority: unknown priority 'P9'" in one_line(
-        ["batch", "submit", str(bad), "--priority", "P9"]
+        capsys, ["batch", "submit", str(bad), "--priority", "P9"]
     )
 
 
 def test_submit_says_what_is_wrong_with_the_first_line(
-    batch_server: LiveServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
     cases = {
         "": "empty.jsonl: the file is empty (no request lines)",
         "\n  \n": "blank.jsonl: the file is empty (no request lines)",
@@ -96,14 +93,14 @@ def test_submit_says_what_is_wrong_with_the_first_line(
         '{"custom_id": "a", "body": {}}\n': "nourl.jsonl: line 1 has no url; pass --endpoint",
     }
     names = ["empty", "blank", "truncated", "trailing", "array", "nourl"]
-    before = _file_ids(batch_server)
+    before = _file_ids(cli)
     for name, (text, expected) in zip(names, cases.items(), strict=True):
         path = tmp_path / f"{name}.jsonl"
         path.write_text(text)
         code, out, err = run(capsys, ["batch", "submit", str(path)])
         assert code == 2 and out == "" and err.count("\n") == 1, err
         assert err.startswith(f"laneway: error: {path.parent}/{expected}"), err
-    assert _file_ids(batch_server) == before
+    assert _file_ids(cli) == before
 
 
 def _file_ids(server: LiveServer) -> set[str]:
@@ -111,45 +108,31 @@ def _file_ids(server: LiveServer) -> set[str]:
 
 
 def test_bad_options_are_refused_before_upload_and_a_failed_create_leaves_no_file(
-    batch_server: LiveServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
     src = tmp_path / "in.jsonl"
     src.write_bytes(jsonl([chat_line("a")]))
-    before = _file_ids(batch_server)
+    before = _file_ids(cli)
 
-    def one_line(argv: list[str]) -> str:
-        code, out, err = run(capsys, argv)
-        assert code == 2 and out == "" and err.count("\n") == 1, err
-        assert err.startswith("laneway: error: "), err
-        return err
-
-    err = one_line(["batch", "submit", str(src), "--priority", "P9"])
+    err = one_line(capsys, ["batch", "submit", str(src), "--priority", "P9"])
     assert "argument --priority: unknown priority 'P9': expected 0–3 or one of P0, P1, P2, P3" in err
-    err = one_line(["batch", "submit", str(src), "--window", "5x"])
+    err = one_line(capsys, ["batch", "submit", str(src), "--window", "5x"])
     assert "argument --window: must be a duration like '24h' (s, m, h or d), got '5x'" in err
-    assert "between 1s and 30d" in one_line(["batch", "submit", str(src), "--window", "90d"])
-    assert _file_ids(batch_server) == before  # nothing was uploaded
+    assert "between 1s and 30d" in one_line(capsys, ["batch", "submit", str(src), "--window", "90d"])
+    assert _file_ids(cli) == before  # nothing was uploaded
     # the server refuses the batch after the upload: the uploaded file is deleted again
-    err = one_line(["batch", "submit", str(src), "--endpoint", "/v1/embeddings"])
+    err = one_line(capsys, ["batch", "submit", str(src), "--endpoint", "/v1/embeddings"])
     assert "the server answered 400: endpoint must be one of" in err
-    assert _file_ids(batch_server) == before
+    assert _file_ids(cli) == before
     code, out, _ = run(capsys, ["batch", "submit", str(src), "--priority", "3", "--window", "90m"])
     assert code == 0
-    b = client(batch_server.base_url).batches.retrieve(out.strip())
+    b = client(cli.base_url).batches.retrieve(out.strip())
     assert b.metadata == {"priority": "P3"} and b.completion_window == "90m"
 
 
 def test_status_lines_are_never_wrapped(
-    batch_server: LiveServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LANEWAY_BASE_URL", batch_server.base_url)
     monkeypatch.setenv("COLUMNS", "40")
     src = tmp_path / "long.jsonl"
     src.write_bytes(jsonl([chat_line("a"), chat_line("b", model="no-such-model-" + "y" * 60)]))
