@@ -7,7 +7,33 @@ A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from laneway.core.classes import PriorityClass
 from laneway.core.estimate import wait_estimate
+
+
+def estimate_tables(
+    table: Sequence[PriorityClass],
+    victims: Sequence[tuple[int, ...]],
+    *,
+    preempting: bool,
+    single: bool,
+    shares: bool,
+) -> tuple[list[frozenset[int]], list[tuple[int, ...]]]:
+    """For each class: the classes a new request of it may preempt (``victims``
+    when preemption applies), and the classes whose queued work dispatches
+    before it (all under one queue; the more urgent ones and those that may
+    preempt under shares; the more urgent ones under strict classes)."""
+    k = len(table)
+    rights = [frozenset(victims[c]) if preempting else frozenset() for c in range(k)]
+    if single:
+        ahead = [tuple(range(k)) for _ in range(k)]
+    elif shares:
+        ahead = [tuple(a for a in range(c + 1) if a == c or table[a].may_preempt) for c in range(k)]
+    else:
+        ahead = [tuple(range(c + 1)) for c in range(k)]
+    return rights, ahead
 
 
 class Estimating:

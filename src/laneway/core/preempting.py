@@ -12,17 +12,56 @@ import heapq
 import math
 
 from laneway.core.decisions import Decision, Preempt
+from laneway.core.errors import InvalidTransition
 from laneway.core.preemption import Candidate, choose_action, gather_candidates
 from laneway.core.request import Request, State, transition
 from laneway.core.selection import NONE_BLOCKED
 
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
+_QUEUED = State.QUEUED
 OVERRUN = 1.0  # a time slice preempts a hinted request once it runs past hint x this
 
 
 class Preempting:
     __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
+    def preempted(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        tokens_done: int | None = None,
+        checkpoint_bytes: int | None = None,
+        save_s: float | None = None,
+    ) -> None:
+        """The worker stopped a preempted request and its slot is free.
+
+        A worker that measures its checkpoint (``checkpoint_bytes``, and
+        ``save_s`` the time the copy took) teaches the cost model used to
+        choose victims and preemption modes.
+        """
+        req = self.get(request_id)
+        if req.state is not _PREEMPTED:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not preempted")
+        ran = max(req.preempt_at_s - req.started_s, 0.0)
+        req.run_s += ran
+        costs = self.costs
+        req.tokens_done = (
+            tokens_done if tokens_done is not None else req.tokens_done + costs.generated_in(ran)
+        )
+        held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
+        if checkpoint_bytes is None:
+            checkpoint_bytes = costs.checkpoint_bytes(held) if req.resume == "checkpoint" else 0
+        elif checkpoint_bytes > 0 and req.prompt_tokens:
+            self.costs = costs.observed(checkpoint_bytes, held, save_s)
+        req.checkpoint_bytes = checkpoint_bytes
+        self._release(req)
+        req.state = _QUEUED  # PREEMPTED -> QUEUED, checked above
+        req.enqueued_s = now
+        self.lanes.push(req)
+        if req.tenant is not None:
+            self.admission.on_requeue(req.tenant)
 
     def _preemptible(self, req: Request) -> bool:
         return (
@@ -165,6 +204,16 @@ class Preempting:
                 self._changes += 1  # it may be a victim for someone else now
                 continue
             self._stop(req, self._cheapest_mode(req, now), c, now, out)
+
+    def _start_level(self, est_s: float) -> int:
+        """Multi-level feedback with a size hint: a request expected to run long
+        starts at the level it would reach anyway (level ``l`` holds work up to
+        ``slice x (2^(l+1) - 1)`` seconds of service)."""
+        top = self.lanes.levels - 1
+        level = 0
+        while level < top and est_s > self.cfg.mlfq_slice_s * (2 ** (level + 1) - 1):
+            level += 1
+        return level
 
     def _feedback(self, now: float, out: list[Decision]) -> None:
         """Multi-level feedback: a request past its time slice drops a level and

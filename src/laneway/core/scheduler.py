@@ -24,7 +24,7 @@ from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import Decision, Dispatch, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
 from laneway.core.estimate import ArrivalRates, ServiceStats
-from laneway.core.estimating import Estimating
+from laneway.core.estimating import Estimating, estimate_tables
 from laneway.core.expiry import Expiry
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.gpu_scheduling import GpuScheduling
@@ -33,9 +33,12 @@ from laneway.core.inspection import Inspecting
 from laneway.core.lanes import Lanes
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.preempting import Preempting
+from laneway.core.refusing import Refusing
 from laneway.core.request import Request, State, transition
-from laneway.core.selection import NONE_BLOCKED, best_in_class, select_share, select_strict
+from laneway.core.selecting import Selecting
+from laneway.core.selection import NONE_BLOCKED, select_strict
 from laneway.core.stats import Counters
+from laneway.core.worker_failures import WorkerFailures
 from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
 
 _NEW = State.NEW
@@ -47,7 +50,9 @@ _FAILED = State.FAILED
 _new_tuple = tuple.__new__  # builds a named tuple without the Python-level __new__
 
 
-class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
+class Scheduler(
+    Preempting, GpuScheduling, Inheriting, Estimating, Inspecting, Refusing, Selecting, WorkerFailures
+):
     # Every attribute is a slot (the mixins declare none): past 30 keys an
     # instance dict loses CPython's fast attribute and method lookups, which the
     # hot path (submit, finished, schedule) makes dozens of per request.
@@ -187,21 +192,13 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         self._preempting = self.pol.preemption != "none"
         self._feedback_on = self.pol.feedback
         self._shares = self.pol.shares
-        # for estimates: the classes a new request of each class may preempt,
-        # and those whose queued work dispatches before it
-        self._est_rights: list[frozenset[int]] = []
-        self._est_ahead: list[tuple[int, ...]] = []
-        for c in range(k):
-            if self.pol.preemption == "none" or self.lanes.single:
-                self._est_rights.append(frozenset())
-            else:
-                self._est_rights.append(frozenset(v for v in table[c].may_preempt if table[v].preemptible))
-            if self.lanes.single:
-                self._est_ahead.append(tuple(range(k)))
-            elif self.pol.shares:
-                self._est_ahead.append(tuple(a for a in range(c + 1) if a == c or table[a].may_preempt))
-            else:
-                self._est_ahead.append(tuple(range(c + 1)))
+        self._est_rights, self._est_ahead = estimate_tables(
+            table,
+            self._victims,
+            preempting=self._preempting and not self.lanes.single,
+            single=self.lanes.single,
+            shares=self._shares,
+        )
         self._boost = cfg.mlfq_boost_s if self.pol.aging else None
 
     # ------------------------------------------------------------------ queries
@@ -279,31 +276,6 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             self._inherit(req)
         return None
 
-    def _queue_full(self, req: Request, now: float) -> Reject | None:
-        """Queue bounds: refuse ``req``, or shed less urgent work to make room."""
-        cls = req.cls
-        bound = self._max_queued[cls]
-        if bound is not None and self.lanes.class_count[cls] >= bound:
-            name = self.classes[cls].name
-            return self._refuse(req, "queue_full", f"the {name} queue is full ({bound})", now=now)
-        total = self._max_queued_total
-        if total is not None and self.lanes.total >= total:
-            victim = self._shed_candidate(cls)
-            if victim is None:
-                return self._refuse(req, "overloaded", "the server is overloaded", now=now)
-            self._shed(victim, now)
-        return None
-
-    def _start_level(self, est_s: float) -> int:
-        """Multi-level feedback with a size hint: a request expected to run long
-        starts at the level it would reach anyway (level ``l`` holds work up to
-        ``slice x (2^(l+1) - 1)`` seconds of service)."""
-        top = self.lanes.levels - 1
-        level = 0
-        while level < top and est_s > self.cfg.mlfq_slice_s * (2 ** (level + 1) - 1):
-            level += 1
-        return level
-
     def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
         """The worker ended the request (``failed=True`` if it errored)."""
         req = self._reqs.get(request_id)
@@ -330,71 +302,6 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
             del self._reqs[request_id]  # _end(req) with nothing else to do: the hot path
         else:
             self._end(req)
-
-    def preempted(
-        self,
-        request_id: str,
-        now: float,
-        *,
-        tokens_done: int | None = None,
-        checkpoint_bytes: int | None = None,
-        save_s: float | None = None,
-    ) -> None:
-        """The worker stopped a preempted request and its slot is free.
-
-        A worker that measures its checkpoint (``checkpoint_bytes``, and
-        ``save_s`` the time the copy took) teaches the cost model used to
-        choose victims and preemption modes.
-        """
-        req = self.get(request_id)
-        if req.state is not _PREEMPTED:
-            raise InvalidTransition(f"request {request_id} is {req.state.value}, not preempted")
-        ran = max(req.preempt_at_s - req.started_s, 0.0)
-        req.run_s += ran
-        costs = self.costs
-        req.tokens_done = (
-            tokens_done if tokens_done is not None else req.tokens_done + costs.generated_in(ran)
-        )
-        held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
-        if checkpoint_bytes is None:
-            checkpoint_bytes = costs.checkpoint_bytes(held) if req.resume == "checkpoint" else 0
-        elif checkpoint_bytes > 0 and req.prompt_tokens:
-            self.costs = costs.observed(checkpoint_bytes, held, save_s)
-        req.checkpoint_bytes = checkpoint_bytes
-        self._release(req)
-        req.state = _QUEUED  # PREEMPTED -> QUEUED, checked above
-        req.enqueued_s = now
-        self.lanes.push(req)
-        if req.tenant is not None:
-            self.admission.on_requeue(req.tenant)
-
-    def requeue(self, request_id: str, now: float) -> None:
-        """Its worker failed before the request produced anything: queue it again.
-
-        It goes back to the head of its class (it keeps its arrival time) and
-        starts afresh on whichever worker it is dispatched to next.
-        """
-        req = self.get(request_id)
-        if req.state is _PREEMPTED:  # the failure came first: the preemption did not happen
-            req.preemptions -= 1
-            self.counters.preemptions[req.cls] -= 1
-        elif req.state is not _RUNNING:
-            raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
-        req.state = _PREEMPTED
-        req.preempt_at_s = now
-        req.resume = None
-        self.preempted(request_id, now, tokens_done=0, checkpoint_bytes=0)
-
-    def set_available(self, worker_id: str, available: bool) -> None:
-        """Take a worker out of placement (it is failing) or back in (it recovered).
-
-        Requests it runs are not touched; queued ones wait for other workers
-        (an unavailable worker is "not now", never "never").
-        """
-        w = self.workers.get(worker_id)
-        if w is None:
-            raise LanewayError(f"unknown worker {worker_id!r}")
-        self.placement.set_available(w, available)
 
     def cancel(self, request_id: str, now: float) -> bool:
         """Cancel a live request wherever it is; ``False`` if it is not live."""
@@ -449,45 +356,6 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
         if self._slices:
             t = min(t, self._slices[0][0])
         return t
-
-    # ------------------------------------------------------------------ admission helpers
-    def _refuse(self, req: Request, reason: str, message: str, retry_s: float = 0.0, *, now: float) -> Reject:
-        transition(req, State.REJECTED)
-        self.counters.rejections[reason] += 1
-        est = (
-            0.0
-            if reason in ("not_entitled", "unplaceable")
-            else self.estimate_wait(req.priority, req.model, now)
-        )
-        return Reject(req.id, reason, message, est, max(retry_s, est if reason != "rate_limited" else 0.0))
-
-    def _shed_candidate(self, cls: int) -> Request | None:
-        """The newest never-started request of the least urgent class below ``cls``
-        (by effective class: a request others depend on is spared)."""
-        for c in range(len(self.classes) - 1, cls, -1):
-            victim = self.expiry.newest(c, above=cls)
-            if victim is not None:
-                return victim
-        return None
-
-    def _shed(self, req: Request, now: float) -> None:
-        self._dequeue(req, now)
-        transition(req, State.REJECTED)
-        self.counters.rejections["shed"] += 1
-        est = self.estimate_wait(req.priority, req.model, now)
-        self._pending.append(
-            Reject(req.id, "shed", "dropped under overload for more urgent work", est, max(est, 1.0))
-        )
-        self._end(req)
-
-    def _expire(self, req: Request, now: float, out: list[Decision]) -> None:
-        self._dequeue(req, now)
-        transition(req, State.EXPIRED)
-        self.counters.rejections["queue_timeout"] += 1
-        self._end(req)
-        est = self.estimate_wait(req.priority, req.model, now)
-        name = self.classes[req.priority].name
-        out.append(Reject(req.id, "queue_timeout", f"queued past the {name} timeout", est, max(est, 1.0)))
 
     # ------------------------------------------------------------------ state changes
     def _dequeue(self, req: Request, now: float) -> None:
@@ -596,31 +464,3 @@ class Scheduler(Preempting, GpuScheduling, Inheriting, Estimating, Inspecting):
                 blocked.add(req.lane)
                 continue
             self._start(req, w, now, out)
-
-    def _reserved_head(self, now: float, blocked: set[int]) -> Request | None:
-        """The request a freed, reserved slot goes to: the class it was freed for,
-        unless a request of a more urgent class arrived meanwhile (the class
-        that lost the slot claims another one in the same step)."""
-        best = self._select(now, blocked)
-        for c, n in enumerate(self._reserved):
-            if n:
-                req = best if best is not None and best.cls < c else self._best_in_class(c, now, blocked)
-                if req is None:
-                    self._reserved_total -= n
-                    self._reserved[c] = 0  # nobody of that class is waiting any more
-                    continue
-                self._reserved[c] -= 1
-                self._reserved_total -= 1
-                return req
-        return None
-
-    def _select(self, now: float, blocked: set[int]) -> Request | None:
-        if self._shares:
-            running = [len(r) for r in self._running]
-            return select_share(
-                self.lanes, running, self._weights, self._rights_of, now, blocked, self._boost
-            )
-        return select_strict(self.lanes, now, blocked, self._interval, self._ceilings, self._floors)
-
-    def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
-        return best_in_class(self.lanes, cls, now, blocked, self._boost)

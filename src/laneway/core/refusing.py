@@ -1,0 +1,68 @@
+"""Refusing work: queue bounds, shedding under overload, queue timeouts.
+
+A mixin of :class:`~laneway.core.scheduler.Scheduler`: every refusal moves the
+request to its end state, counts it by reason and carries the estimated wait a
+retry would face.
+"""
+
+from __future__ import annotations
+
+from laneway.core.decisions import Decision, Reject
+from laneway.core.request import Request, State, transition
+
+
+class Refusing:
+    __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
+    def _queue_full(self, req: Request, now: float) -> Reject | None:
+        """Queue bounds: refuse ``req``, or shed less urgent work to make room."""
+        cls = req.cls
+        bound = self._max_queued[cls]
+        if bound is not None and self.lanes.class_count[cls] >= bound:
+            name = self.classes[cls].name
+            return self._refuse(req, "queue_full", f"the {name} queue is full ({bound})", now=now)
+        total = self._max_queued_total
+        if total is not None and self.lanes.total >= total:
+            victim = self._shed_candidate(cls)
+            if victim is None:
+                return self._refuse(req, "overloaded", "the server is overloaded", now=now)
+            self._shed(victim, now)
+        return None
+
+    def _refuse(self, req: Request, reason: str, message: str, retry_s: float = 0.0, *, now: float) -> Reject:
+        transition(req, State.REJECTED)
+        self.counters.rejections[reason] += 1
+        est = (
+            0.0
+            if reason in ("not_entitled", "unplaceable")
+            else self.estimate_wait(req.priority, req.model, now)
+        )
+        return Reject(req.id, reason, message, est, max(retry_s, est if reason != "rate_limited" else 0.0))
+
+    def _shed_candidate(self, cls: int) -> Request | None:
+        """The newest never-started request of the least urgent class below ``cls``
+        (by effective class: a request others depend on is spared)."""
+        for c in range(len(self.classes) - 1, cls, -1):
+            victim = self.expiry.newest(c, above=cls)
+            if victim is not None:
+                return victim
+        return None
+
+    def _shed(self, req: Request, now: float) -> None:
+        self._dequeue(req, now)
+        transition(req, State.REJECTED)
+        self.counters.rejections["shed"] += 1
+        est = self.estimate_wait(req.priority, req.model, now)
+        self._pending.append(
+            Reject(req.id, "shed", "dropped under overload for more urgent work", est, max(est, 1.0))
+        )
+        self._end(req)
+
+    def _expire(self, req: Request, now: float, out: list[Decision]) -> None:
+        self._dequeue(req, now)
+        transition(req, State.EXPIRED)
+        self.counters.rejections["queue_timeout"] += 1
+        self._end(req)
+        est = self.estimate_wait(req.priority, req.model, now)
+        name = self.classes[req.priority].name
+        out.append(Reject(req.id, "queue_timeout", f"queued past the {name} timeout", est, max(est, 1.0)))
