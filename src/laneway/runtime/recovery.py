@@ -66,7 +66,7 @@ class Recovery:
             return
         self.down.add(worker)
         self.rt.sched.set_available(worker, False)
-        self.rt._spawn(self._probe(worker))
+        self.rt.spawn(self._probe(worker))
 
     async def _probe(self, worker: str) -> None:
         delay = PROBE_FIRST_S

@@ -65,7 +65,6 @@ class Runtime(WorkerEvents):
             )
             for name, worker in self.workers.items()
         ]
-        self._specs = specs
         self.sched = Scheduler(specs, config.scheduler, config.policy)
         self.classes = config.scheduler.classes
         names = self.classes.names
@@ -90,7 +89,9 @@ class Runtime(WorkerEvents):
         costs = await measured_costs(self.workers, self.config.scheduler.costs)
         if costs is None:
             return None
-        self.sched = Scheduler(self._specs, replace(self.config.scheduler, costs=costs), self.config.policy)
+        # nothing was submitted yet: only the costs change, no new scheduler needed
+        self.sched.cfg = replace(self.sched.cfg, costs=costs)
+        self.sched.costs = costs
         log.info(
             "preemption costs measured: decode step %.1f ms, prefill %.0f tokens/s, KV %d bytes/token",
             costs.step_s * 1e3,
@@ -157,7 +158,7 @@ class Runtime(WorkerEvents):
         self.sched.cancel(ticket.id, self.now())
         worker = self.workers[ticket.worker] if ticket.worker is not None else None
         if worker is not None and phase in (Phase.RUNNING, Phase.STOPPING):
-            self._spawn(worker.cancel(ticket.id))
+            self.spawn(worker.cancel(ticket.id))
         self._drop_checkpoint(ticket)
         self._end(ticket, error or GenerationFailed("the request was cancelled"), "cancelled")
         self.kick()
@@ -223,7 +224,7 @@ class Runtime(WorkerEvents):
             job = ticket.job
             model = self.upstream_model.get(d.worker_id, job.model)
             start = worker.run(job if model == job.model else replace(job, model=model), sink)
-        self._spawn(self._started(ticket, ticket.run, start))
+        self.spawn(self._started(ticket, ticket.run, start))
 
     async def _started(self, ticket: Ticket, run: int, start: object) -> None:
         try:
@@ -237,7 +238,7 @@ class Runtime(WorkerEvents):
     def _preempt(self, d: Preempt) -> None:
         ticket = self.tickets[d.request_id]
         ticket.phase = Phase.STOPPING
-        self._spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
+        self.spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
 
     def _reject(self, d: Reject) -> None:
         self.metrics.count_rejection(d.reason)
@@ -247,7 +248,7 @@ class Runtime(WorkerEvents):
             self._end(ticket, error_for(d), "rejected")
 
     # ------------------------------------------------------------------ plumbing
-    def _spawn(self, coro: object) -> None:
+    def spawn(self, coro: object) -> None:
         task = self.loop.create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
