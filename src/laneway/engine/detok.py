@@ -41,6 +41,11 @@ class TextState:
         self.emitted = safe
         return out
 
+    def restore(self, ids: Sequence[int]) -> None:
+        """The text of a resumed job (no stop string in it, or it would have
+        ended); ``emitted`` keeps what was already streamed."""
+        self.text = self._tok.decode(ids)
+
     def flush(self) -> str:
         """The rest of the text, at the end of the job."""
         out = self.text[self.emitted :]

@@ -187,8 +187,7 @@ class Engine:
             seq.restored = [(k.to(dev), v.to(dev)) for k, v in self.store.take(state.kv)]
             seq.kv_len = state.kv_len
             state.kv = None
-        text.update(seq.ids[seq.prompt_len :])  # rebuild the text; what was streamed stays streamed
-        text.emitted = state.emitted
+        text.restore(seq.ids[seq.prompt_len :])
         self._admit(seq)
 
     def _check_free(self, job_id: str) -> None:
