@@ -46,7 +46,6 @@ class _Run:
     tokens: int = 0  # completion tokens so far, over every run
     prompt_tokens: int | None = None  # of the original prompt, once the upstream said
     prefix_tokens: int = 0  # tokens generated before this run (a resumed job)
-    streamed: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -100,7 +99,6 @@ class UpstreamWorker:
         if not isinstance(state, _State):
             raise BackendError(f"checkpoint of {checkpoint.job.id} was not made by an upstream worker")
         run = _Run(checkpoint.job, sink, state.text, state.tokens, state.prompt_tokens, state.tokens)
-        run.streamed = bool(state.text)
         self._start(run)
 
     async def preempt(self, job_id: str, mode: str) -> None:
@@ -208,7 +206,6 @@ class UpstreamWorker:
                         if text:
                             run.text += text
                             run.tokens += 1
-                            run.streamed = True
                             run.sink(Delta(run.job.id, text, run.tokens))
                         finish = choice.get("finish_reason") or finish
         except asyncio.CancelledError:
