@@ -38,37 +38,11 @@ from typing import Any
 from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.errors import ConfigError
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
+from laneway.core.replicas import Replica, classes_of
 from laneway.core.request import Request
-from laneway.core.workers import WorkerSpec, WorkerState
+from laneway.core.workers import WorkerState
 
 _EPS = 1e-9
-
-
-class Replica:
-    __slots__ = ("classes", "draining", "gpus", "id", "last_used", "model", "ready", "ready_at", "worker")
-
-    def __init__(self, rid: str, model: ModelSpec, gpus: tuple[str, ...], classes: frozenset[int] | None):
-        self.id = rid
-        self.model = model
-        self.gpus = gpus
-        self.classes = classes
-        self.ready = False
-        self.ready_at = 0.0  # when its load is expected to end
-        self.draining = 0.0  # until when no new work is placed here (0: not draining)
-        self.last_used = 0.0
-        self.worker = WorkerState(WorkerSpec(rid, model.slots, frozenset({model.name}), True, classes))
-
-    @property
-    def idle(self) -> bool:
-        return self.ready and not self.worker.running
-
-
-def _classes_of(gpus: list[GpuSpec]) -> frozenset[int] | None:
-    out: frozenset[int] | None = None
-    for g in gpus:
-        if g.reserved_for is not None:
-            out = g.reserved_for if out is None else out & g.reserved_for
-    return out
 
 
 class GpuPlacement:
@@ -300,7 +274,7 @@ class GpuPlacement:
             assert g.usable_gb - self.used[g.id] >= model.per_gpu_gb - _EPS, "plan over-commits VRAM"
         self._seq += 1
         rid = f"{model.name}#{self._seq}@{'+'.join(g.id for g in group)}"
-        r = Replica(rid, model, tuple(g.id for g in group), _classes_of(group))
+        r = Replica(rid, model, tuple(g.id for g in group), classes_of(group))
         r.last_used = now
         r.ready_at = now + model.load_s
         self.replicas[rid] = r
