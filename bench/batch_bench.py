@@ -24,10 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,49 +32,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 from rich.console import Console
 from rich.table import Table
 
 from laneway.store import BatchRecord, BatchStatus, NewLine, Outputs, SQLiteDB, SQLiteStore
+from laneway.testing import ServeProcess
 
 MODEL = "builtin:tiny"
 
 
 # ---------------------------------------------------------------------- the server
-class Server:
-    def __init__(self, data: Path, slots: int) -> None:
-        self.log = data / "server.log"
-        data.mkdir(parents=True, exist_ok=True)
-        self.out = self.log.open("wb")
-        cmd = [sys.executable, "-m", "laneway.cli", "serve", "--model", MODEL, "--slots", str(slots)]
-        cmd += ["--port", "0", "--data-dir", str(data / "state")]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.out, env=os.environ.copy())
-        deadline = time.monotonic() + 120
-        while True:
-            m = re.search(r"on (http://127\.0\.0\.1:\d+) ", self.log.read_text(errors="replace"))
-            if m:
-                try:
-                    if httpx.get(m.group(1) + "/readyz", timeout=2).status_code == 200:
-                        self.url = m.group(1)
-                        return
-                except httpx.TransportError:
-                    pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"the server did not start:\n{self.log.read_text()}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.out.close()
+def start_server(data: Path, slots: int) -> ServeProcess:
+    data.mkdir(parents=True, exist_ok=True)
+    args = ["--model", MODEL, "--slots", str(slots), "--data-dir", str(data / "state")]
+    return ServeProcess(args, data / "server.log")
 
 
 def client(url: str) -> openai.OpenAI:
@@ -138,7 +107,7 @@ def latency(xs: list[float]) -> dict[str, float]:
 
 
 def bench_server(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    server = Server(root / "serve", args.slots)
+    server = start_server(root / "serve", args.slots)
     try:
         c = client(server.url)
         for _ in range(3):  # warm-up

@@ -44,14 +44,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,33 +57,17 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from laneway.testing import ServeProcess, serve_process
+
 HOST = "127.0.0.1"
-START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 120.0  # any single request in this bench
 FILL_TIMEOUT_S = 60.0  # for the flood to occupy every slot and its queue
-PORT_LINE = re.compile(rb"serving .* on http://127\.0\.0\.1:(\d+) ")
 
 err = Console(stderr=True)
 
 
 # --------------------------------------------------------------------------- servers
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    def cpu_s(self) -> float:
-        """User + system CPU seconds of the server process so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def worker_toml(kind: str, *, model: str = "builtin:tiny", slots: int = 4) -> str:
     if kind == "local":
         return f'[[workers]]\nname = "w0"\ntype = "local"\nmodel = "{model}"\nslots = {slots}\n'
@@ -96,7 +78,7 @@ def worker_toml(kind: str, *, model: str = "builtin:tiny", slots: int = 4) -> st
 
 
 @contextlib.contextmanager
-def serve(workers: str, policy: str = "laneway") -> Iterator[Server]:
+def serve(workers: str, policy: str = "laneway") -> Iterator[ServeProcess]:
     """``laneway serve`` on 127.0.0.1, a free port; always stopped."""
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
         d = Path(tmp)
@@ -104,44 +86,8 @@ def serve(workers: str, policy: str = "laneway") -> Iterator[Server]:
         cfg.write_text(
             f'[server]\nhost = "{HOST}"\ndata_dir = "{d / "data"}"\npolicy = "{policy}"\n\n{workers}'
         )
-        log = d / "server.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "laneway.cli", "serve", "--config", str(cfg), "--port", "0"],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            port = _wait_started(proc, log)
-            yield Server(proc, port, log)
-        finally:
-            _stop(proc)
-
-
-def _wait_started(proc: subprocess.Popen[bytes], log: Path) -> int:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    port = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited ({proc.returncode}):\n{log.read_text(errors='replace')}")
-        text = log.read_bytes()
-        if port is None and (m := PORT_LINE.search(text)):
-            port = int(m.group(1))
-        if port is not None and b"Application startup complete" in text:
-            return port
-        time.sleep(0.05)
-    raise RuntimeError(f"the server did not start in {START_TIMEOUT_S:.0f} s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_TIMEOUT_S)
+        with serve_process("--config", str(cfg), log=d / "server.log") as server:
+            yield server
 
 
 # --------------------------------------------------------------------------- a small HTTP client
@@ -393,7 +339,7 @@ async def _load(port: int, raw: bytes, clients: int, warmup_s: float, duration_s
     }
 
 
-def python_load(server: Server, raw: bytes, args: argparse.Namespace) -> dict[str, Any]:
+def python_load(server: ServeProcess, raw: bytes, args: argparse.Namespace) -> dict[str, Any]:
     warmup = 1.0
     cpu0, own0 = None, None
 
@@ -412,7 +358,7 @@ def python_load(server: Server, raw: bytes, args: argparse.Namespace) -> dict[st
     return r
 
 
-def wrk_load(server: Server, body: bytes, args: argparse.Namespace) -> dict[str, Any]:
+def wrk_load(server: ServeProcess, body: bytes, args: argparse.Namespace) -> dict[str, Any]:
     seconds = max(1, round(args.duration))
     with tempfile.TemporaryDirectory(prefix="gateway-bench-wrk-") as tmp:
         script = Path(tmp) / "post.lua"

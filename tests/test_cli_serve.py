@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from laneway.cli import main
-from serve_process import serve_process
+from laneway.testing import serve_process
 
 SIM_CONFIG = """
 [server]

@@ -19,8 +19,8 @@ from laneway.backends.upstream import UpstreamUnavailable, UpstreamWorker
 from laneway.config import ServerConfig, WorkerConfig
 from laneway.errors import InvalidRequest, ModelNotFound
 from laneway.generation import Delta, Done, Event, Failed, Job, SamplingParams, Stopped
+from laneway.testing import serve_process
 from live_server import live_server
-from serve_process import serve_process
 
 MODEL = "builtin:tiny"
 GREEDY = SamplingParams(max_tokens=60, temperature=0.0)

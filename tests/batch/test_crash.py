@@ -8,7 +8,7 @@ from pathlib import Path
 
 from batch_util import chat_line, client, lines_of, submit
 from laneway.store import LineState, SQLiteDB
-from serve_process import ServeProcess
+from laneway.testing import ServeProcess
 
 LINES = 300
 CONFIG = """

@@ -1,4 +1,8 @@
-"""``laneway serve`` as a real subprocess on 127.0.0.1 (a free port), its stderr in a log file."""
+"""``laneway serve`` as a real subprocess on 127.0.0.1 (a free port), its stderr in a log file.
+
+Shipped for the project's tests and benchmarks, and for anyone who wants to
+drive a real server from a test of their own.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +45,15 @@ class ServeProcess:
             self.stop()
             raise
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the server process so far (Linux)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def text(self) -> str:
         """What this run wrote to its log so far."""
         return self.log.read_bytes()[self.start :].decode(errors="replace")
@@ -60,8 +73,10 @@ class ServeProcess:
                         return str(urls[-1])
                 except httpx.TransportError:
                     pass
-            assert self.proc.poll() is None, f"laneway serve exited: {text}"
-            assert time.monotonic() < deadline, f"laneway serve never became ready: {text}"
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"laneway serve exited: {text}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"laneway serve never became ready: {text}")
             time.sleep(0.05)
 
     def kill(self) -> None:
