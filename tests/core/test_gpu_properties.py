@@ -197,8 +197,9 @@ def check_ends(
     assert not d.running and not d.stopping
     assert set(d.ended) == set(d.submitted)  # and each once: the driver refuses a second end
     c = s.counters
-    assert c.submitted == len(d.submitted)
-    assert sum(c.completed) == sum(1 for h in d.ended.values() if h == "finished")
+    snap = s.snapshot()
+    assert snap.submitted == len(d.submitted)
+    assert sum(snap.completed.values()) == sum(1 for h in d.ended.values() if h == "finished")
     assert c.model_loads == len(d.loads) == d.placement.loads
     assert d.placement.evictions == len(d.evictions)
     # every replica left is ready and idle; all slots free again

@@ -14,7 +14,9 @@ import math
 class ServiceStats:
     """Mean measured service time per class and per (class, model), with a prior.
 
-    Means are kept current on every record so reading one is a list lookup.
+    A class not measured yet borrows the mean over every sample so far (the
+    prior before any). ``means[c]`` is kept current on every record for the
+    measured classes and NaN for the others, which read ``overall``.
     """
 
     def __init__(self, n_classes: int, prior_s: float, prior_weight: float = 1.0) -> None:
@@ -23,11 +25,11 @@ class ServiceStats:
         self._prior_mass = prior_s * prior_weight
         self.sum = [0.0] * n_classes
         self.n = [0] * n_classes
-        self.means = [prior_s] * n_classes
+        self.means = [math.nan] * n_classes
         self.by_model: dict[tuple[int, str], list[float]] = {}
+        self.overall = prior_s  # the mean over every sample of every class
         self._total = 0.0
         self._count = 0
-        self._unmeasured = set(range(n_classes))
 
     def record(self, cls: int, model: str | None, service_s: float) -> None:
         total = self.sum[cls] = self.sum[cls] + service_s
@@ -36,23 +38,18 @@ class ServiceStats:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
-        means = self.means
-        means[cls] = (total + self._prior_mass) / (n + self.prior_w)
-        unmeasured = self._unmeasured
-        if unmeasured:  # classes not measured yet borrow the overall mean
-            unmeasured.discard(cls)
-            self._total += service_s
-            self._count += 1
-            overall = self._total / self._count
-            for c in unmeasured:
-                means[c] = overall
+        self.means[cls] = (total + self._prior_mass) / (n + self.prior_w)
+        self._total += service_s
+        self._count += 1
+        self.overall = self._total / self._count
 
     def mean(self, cls: int, model: str | None = None) -> float:
         if model is not None:
             acc = self.by_model.get((cls, model))
             if acc is not None and acc[1] >= 5:
                 return acc[0] / acc[1]
-        return self.means[cls]
+        m = self.means[cls]
+        return self.overall if m != m else m  # NaN: not measured yet
 
 
 class ArrivalRates:

@@ -48,7 +48,7 @@ class Estimating:
             return self._estimate_on_gpus(cls, model, now)
         lanes = self.lanes
         count = lanes.class_count
-        means = self.service.means
+        mean = self.service.mean
         rights = self._est_rights[cls]
         ahead = 0
         work = 0.0
@@ -57,7 +57,7 @@ class Estimating:
             if not n:
                 continue
             # hinted work where given, the measured mean for the rest
-            queued_work = lanes.hint_work[c] + (n - lanes.hint_count[c]) * means[c]
+            queued_work = lanes.hint_work[c] + (n - lanes.hint_count[c]) * mean(c)
             if c == cls and self.pol.feedback and est_service_s is not None:
                 # only the class's queued work at its own level or shorter is ahead
                 part = lanes.queued_up_to(c, self._start_level(est_service_s))
@@ -88,6 +88,6 @@ class Estimating:
             ahead_work_s=work,
             blocking=blocking,
             blocking_remaining_s=remaining,
-            mean_service_s=means[cls] if model is None else self.service.mean(cls, model),
+            mean_service_s=mean(cls, model),
             urgent_load=urgent,
         )

@@ -75,7 +75,13 @@ class GpuPlacement:
         self.naive = naive
 
     # ------------------------------------------------------------------ Placement protocol
-    def place(self, req: Request, now: float) -> WorkerState | None:
+    def take_slot(self, req: Request, now: float) -> WorkerState | None:
+        w = self._place(req, now)
+        if w is not None:
+            w.free -= 1
+        return w
+
+    def _place(self, req: Request, now: float) -> WorkerState | None:
         if self.naive:
             return self._place_naive(req)
         best: WorkerState | None = None
@@ -123,11 +129,8 @@ class GpuPlacement:
     def never(self, req: Request) -> str | None:
         return self.inv.never(req.model, req.priority)
 
-    def slot_freed(self, worker: WorkerState) -> None:
-        pass
-
-    def slot_taken(self, worker: WorkerState) -> None:
-        pass
+    def free_slot(self, worker: WorkerState) -> None:
+        worker.free += 1
 
     def set_available(self, worker: WorkerState, available: bool) -> None:
         if available:

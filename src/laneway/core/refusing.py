@@ -14,6 +14,26 @@ from laneway.core.request import Request, State, transition
 class Refusing:
     __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
 
+    def _admit(self, req: Request, now: float) -> Reject | None:
+        """Placement, the tenant's entitlements and quotas, queue bounds: refuse
+        ``req``, or charge its tenant."""
+        tenant = req.tenant
+        if req.model is not None or self._check_every:
+            why = self.placement.never(req)
+            if why is not None:
+                return self._refuse(req, "unplaceable", why, now=now)
+        if tenant is not None:
+            refused = self.admission.check(tenant, req.cls, now)
+            if refused is not None:
+                return self._refuse(req, *refused, now=now)
+        if self._bounded:
+            full = self._queue_full(req, now)
+            if full is not None:
+                return full
+        if tenant is not None:
+            self.admission.charge(tenant, req.cls, now)
+        return None
+
     def _queue_full(self, req: Request, now: float) -> Reject | None:
         """Queue bounds: refuse ``req``, or shed less urgent work to make room."""
         cls = req.cls

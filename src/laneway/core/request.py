@@ -80,7 +80,7 @@ class Request:
     seq: int = -1
     cls: int = -1  # effective class: native priority, raised by inheritance
     level: int = 0  # multi-level feedback level (mlfq policy)
-    gen: int = 0  # queue-entry generation, for lazy deletion from heaps
+    gen: int = 0  # queue-entry generation, for lazy deletion from lanes
     lane: int = -1  # the lane it is (or was last) queued in
     deadline_s: float = math.inf  # queue-timeout deadline (never-started requests)
     est_s: float = 0.0  # expected service time used for estimates

@@ -61,7 +61,6 @@ class Scheduler(
         "_barren",
         "_boost",
         "_bounded",
-        "_ceilings",
         "_changes",
         "_check_every",
         "_clearing",
@@ -69,10 +68,10 @@ class Scheduler(
         "_end_sum",
         "_est_ahead",
         "_est_rights",
-        "_exposed",
+        "_exposed_running",
         "_feedback_on",
-        "_floors",
         "_free",
+        "_gated",
         "_incoming",
         "_interval",
         "_k",
@@ -134,7 +133,6 @@ class Scheduler(
                     self.workers[rid] = rep.worker
         # whether a request without a model may still be unplaceable
         self._check_every = self._planner is not None or any(w.classes is not None for w in workers)
-        self.lanes = Lanes(k, cfg.mlfq_levels if self.pol.feedback else 1, not self.pol.classes)
         self.expiry = Expiry(
             [c.timeout_s for c in cfg.classes.classes],
             self.pol.timeouts,
@@ -167,28 +165,31 @@ class Scheduler(
         self._max_queued_total = cfg.max_queued_total
         # whether any queue bound applies (submit checks them only then)
         self._bounded = cfg.max_queued_total is not None or any(b is not None for b in self._max_queued)
+        # whether a request without a tenant or a model still needs _admit
+        self._gated = self._check_every or self._bounded
         self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
         self._weights = [c.weight for c in cfg.classes.classes]
         self._rights_of = [c.may_preempt for c in cfg.classes.classes]
+        self._interval = cfg.aging_interval_s if self.pol.aging else None
         # aging never lifts a request to a rank whose class may preempt it: it
         # would be dispatched only to be preempted at once
-        self._ceilings = [
+        ceilings = [
             max([cfg.aging_ceiling] + [r + 1 for r in range(k) if c in cfg.classes[r].may_preempt])
             for c in range(k)
         ]
-        self._interval = cfg.aging_interval_s if self.pol.aging else None
-        # the most urgent rank each class may reach, aged or not (all 0 under fifo)
-        if self.lanes.single:
-            self._floors = [0] * k
-        elif self._interval is not None:
-            self._floors = [min(c, ceiling) for c, ceiling in enumerate(self._ceilings)]
-        else:
-            self._floors = list(range(k))
+        self.lanes = Lanes(
+            k,
+            cfg.mlfq_levels if self.pol.feedback else 1,
+            not self.pol.classes,
+            ceilings if self._interval is not None else None,
+            lane_counts=self._planner is not None,  # GPU placement counts per model
+        )
         table = cfg.classes.classes
         # the preemptible classes each class may preempt
         self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
         # the classes some class may preempt: with none of them running, no preemption is possible
-        self._exposed = tuple(sorted({v for victims in self._victims for v in victims}))
+        exposed = sorted({v for victims in self._victims for v in victims})
+        self._exposed_running = tuple(self._running[v] for v in exposed)
         self._preempting = self.pol.preemption != "none"
         self._feedback_on = self.pol.feedback
         self._shares = self.pol.shares
@@ -235,29 +236,24 @@ class Scheduler(
         cls = req.priority
         if not 0 <= cls < self._k:
             raise LanewayError(f"request {rid}: unknown class rank {cls}")
-        req.seq = self._seq
+        req.seq = self._seq  # _seq also counts submissions
         self._seq += 1
         req.cls = cls
-        self.counters.submitted += 1
         model = req.model
         tenant = req.tenant
-        if model is not None or self._check_every:
-            why = self.placement.never(req)
-            if why is not None:
-                return self._refuse(req, "unplaceable", why, now=now)
-        if tenant is not None:
-            refused = self.admission.check(tenant, cls, now)
+        if tenant is not None or model is not None or self._gated:
+            refused = self._admit(req, now)
             if refused is not None:
-                return self._refuse(req, *refused, now=now)
-        if self._bounded:
-            full = self._queue_full(req, now)
-            if full is not None:
-                return full
-        if tenant is not None:
-            self.admission.charge(tenant, cls, now)
+                return refused
         est = req.est_service_s
         if est is None:
-            est = self.service.means[cls] if model is None else self.service.mean(cls, model)
+            service = self.service
+            if model is None:  # service.mean(cls), inline: the hot path
+                est = service.means[cls]
+                if est != est:  # NaN: the class is not measured yet
+                    est = service.overall
+            else:
+                est = service.mean(cls, model)
         elif self._feedback_on:
             req.level = self._start_level(est)
         req.est_s = est
@@ -282,22 +278,21 @@ class Scheduler(
         if req is None:
             raise UnknownRequest(f"unknown request {request_id!r}")
         state = req.state
-        if state is not _RUNNING and state is not _PREEMPTED:
-            raise InvalidTransition(f"request {request_id} is {state.value}, not running")
-        service = req.run_s + (now - req.started_s)
-        counters = self.counters
-        if state is _PREEMPTED:  # it ended before the preemption took effect
+        if state is not _RUNNING:
+            if state is not _PREEMPTED:
+                raise InvalidTransition(f"request {request_id} is {state.value}, not running")
+            # it ended before the preemption took effect
             req.preemptions -= 1
-            counters.preemptions[req.cls] -= 1
+            self.counters.preemptions[req.cls] -= 1
+        service = req.run_s + (now - req.started_s)
         self._release(req)
         # from RUNNING or PREEMPTED, checked above
         if failed:
             req.state = _FAILED
-            counters.failed[req.priority] += 1
+            self.counters.failed[req.priority] += 1
         else:
             req.state = _FINISHED
-            counters.completed[req.priority] += 1
-            self.service.record(req.priority, req.model, service)
+            self.service.record(req.priority, req.model, service)  # also counts completions
         if req.tenant is None and not req.depends_on:
             del self._reqs[request_id]  # _end(req) with nothing else to do: the hot path
         else:
@@ -330,14 +325,12 @@ class Scheduler(
             self._overdue_drains(now, out)
         if self._clearing:
             self._lapsed_clearings(now)
-        if (self._free > 0 or self._planner is not None) and self.lanes.total:
-            self._dispatch(now, out)
+        self._dispatch(now, out)
         if self._slices:
             self._feedback(now, out)
         if self._preempting and self.lanes.total:
-            running = self._running
-            for v in self._exposed:
-                if running[v]:  # some running work may be preempted: look for waiting claimants
+            for running in self._exposed_running:
+                if running:  # some running work may be preempted: look for waiting claimants
                     self._preempt(now, out)
                     break
         return out
@@ -366,45 +359,6 @@ class Scheduler(
         if req.tenant is not None:
             self.admission.on_dequeue(req.tenant)
 
-    def _start(self, req: Request, w: WorkerState, now: float, out: list[Decision]) -> None:
-        # _dequeue(req, now), inline: this is the hot path
-        self.lanes.take(req)
-        expiry = self.expiry
-        if req.deadline_s <= expiry.next_due:
-            expiry.stale = True  # the earliest deadline may be gone with it
-        req.queued_total_s += now - req.enqueued_s
-        if req.tenant is not None:
-            self.admission.on_dequeue(req.tenant)
-        req.state = _RUNNING  # QUEUED -> RUNNING: only queued requests are selected
-        counters = self.counters
-        if req.first_start_s != req.first_start_s:  # NaN: never started
-            req.first_start_s = now
-        else:
-            counters.resumed += 1
-        req.started_s = now
-        self._changes += 1
-        rid = req.id
-        wid = w.id
-        cls = req.cls
-        left = req.est_s - req.run_s
-        if left < 0.0:  # max(left, 0.0) without the call
-            left = 0.0
-        req.expected_end_s = end = now + left
-        req.worker = wid
-        w.running[rid] = req
-        w.free -= 1
-        self._free -= 1
-        self.placement.slot_taken(w)
-        if self._planner is not None:
-            self._planner.touch(wid, now)
-        self._running[cls][rid] = req
-        self._end_sum[cls] += end
-        counters.dispatched += 1
-        out.append(_new_tuple(Dispatch, (rid, wid, req.resume)))  # Dispatch(rid, wid, req.resume)
-        if self._feedback_on and self.classes.classes[cls].preemptible:
-            slice_s = self.cfg.mlfq_slice_s * (2**req.level)
-            heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))
-
     def _release(self, req: Request) -> None:
         """Free the slot held by a running or preempted request."""
         w = self.workers[req.worker]  # type: ignore[index]
@@ -412,9 +366,8 @@ class Scheduler(
         cls = req.cls
         self._changes += 1
         del w.running[rid]
-        w.free += 1
         self._free += 1
-        self.placement.slot_freed(w)
+        self.placement.free_slot(w)
         del self._running[cls][rid]
         self._end_sum[cls] -= req.expected_end_s
         req.worker = None
@@ -443,19 +396,21 @@ class Scheduler(
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, now: float, out: list[Decision]) -> None:
+        """Start queued requests while slots are free (or loads may be planned)."""
         blocked: set[int] = NONE_BLOCKED
         lanes = self.lanes
         planner = self._planner
+        placement = self.placement
         while (self._free > 0 or planner is not None) and lanes.total:
-            req = self._reserved_head(now, blocked) if self._reserved_total else None
+            if self._reserved_total:
+                req = self._reserved_head(now, blocked) or self._select(now, blocked)
+            elif self._shares:
+                req = self._select(now, blocked)
+            else:  # self._select, inline: the hot path
+                req = select_strict(lanes, now, blocked, self._interval)
             if req is None:
-                if self._shares:
-                    req = self._select(now, blocked)
-                else:  # self._select, inline
-                    req = select_strict(lanes, now, blocked, self._interval, self._ceilings, self._floors)
-                if req is None:
-                    return
-            w = self.placement.place(req, now) if self._free > 0 else None
+                return
+            w = placement.take_slot(req, now) if self._free > 0 else None
             if w is None:
                 if planner is not None:
                     self._plan_load(req, now, out)
@@ -463,4 +418,38 @@ class Scheduler(
                     blocked = set()
                 blocked.add(req.lane)
                 continue
-            self._start(req, w, now, out)
+            # start req on w; _dequeue(req, now) inline
+            lanes.pop_head(req)
+            expiry = self.expiry
+            if req.deadline_s <= expiry.next_due:
+                expiry.stale = True  # the earliest deadline may be gone with it
+            req.queued_total_s += now - req.enqueued_s
+            if req.tenant is not None:
+                self.admission.on_dequeue(req.tenant)
+            req.state = _RUNNING  # QUEUED -> RUNNING: only queued requests are selected
+            counters = self.counters
+            if req.first_start_s != req.first_start_s:  # NaN: never started
+                req.first_start_s = now
+            else:
+                counters.resumed += 1
+            req.started_s = now
+            self._changes += 1
+            rid = req.id
+            wid = w.id
+            cls = req.cls
+            left = req.est_s - req.run_s
+            if left < 0.0:  # max(left, 0.0) without the call
+                left = 0.0
+            req.expected_end_s = end = now + left
+            req.worker = wid
+            w.running[rid] = req
+            self._free -= 1
+            if planner is not None:
+                planner.touch(wid, now)
+            self._running[cls][rid] = req
+            self._end_sum[cls] += end
+            counters.dispatched += 1
+            out.append(_new_tuple(Dispatch, (rid, wid, req.resume)))  # Dispatch(rid, wid, req.resume)
+            if self._feedback_on and self.classes.classes[cls].preemptible:
+                slice_s = self.cfg.mlfq_slice_s * (2**req.level)
+                heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))

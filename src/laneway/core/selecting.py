@@ -37,7 +37,7 @@ class Selecting:
             return select_share(
                 self.lanes, running, self._weights, self._rights_of, now, blocked, self._boost
             )
-        return select_strict(self.lanes, now, blocked, self._interval, self._ceilings, self._floors)
+        return select_strict(self.lanes, now, blocked, self._interval)
 
     def _best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
         return best_in_class(self.lanes, cls, now, blocked, self._boost)

@@ -21,42 +21,28 @@ from laneway.core.lanes import Lanes
 from laneway.core.request import Request
 
 NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
+_UNRANKED = 1 << 30  # ranks after every real rank
 
 
-def select_strict(
-    lanes: Lanes,
-    now: float,
-    blocked: set[int],
-    interval_s: float | None,
-    ceilings: Sequence[int],
-    floors: Sequence[int],
-) -> Request | None:
-    """``ceilings[c]``: the most urgent rank class ``c`` may age to; ``floors[c]``:
-    the most urgent rank it may have at all (``min(c, ceilings[c])`` with aging,
-    else ``c``; 0 under fifo). Under fifo (a single lane per model) the earliest
-    arrival wins."""
-    single = lanes.single
-    heaps = lanes.heaps
-    lane_class = lanes.lane_class
+def select_strict(lanes: Lanes, now: float, blocked: set[int], interval_s: float | None) -> Request | None:
+    """The lowest ``(aged rank, arrival, seq)`` among the lane heads, looking at
+    lanes in :attr:`Lanes.scan` order (under fifo every rank is 0: the
+    earliest arrival wins). ``interval_s``: the aging interval."""
+    heads = lanes.heads
     best: Request | None = None
-    best_rank = 0  # the best's (rank, arrival_s, seq) key, when there is a best
-    for lane, n in enumerate(lanes.count):
-        if not n or lane in blocked:
+    best_rank = _UNRANKED  # the best's (rank, arrival_s, seq) key, when there is a best
+    for lane, rank, floor, ceiling in lanes.scan:
+        if floor > best_rank:
+            break  # this lane and all after it rank after the best, even aged
+        head = heads[lane]
+        if head is None or lane in blocked:
             continue
-        if best is not None and floors[lane_class[lane]] > best_rank:
-            continue  # even aged as far as it may go, it ranks after the best so far
-        req = heaps[lane][0][3]  # a lane's head is always valid (see Lanes)
-        if single:
-            rank = 0
-        else:
-            rank = cls = req.cls
-            if interval_s is not None and rank > ceilings[cls]:
-                rank = aged_rank(rank, now - req.arrival_s, interval_s, ceilings[cls])
+        req = head[3]
+        if ceiling is not None:  # it may have aged
+            rank = aged_rank(rank, now - req.arrival_s, interval_s, ceiling)
         # the lowest (rank, arrival_s, seq) wins; ranks differ more often than not
-        if (
-            best is None
-            or rank < best_rank
-            or (rank == best_rank and (req.arrival_s, req.seq) < (best.arrival_s, best.seq))
+        if rank < best_rank or (
+            rank == best_rank and (req.arrival_s, req.seq) < (best.arrival_s, best.seq)  # type: ignore[union-attr]
         ):
             best, best_rank = req, rank
     return best
@@ -66,15 +52,15 @@ def best_in_class(
     lanes: Lanes, cls: int, now: float, blocked: set[int], boost_s: float | None
 ) -> Request | None:
     if lanes.single:
-        return select_strict(lanes, now, blocked, None, (), (0,))
-    count = lanes.count
-    heaps = lanes.heaps
+        return select_strict(lanes, now, blocked, None)
+    heads = lanes.heads
     best: Request | None = None
     best_key: tuple[int, float, int] | None = None
     for lane in lanes.lanes_of_class(cls):
-        if not count[lane] or lane in blocked:
+        head = heads[lane]
+        if head is None or lane in blocked:
             continue
-        req = heaps[lane][0][3]
+        req = head[3]
         level = req.level
         if boost_s is not None and level:
             level = max(0, level - int((now - req.enqueued_s) // boost_s))

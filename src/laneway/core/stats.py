@@ -8,20 +8,21 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Counters:
+    """What the scheduler counts as it goes. Submissions are its sequence number
+    and completions its service-time samples (:class:`~laneway.core.estimate.ServiceStats`)."""
+
     n_classes: int
-    submitted: int = 0
     dispatched: int = 0
     resumed: int = 0
     drains: int = 0
     model_loads: int = 0
-    completed: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)  # by victim class
     rejections: Counter[str] = field(default_factory=Counter)  # by reason
 
     def __post_init__(self) -> None:
-        for name in ("completed", "failed", "cancelled", "preemptions"):
+        for name in ("failed", "cancelled", "preemptions"):
             setattr(self, name, [0] * self.n_classes)
 
 

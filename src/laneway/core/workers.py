@@ -8,6 +8,7 @@ the reason).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,15 +47,15 @@ class WorkerState:
 
 
 class Placement(Protocol):
-    def place(self, req: Request, now: float) -> WorkerState | None:
-        """A worker with a free slot for ``req`` now, or ``None`` (not now)."""
+    def take_slot(self, req: Request, now: float) -> WorkerState | None:
+        """A worker with a free slot for ``req`` now, that slot taken
+        (``worker.free`` one lower); ``None``: not now."""
 
     def never(self, req: Request) -> str | None:
         """Why no worker could ever run ``req``; ``None`` if some could."""
 
-    def slot_freed(self, worker: WorkerState) -> None: ...
-
-    def slot_taken(self, worker: WorkerState) -> None: ...
+    def free_slot(self, worker: WorkerState) -> None:
+        """A slot of ``worker`` came free (``worker.free`` one higher)."""
 
     def set_available(self, worker: WorkerState, available: bool) -> None:
         """Take ``worker`` out of placement (it failed) or back in (it recovered)."""
@@ -65,18 +66,28 @@ class SlotPlacement:
 
     def __init__(self, workers: Sequence[WorkerState]) -> None:
         self.workers = list(workers)
-        self._free: dict[str, WorkerState] = {w.id: w for w in self.workers if w.free > 0}
+        # workers with a free slot, the one idle longest first
+        self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
         self.down: set[str] = set()  # workers out of placement until they recover
         # every worker serves every model and class: any free one will do
         self._open = all(w.spec.models is None and w.spec.classes is None for w in self.workers)
 
-    def place(self, req: Request, now: float) -> WorkerState | None:
+    def take_slot(self, req: Request, now: float) -> WorkerState | None:
+        free = self._free
         if self._open:
-            return next(iter(self._free.values()), None)
-        for w in self._free.values():
-            if w.spec.serves(req.model) and w.spec.admits(req.cls):
-                return w
-        return None
+            if not free:
+                return None
+            w = free[0]
+        else:
+            for w in free:
+                if w.spec.serves(req.model) and w.spec.admits(req.cls):
+                    break
+            else:
+                return None
+        w.free -= 1
+        if not w.free:
+            free.remove(w)
+        return w
 
     def never(self, req: Request) -> str | None:
         fits = [w for w in self.workers if w.spec.serves(req.model)]
@@ -86,19 +97,17 @@ class SlotPlacement:
             return f"no worker serving model {req.model!r} may run class rank {req.priority}"
         return None
 
-    def slot_freed(self, worker: WorkerState) -> None:
+    def free_slot(self, worker: WorkerState) -> None:
+        worker.free += 1
         if worker.free == 1 and worker.id not in self.down:
-            self._free[worker.id] = worker  # idle longest is tried first
-
-    def slot_taken(self, worker: WorkerState) -> None:
-        if worker.free == 0:
-            del self._free[worker.id]
+            self._free.append(worker)  # idle longest is tried first
 
     def set_available(self, worker: WorkerState, available: bool) -> None:
         if available:
             self.down.discard(worker.id)
-            if worker.free > 0:
-                self._free.setdefault(worker.id, worker)
+            if worker.free > 0 and worker not in self._free:
+                self._free.append(worker)
         else:
             self.down.add(worker.id)
-            self._free.pop(worker.id, None)
+            if worker in self._free:
+                self._free.remove(worker)
