@@ -21,7 +21,7 @@ from laneway.core.lanes import Lanes
 from laneway.core.request import Request
 
 NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
-_UNRANKED = 1 << 30  # ranks after every real rank
+_UNRANKED = 1 << 20  # ranks after every real rank (and stays a small int)
 
 
 def select_strict(lanes: Lanes, now: float, blocked: set[int], interval_s: float | None) -> Request | None:
