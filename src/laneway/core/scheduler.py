@@ -74,13 +74,13 @@ class Scheduler(
         "_gated",
         "_incoming",
         "_interval",
-        "_k",
         "_max_queued",
         "_max_queued_total",
         "_now",
         "_pending",
         "_planner",
         "_preempting",
+        "_ranks",
         "_reqs",
         "_reserved",
         "_reserved_total",
@@ -160,7 +160,7 @@ class Scheduler(
         self._now = 0.0  # the clock of the last schedule() call
         self._slices: list[tuple[float, int, float, Request]] = []
         self._pending: list[Decision] = []
-        self._k = k
+        self._ranks = range(k)
         self._max_queued = [c.max_queued for c in cfg.classes.classes]
         self._max_queued_total = cfg.max_queued_total
         # whether any queue bound applies (submit checks them only then)
@@ -234,7 +234,7 @@ class Scheduler(
         if rid in reqs:
             raise LanewayError(f"request id {rid!r} is already live")
         cls = req.priority
-        if not 0 <= cls < self._k:
+        if cls not in self._ranks:
             raise LanewayError(f"request {rid}: unknown class rank {cls}")
         req.seq = self._seq  # _seq also counts submissions
         self._seq += 1
@@ -274,9 +274,10 @@ class Scheduler(
 
     def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
         """The worker ended the request (``failed=True`` if it errored)."""
-        req = self._reqs.get(request_id)
-        if req is None:
-            raise UnknownRequest(f"unknown request {request_id!r}")
+        try:
+            req = self._reqs[request_id]
+        except KeyError:
+            raise UnknownRequest(f"unknown request {request_id!r}") from None
         state = req.state
         if state is not _RUNNING:
             if state is not _PREEMPTED:
