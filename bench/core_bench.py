@@ -138,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         err.print(f"[dim]queue of {n:,}: filling and timing…[/]")
         rows.append(side_by_side(n, args.ops, args.policy, args.repeat))
-    table = Table(title=f"submit + dispatch ({args.policy} policy, {args.ops:,} ops each)")
+    table = Table(title=f"submit + dispatch ({args.policy} policy, {args.repeat} rounds of {args.ops:,} ops)")
     for col in (
         "queued",
         "bare heapq push+pop (µs)",
-        "laneway submit+dispatch (µs)",
+        "laneway submit+finish+dispatch (µs)",
         "ratio",
         "median round",
     ):
