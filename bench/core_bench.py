@@ -138,11 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         err.print(f"[dim]queue of {n:,}: filling and timing…[/]")
         rows.append(side_by_side(n, args.ops, args.policy, args.repeat))
-    table = Table(title=f"submit + dispatch ({args.policy} policy, {args.repeat} rounds of {args.ops:,} ops)")
+    table = Table(
+        title=f"submit + dispatch ({args.policy} policy, {args.repeat} rounds of {args.ops:,} ops)",
+        caption="op: submit a request, finish the running one, schedule() dispatches the next",
+    )
     for col in (
         "queued",
-        "bare heapq push+pop (µs)",
-        "laneway submit+finish+dispatch (µs)",
+        "heapq push+pop (µs)",
+        "laneway op (µs)",
         "ratio",
         "median round",
     ):
