@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import signal
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from laneway.cli import main
-from laneway.testing import serve_process
+from laneway.testing import ServeProcess, serve_process
 
 SIM_CONFIG = """
 [server]
@@ -60,3 +63,94 @@ def test_serve_starts_answers_and_stops(tmp_path: Path) -> None:
         r = httpx.post(server.url + "/v1/completions", json={"model": "sim", "prompt": "x", "max_tokens": 2})
         assert r.status_code == 200 and r.json()["laneway"]["worker"] == "sim0"
     assert server.proc.returncode is not None  # stopped
+
+
+SLOW_CONFIG = """
+[server]
+data_dir = "{data}"
+{grace}
+[[workers]]
+name = "sim0"
+type = "simulated"
+model = "sim"
+slots = 2
+tokens_per_s = 20
+"""
+
+
+def _stream(url: str, max_tokens: int, into: dict[str, object]) -> None:
+    """Stream a completion; keep its last SSE line and when the stream ended."""
+    body = {"model": "sim", "prompt": "x", "max_tokens": max_tokens, "stream": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        lines = [line for line in r.iter_lines() if line]
+    into["last"] = lines[-1]
+    into["ended"] = time.monotonic()
+
+
+def _slow_server(tmp_path: Path, grace: str) -> ServeProcess:
+    cfg = tmp_path / "slow.toml"
+    cfg.write_text(SLOW_CONFIG.format(data=tmp_path / "data", grace=grace), encoding="utf-8")
+    return ServeProcess(["--config", str(cfg)], tmp_path / "serve.log")
+
+
+RUNNING = re.compile(r"^laneway_running_requests\{[^}]*\} ([0-9.]+)$", re.M)
+
+
+def _start_stream(server: ServeProcess, max_tokens: int) -> tuple[threading.Thread, dict[str, object]]:
+    """A streaming request in a thread, once the server runs it."""
+    got: dict[str, object] = {}
+    before = _running(server)
+    t = threading.Thread(target=_stream, args=(server.url, max_tokens, got), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while _running(server) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return t, got
+
+
+def _running(server: ServeProcess) -> float:
+    return sum(float(v) for v in RUNNING.findall(httpx.get(server.url + "/metrics").text))
+
+
+def _ended_cleanly(server: ServeProcess) -> None:
+    server.proc.wait(20)
+    server.out.close()
+    log = server.text()
+    assert "Traceback" not in log and "ERROR" not in log, log
+    assert "shutting down: running requests have" in log, log
+
+
+def test_ctrl_c_gives_running_requests_the_grace_period_then_ends_them(tmp_path: Path) -> None:
+    server = _slow_server(tmp_path, "shutdown_grace_s = 1")
+    try:
+        long, got_long = _start_stream(server, 1000)  # 50 s at 20 tokens/s
+        short, got_short = _start_stream(server, 10)  # 0.5 s: ends within the grace period
+        sent = time.monotonic()
+        server.proc.send_signal(signal.SIGINT)
+        long.join(30)
+        short.join(30)
+        assert got_short["last"] == "data: [DONE]"
+        assert "the server is shutting down" in str(got_long["last"]), got_long
+        assert 0.8 < float(got_long["ended"]) - sent < 15  # type: ignore[arg-type]
+        _ended_cleanly(server)
+        assert server.proc.returncode is not None
+    finally:
+        server.stop()
+
+
+def test_a_second_ctrl_c_ends_requests_at_once(tmp_path: Path) -> None:
+    server = _slow_server(tmp_path, "")  # the default grace period: 30 s
+    try:
+        long, got = _start_stream(server, 1000)
+        server.proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert long.is_alive()  # still streaming in the grace period
+        sent = time.monotonic()
+        server.proc.send_signal(signal.SIGINT)
+        long.join(30)
+        assert "the server is shutting down" in str(got["last"]), got
+        assert float(got["ended"]) - sent < 10  # type: ignore[arg-type]
+        _ended_cleanly(server)
+        assert "ending every request now" in server.text()
+    finally:
+        server.stop()

@@ -94,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from laneway.api import create_app
     from laneway.runtime import build_workers
+    from laneway.shutdown import LanewayServer
     from laneway.store import SQLiteStore, StoreError
 
     try:
@@ -132,8 +133,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
     app = create_app(config, workers, store)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="info", access_log=args.access_log, lifespan="on", ws="none")
+    server = LanewayServer(
+        uvicorn.Config(app, log_level="info", access_log=args.access_log, lifespan="on", ws="none"),
+        app,
+        config.shutdown_grace_s,
     )
     server.run(sockets=[sock])
     return 0

@@ -86,15 +86,21 @@ class ServeProcess:
         self.out.close()
 
     def stop(self) -> None:
-        """SIGINT (Ctrl-C), then SIGKILL if it does not stop."""
+        """SIGINT (Ctrl-C); a second one if requests still run after 5 s (it ends
+        them); SIGKILL if it does not stop."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
                 self.proc.wait(5)
-        self.out.close()
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGINT)
+                try:
+                    self.proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+        if not self.out.closed:
+            self.out.close()
 
 
 @contextlib.contextmanager

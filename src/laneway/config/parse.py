@@ -66,6 +66,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         default_priority=_rank(server, "default_priority", names, base.default_priority),
         max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
         default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
+        shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
         workers=workers,
         aliases=aliases,
         scheduler=sched_cfg,

@@ -90,6 +90,8 @@ class ServerConfig:
     default_priority: int = 1  # class of a request that names none (no tenant default)
     max_body_bytes: int = 1 << 20
     default_max_tokens: int = 256
+    # after the first SIGINT/SIGTERM, running requests get this long to finish (None: no limit)
+    shutdown_grace_s: float | None = 30.0
     workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)
     aliases: Mapping[str, str] = field(default_factory=dict)  # client model name -> served name
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -258,11 +258,16 @@ class Runtime(WorkerEvents):
         if not task.cancelled() and task.exception() is not None:
             log.error("runtime task failed", exc_info=task.exception())
 
-    async def close(self) -> None:
-        """End every request (503 to waiting clients) and close the workers."""
+    def end_requests(self) -> None:
+        """Refuse new requests and end every one in flight (503 to waiting clients,
+        an error event to streams): the server is shutting down."""
         for ticket in list(self.tickets.values()):
             self.cancel(ticket, error_for(Reject(ticket.id, "overloaded", "the server is shutting down")))
         self.closed = True
+
+    async def close(self) -> None:
+        """End every request and close the workers."""
+        self.end_requests()
         if self._timer is not None:
             self._timer.cancel()
         if self._tasks:

@@ -1,0 +1,79 @@
+"""How ``laneway serve`` stops: uvicorn's server with laneway's shutdown.
+
+- The first SIGINT / SIGTERM stops accepting connections and gives running
+  requests ``grace_s`` seconds to finish (``None``: as long as they take).
+- Then, or at once on a second Ctrl-C, batch work stops where it is (its
+  lines run again at the next start) and every other request ends: a waiting
+  client gets 503 "the server is shutting down", a stream gets that error as
+  its last event. The connections close and the server exits cleanly.
+- A third Ctrl-C forces the exit (uvicorn's own behaviour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from types import FrameType
+
+import uvicorn
+from starlette.applications import Starlette
+
+
+class LanewayServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app: Starlette, grace_s: float | None) -> None:
+        super().__init__(config)
+        self.app = app
+        self.grace_s = grace_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ending = False  # requests are being ended (a further Ctrl-C forces the exit)
+
+    async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)  # type: ignore[arg-type]
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # a signal handler: it only hands work to the event loop
+        loop = self._loop
+        if not self.should_exit:
+            super().handle_exit(sig, frame)
+            if loop is not None:  # (before start-up, uvicorn stops without serving)
+                loop.call_soon_threadsafe(self._grace)
+        elif sig == signal.SIGINT and not self._ending and loop is not None:
+            self._ending = True
+            loop.call_soon_threadsafe(
+                self._end_requests, "ending every request now (Ctrl-C again: force the exit)"
+            )
+        else:
+            super().handle_exit(sig, frame)
+
+    def _grace(self) -> None:
+        grace = self.grace_s
+        when = "as long as they take" if grace is None else f"{grace:g} s to finish"
+        _say(f"shutting down: running requests have {when} (Ctrl-C again: end them now)")
+        if grace is not None:
+            asyncio.get_running_loop().call_later(
+                grace, self._end_requests, "grace period over: ending every request"
+            )
+
+    def _end_requests(self, why: str) -> None:
+        state = self.app.state
+        runtime = getattr(state, "runtime", None)
+        if runtime is None or runtime.closed:
+            return  # the application is closing already
+        self._ending = True
+        _say(why)
+        asyncio.get_running_loop().create_task(self._stop_work())
+
+    async def _stop_work(self) -> None:
+        state = self.app.state
+        batches = getattr(state, "batches", None)
+        if batches is not None and not batches.closed:
+            await batches.close()  # first, so that no batch line is answered "shutting down"
+        runtime = state.runtime
+        if not runtime.closed:
+            runtime.end_requests()
+
+
+def _say(message: str) -> None:
+    print(f"laneway: {message}", file=sys.stderr, flush=True)
