@@ -19,6 +19,9 @@ def test_defaults() -> None:
     assert (w.type, w.model, w.slots) == ("local", "builtin:tiny", 4)
     assert cfg.alert_wait_s == (10.0, 60.0, 300.0, None)
     assert not cfg.auth and cfg.models == ("builtin:tiny",)
+    assert cfg.shutdown_grace_s == 30.0
+    assert parse_config({"server": {"shutdown_grace_s": "none"}}).shutdown_grace_s is None
+    assert parse_config({"server": {"shutdown_grace_s": 0}}).shutdown_grace_s == 0
 
 
 def test_example_files_load() -> None:
@@ -59,6 +62,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"server": {"port": "x"}}, "server.port"),
         ({"server": {"prot": 1}}, "server.prot"),
         ({"server": {"policy": "nope"}}, "server.policy"),
+        ({"server": {"shutdown_grace_s": -1}}, "server.shutdown_grace_s"),
         ({"workers": [{"type": "gpu"}]}, "workers[0].type"),
         ({"workers": [{"slots": 0}]}, "workers[0].slots"),
         ({"workers": [{"type": "upstream", "model": "m"}]}, "workers[0].url"),
