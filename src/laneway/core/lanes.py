@@ -145,17 +145,8 @@ class Lanes:
 
     def pop_head(self, req: Request) -> None:
         """Remove ``req``, the head of its lane (as selection returns it)."""
-        # self._uncount(req), inline: the dispatch path
-        c = req.cls
+        self._uncount(req)
         lane = req.lane
-        if self.lane_counts:
-            self.count[lane] -= 1
-        self.class_count[c] -= 1
-        if self.levels > 1:
-            self.level_count[c * self.levels + req.level] -= 1
-        self.total -= 1
-        if req.est_service_s is not None:
-            self._unhint(c, req.est_service_s)
         # its entry, a front, leaves the lane (no need to make it stale)
         fifo = self.fifos[lane]
         side = self.sides[lane]
@@ -202,13 +193,11 @@ class Lanes:
         if self.levels > 1:
             self.level_count[c * self.levels + req.level] -= 1
         self.total -= 1
-        if req.est_service_s is not None:
-            self._unhint(c, req.est_service_s)
-
-    def _unhint(self, c: int, hint: float) -> None:
-        self.hint_count[c] -= 1
-        # no float residue once the last hinted request of the class leaves
-        self.hint_work[c] = self.hint_work[c] - hint if self.hint_count[c] else 0.0
+        hint = req.est_service_s
+        if hint is not None:
+            self.hint_count[c] -= 1
+            # no float residue once the last hinted request of the class leaves
+            self.hint_work[c] = self.hint_work[c] - hint if self.hint_count[c] else 0.0
 
     def model_queued(self, model: str | None) -> int:
         """Queued requests naming ``model`` (needs ``lane_counts``)."""
