@@ -171,6 +171,8 @@ def test_scheduler_construction_errors() -> None:
         Scheduler([WorkerSpec("w")], policy_name="lottery")
     with pytest.raises(ValueError, match="preemption"):
         PolicySpec("x", preemption="sometimes")
+    with pytest.raises(ValueError, match="needs class lanes"):
+        PolicySpec("x", classes=False, feedback=True)
     assert policy(PolicySpec("custom")).name == "custom"
 
 

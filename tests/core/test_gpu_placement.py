@@ -64,6 +64,7 @@ def test_a_load_is_emitted_with_the_models_load_s_and_the_request_waits_for_load
     d.advance(100.0)  # nobody answered ``loaded``: nothing starts
     assert d.started("r") is None and len(d.loads) == 1
     assert d.sched.estimate_wait(0, "m", d.now) >= 0.0
+    assert d.sched.estimate_wait(2, None, d.now) == INF  # no ready replica: no slot at all
     out = d.load_done(ld.replica_id)
     assert [(x.request_id, x.worker_id) for x in out if type(x) is Dispatch] == [("r", ld.replica_id)]
 

@@ -79,7 +79,7 @@ class Estimating:
                 blocking += n
                 remaining += max(self._end_sum[v] - n * now, 0.0)
         urgent = 0.0
-        if cls and not lanes.single:
+        if cls and not lanes.single and self.slots:
             urgent = self.arrivals.rate_before(cls, now) / self.slots
         return wait_estimate(
             slots=self.slots,

@@ -6,7 +6,7 @@ worker with ``ModelSpec.slots`` slots serving that one model.
 
 Answers, as the Kubernetes scheduler framework does:
 
-- :meth:`GpuPlacement.place` — a ready replica with a free slot (*now*), or
+- :meth:`GpuPlacement.take_slot` — a slot of a ready replica (*now*), or
   ``None`` (*not now*: waiting, a load or a preemption may help);
 - :meth:`GpuPlacement.never` — why no GPU group could *ever* hold the model
   (reject at once, naming the model and its VRAM need);

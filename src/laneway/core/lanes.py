@@ -17,8 +17,8 @@ fronts and is kept in :attr:`Lanes.heads` (``None``: the lane is empty).
 
 Removal is lazy: an entry carries the request's generation, and an entry
 whose generation no longer matches is stale (a request leaves the queue only
-through :meth:`Lanes.take` or :meth:`Lanes.pop_head`, which bump it). Stale
-entries are dropped as soon as they reach the front of the deque or the top
+through :meth:`Lanes.take`, which bumps it, or :meth:`Lanes.pop_head`, which
+removes its entry, a front). Stale entries are dropped as soon as they reach the front of the deque or the top
 of the heap, so both fronts, and the head, are always valid.
 
 :attr:`Lanes.scan` lists the lanes in the order strict selection looks at
@@ -201,6 +201,8 @@ class Lanes:
 
     def model_queued(self, model: str | None) -> int:
         """Queued requests naming ``model`` (needs ``lane_counts``)."""
+        if not self.lane_counts:
+            raise ValueError("these lanes keep no counts per lane (lane_counts=False)")
         m = self.models.get(model)
         if m is None:
             return 0

@@ -36,6 +36,8 @@ class PolicySpec:
     def __post_init__(self) -> None:
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}")
+        if self.feedback and not self.classes:
+            raise ValueError("feedback (time-slice demotion) needs class lanes: classes=True")
 
 
 POLICIES: dict[str, PolicySpec] = {
