@@ -593,3 +593,24 @@ def test_a_replica_loaded_for_a_waiting_request_serves_it_before_anyone_evicts_i
     assert d.started("b") == 8.0, d.log[-4:]
     d.advance(60.0)
     assert len(d.loads) <= 3, f"{len(d.loads)} loads in 60 s: {[m for m, _ in loads_of(d)][:9]}"
+
+
+def test_a_drain_window_that_lapses_unused_does_not_keep_waking_the_scheduler() -> None:
+    """graceful: room for "b" is cleared by letting the "a" request end (a drain
+    window); the P0 request for "b" is cancelled meanwhile. When the window
+    lapses nothing needs it: the next wakeup moves on instead of staying at
+    the lapse time (the driver asserts the clock never spins in place)."""
+    inv = inventory([gpu("g0", 24)], [model("a", 14, slots=1), model("b", 14, load_s=5.0)], ("a",))
+    d = GpuDriver(gpu_sched(inv, "graceful"))
+    d.submit(greq("batch", 2, 0.0, "a", est_service_s=10.0))
+    d.step()
+    d.submit(greq("p0", 0, 0.0, "b"))
+    d.step()
+    assert not [x for x in d.log if type(x[1]) is Preempt]  # draining, not preempting
+    (until, drained) = d.sched._clearing["b"]
+    assert drained and 0.0 < until < 30.0
+    d.now = 1.0
+    d.cancel("p0")
+    d.advance(until + 5.0)  # through the lapse
+    assert d.sched.next_wakeup() > d.now
+    assert "b" not in d.sched._clearing

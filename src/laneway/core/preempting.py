@@ -127,13 +127,18 @@ class Preempting:
                 need -= 1
 
     def _lapsed_clearings(self, now: float) -> None:
-        """A graceful clearing whose window passed: search again (and preempt)."""
+        """A graceful clearing whose window passed: search again (and preempt).
+
+        The lapsed window leaves a mark, ``(-inf, True)``, so that the search of
+        this call preempts at once; a mark no search used (the request was
+        served otherwise) is dropped at the next call, and a later need opens
+        a new window."""
         for model, (until, drained) in list(self._clearing.items()):
             if until <= now:
-                if drained:
-                    self._clearing[model] = (now, True)  # ended draining: preempt next time
+                if drained and until != -math.inf:
+                    self._clearing[model] = (-math.inf, True)  # ended draining: preempt now
                     self._changes += 1
-                else:
+                else:  # a mark left unused, or a stopping window over
                     del self._clearing[model]
 
     def _room_for(self, c: int, now: float, out: list[Decision]) -> bool:

@@ -343,7 +343,7 @@ class Scheduler(
         for req in self._drains.values():
             t = min(t, req.claim_deadline_s)
         for until, drained in self._clearing.values():
-            if drained:
+            if drained and until > self._now:  # a drain window still open
                 t = min(t, until)
         if self._planner is not None and self.lanes.total:
             t = min(t, self._gpu_wakeup())
