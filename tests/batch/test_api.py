@@ -101,3 +101,24 @@ def test_expiry_keeps_partial_results(batch_server: LiveServer) -> None:
     out, err = lines_of(c, b.output_file_id), lines_of(c, b.error_file_id)
     assert sorted(x["custom_id"] for x in out + err) == sorted(f"e{i}" for i in range(40))
     assert err and all(e["error"]["code"] == "batch_expired" and e["response"] is None for e in err)
+
+
+def _metric(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{series} not in /metrics")
+
+
+def test_batch_lines_are_counted_in_metrics(batch_server: LiveServer) -> None:
+    url = batch_server.url + "/metrics"
+    before = httpx.get(url).text
+    c = client(batch_server.base_url)
+    b = wait(c, submit(c, [chat_line(f"m-{i}") for i in range(6)]).id)
+    assert b.status == "completed"
+    after = httpx.get(url).text
+    done = 'laneway_batch_lines_total{outcome="completed"}'
+    assert _metric(after, done) - _metric(before, done) == 6
+    failed = 'laneway_batch_lines_total{outcome="failed"}'
+    assert _metric(after, failed) == _metric(before, failed)  # every line of this batch answered
+    assert _metric(after, "laneway_batch_lines_running") == 0

@@ -77,6 +77,9 @@ async def queue_estimate(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     runtime = _runtime(request)
     runtime.refresh_metrics()
+    batches = getattr(request.app.state, "batches", None)
+    if batches is not None:
+        batches.refresh_metrics()
     return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
 

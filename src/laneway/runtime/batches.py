@@ -112,6 +112,12 @@ class BatchRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.store.release_owner(self.owner)
 
+    def refresh_metrics(self) -> None:
+        """The batch gauges, read at scrape time."""
+        metrics = self.rt.metrics
+        metrics.batches_active.set(len(self._drivers))
+        metrics.batch_running.set(sum(len(d.running) for d in self._drivers.values()))
+
     def track(self, batch_id: str) -> None:
         """Drive ``batch_id`` (if no driver does yet)."""
         if self.closed or batch_id in self._drivers:
@@ -311,9 +317,12 @@ class BatchRunner:
     async def _write(self, line: ClaimedLine, ok: bool, result: str) -> None:
         if not await self.store.finish(line.batch_id, line.line_no, self.owner, ok, result):
             log.warning("batch %s line %d: no longer ours; result dropped", line.batch_id, line.line_no)
+            return
+        self.rt.metrics.lines_ended["completed" if ok else "failed"].inc()
 
     async def _retry(self, line: ClaimedLine, after_s: float, *, count_attempt: bool) -> None:
         not_before = self.clock() + min(max(after_s, 0.0), MAX_RETRY_AFTER_S)
-        await self.store.release(
+        if await self.store.release(
             line.batch_id, line.line_no, self.owner, not_before=not_before, count_attempt=count_attempt
-        )
+        ):
+            self.rt.metrics.lines_ended["retried"].inc()

@@ -28,6 +28,7 @@ disable_created_metrics()
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("completed", "failed", "cancelled", "rejected")
+BATCH_LINE_OUTCOMES = ("completed", "failed", "retried")
 
 
 class Metrics:
@@ -98,6 +99,16 @@ class Metrics:
         self.checkpoint_held = Gauge(
             "laneway_checkpoint_bytes_held", "Bytes of checkpoints held for preempted requests", registry=r
         )
+        self.batch_lines = Counter(
+            "laneway_batch_lines_total",
+            "Batch lines that ended (completed, failed) or went back to wait for a retry (retried)",
+            ["outcome"],
+            registry=r,
+        )
+        self.batch_running = Gauge(
+            "laneway_batch_lines_running", "Batch lines this server is running", registry=r
+        )
+        self.batches_active = Gauge("laneway_batches_active", "Batches this server is running", registry=r)
         # the children of every series, made once: every series shows up from the
         # first scrape, and the request path looks them up in a plain dict
         self.rejected = {reason: self.rejections.labels(reason) for reason in REJECT_REASONS}
@@ -107,6 +118,7 @@ class Metrics:
         self.waited = {n: self.queue_wait.labels(n) for n in self.class_names}
         self.first_token = {n: self.ttft.labels(n) for n in self.class_names}
         self.took = {n: self.latency.labels(n) for n in self.class_names}
+        self.lines_ended = {o: self.batch_lines.labels(o) for o in BATCH_LINE_OUTCOMES}
         for name in self.class_names:
             limit = alert_thresholds.get(name)
             if limit is not None:
