@@ -37,6 +37,15 @@ def test_batch_runs_to_completion_with_one_result_per_custom_id(batch_server: Li
     assert b.in_progress_at is not None and b.finalizing_at is not None and b.completed_at is not None
     out = lines_of(c, b.output_file_id)
     assert [o["custom_id"] for o in out] == [f"req-{i}" for i in range(40)]  # input order
+    used = [o["response"]["body"]["usage"] for o in out]
+    assert b.usage is not None  # the batch adds up its lines' tokens
+    assert b.usage.input_tokens == sum(u["prompt_tokens"] for u in used) > 0
+    assert (
+        b.usage.output_tokens
+        == sum(u["completion_tokens"] for u in used)
+        == sum(1 + i % 4 for i in range(40))
+    )
+    assert b.usage.total_tokens == b.usage.input_tokens + b.usage.output_tokens
     first = out[0]
     assert first["id"].startswith("batch_req_") and first["error"] is None
     resp = first["response"]

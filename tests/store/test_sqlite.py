@@ -193,3 +193,50 @@ def test_async_store_runs_off_the_loop(tmp_path: Path) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_answered_lines_add_their_tokens_to_the_batch(db: SQLiteDB) -> None:
+    started(db, 3)
+    db.claim("batch_1", "A", 3, LEASE, 1000.0)
+    assert db.finish("batch_1", 1, "A", True, "{}", (10, 4))
+    assert db.finish("batch_1", 2, "A", True, "{}", (7, 2))
+    assert not db.finish("batch_1", 2, "A", True, "{}", (7, 2))  # written once: counted once
+    assert db.finish("batch_1", 3, "A", False, "{}")  # a failed line used no tokens
+    b = db.get_batch("batch_1")
+    assert b is not None and (b.input_tokens, b.output_tokens) == (17, 6)
+
+
+def test_a_store_of_the_first_version_is_brought_up_to_date(tmp_path: Path) -> None:
+    old = SQLiteDB(tmp_path)
+    started(old, 1)
+    old.close()
+    raw = sqlite3.connect(tmp_path / "laneway.db")  # as the first version left it
+    raw.execute("ALTER TABLE batches DROP COLUMN input_tokens")
+    raw.execute("ALTER TABLE batches DROP COLUMN output_tokens")
+    raw.execute("PRAGMA user_version=1")
+    raw.commit()
+    raw.close()
+    db = SQLiteDB(tmp_path)
+    try:
+        b = db.get_batch("batch_1")
+        assert b is not None and b.total == 1 and (b.input_tokens, b.output_tokens) == (0, 0)
+        db.claim("batch_1", "A", 1, LEASE, 1000.0)
+        assert db.finish("batch_1", 1, "A", True, "{}", (5, 3))
+        b = db.get_batch("batch_1")
+        assert b is not None and (b.input_tokens, b.output_tokens) == (5, 3)
+        assert db.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        db.close()
+
+
+def test_a_store_of_a_newer_version_is_refused(tmp_path: Path) -> None:
+    SQLiteDB(tmp_path).close()
+    raw = sqlite3.connect(tmp_path / "laneway.db")
+    raw.execute("PRAGMA user_version=99")
+    raw.close()
+    with pytest.raises(StoreError, match="newer laneway"):
+        SQLiteDB(tmp_path)
+    raw = sqlite3.connect(tmp_path / "laneway.db")
+    raw.execute("PRAGMA user_version=2")
+    raw.close()
+    SQLiteDB(tmp_path).close()  # the refusal let the data directory's lock go

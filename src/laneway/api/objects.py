@@ -52,6 +52,13 @@ def batch_object(r: BatchRecord, config: ServerConfig) -> dict[str, Any]:
         "cancelling_at": r.cancelling_at,
         "cancelled_at": r.cancelled_at,
         "request_counts": {"total": r.total, "completed": r.completed, "failed": r.failed},
+        "usage": {
+            "input_tokens": r.input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": r.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": r.input_tokens + r.output_tokens,
+        },
         "metadata": r.metadata,
         "laneway": {"priority": config.scheduler.classes[r.priority].name},
     }

@@ -312,10 +312,13 @@ class BatchRunner:
             return
         shape = Shape(chat, rid, parsed.job.model, int(self.clock()))
         body = shape.final(done.text, done.finish_reason, done.usage, ticket)
-        await self._write(line, True, results.answered(cid, rid, 200, body))
+        tokens = (done.usage.prompt_tokens, done.usage.completion_tokens)
+        await self._write(line, True, results.answered(cid, rid, 200, body), tokens)
 
-    async def _write(self, line: ClaimedLine, ok: bool, result: str) -> None:
-        if not await self.store.finish(line.batch_id, line.line_no, self.owner, ok, result):
+    async def _write(
+        self, line: ClaimedLine, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
+    ) -> None:
+        if not await self.store.finish(line.batch_id, line.line_no, self.owner, ok, result, tokens):
             log.warning("batch %s line %d: no longer ours; result dropped", line.batch_id, line.line_no)
             return
         self.rt.metrics.lines_ended["completed" if ok else "failed"].inc()

@@ -95,6 +95,8 @@ class BatchRecord:
     failed: int = 0
     errors: tuple[dict[str, Any], ...] | None = None
     metadata: dict[str, str] | None = None
+    input_tokens: int = 0  # over the lines answered so far
+    output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +181,11 @@ class Store(Protocol):
         self, batch_id: str, owner: str, limit: int, lease_s: float, now: float
     ) -> list[ClaimedLine]: ...
     async def renew(self, owner: str, lease_s: float, now: float) -> None: ...
-    async def finish(self, batch_id: str, line_no: int, owner: str, ok: bool, result: str) -> bool:
-        """Write the line's result and end it; ``False`` (nothing written) unless ``owner`` holds it."""
+    async def finish(
+        self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
+    ) -> bool:
+        """Write the line's result and end it, adding its ``(input, output)`` tokens to
+        the batch's; ``False`` (nothing written) unless ``owner`` holds it."""
 
     async def release(
         self, batch_id: str, line_no: int, owner: str, *, not_before: float, count_attempt: bool

@@ -10,7 +10,7 @@ overwrite a result once written.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: batches count their lines' tokens
 DB_NAME = "laneway.db"
 LOCK_NAME = "laneway.db.lock"
 
@@ -54,7 +54,9 @@ CREATE = (
         completed INTEGER NOT NULL DEFAULT 0,
         failed INTEGER NOT NULL DEFAULT 0,
         errors TEXT,
-        metadata TEXT
+        metadata TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0
     )""",
     f"CREATE INDEX IF NOT EXISTS {BATCHES}_by_tenant ON {BATCHES} (tenant, seq)",
     f"CREATE INDEX IF NOT EXISTS {BATCHES}_by_status ON {BATCHES} (status)",
@@ -79,6 +81,14 @@ CREATE = (
         WHEN OLD.result IS NOT NULL
         BEGIN SELECT RAISE(ABORT, 'a line result is written once'); END""",
 )
+
+# what brings a store of an earlier version up to date, by the version it has
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        f"ALTER TABLE {BATCHES} ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0",
+        f"ALTER TABLE {BATCHES} ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0",
+    ),
+}
 
 PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -105,7 +115,7 @@ FILE_SEQ = f"SELECT seq FROM {FILES} WHERE id = ? AND tenant = ?"
 BATCH_COLUMNS = (
     "id, tenant, endpoint, input_file_id, completion_window, priority, status, created_at, expires_at, "
     "in_progress_at, finalizing_at, completed_at, failed_at, expired_at, cancelling_at, cancelled_at, "
-    "output_file_id, error_file_id, total, completed, failed, errors, metadata"
+    "output_file_id, error_file_id, total, completed, failed, errors, metadata, input_tokens, output_tokens"
 )
 INSERT_BATCH = (
     f"INSERT INTO {BATCHES} (id, tenant, endpoint, input_file_id, completion_window, priority, status, "
@@ -126,7 +136,10 @@ FAIL_BATCH = (
     f"UPDATE {BATCHES} SET status = 'failed', failed_at = ?, errors = ?, error_file_id = ? "
     "WHERE id = ? AND status = 'validating'"
 )
-COUNT_DONE = f"UPDATE {BATCHES} SET completed = completed + 1 WHERE id = ?"
+COUNT_DONE = (
+    f"UPDATE {BATCHES} SET completed = completed + 1, input_tokens = input_tokens + ?, "
+    "output_tokens = output_tokens + ? WHERE id = ?"
+)
 COUNT_FAILED = f"UPDATE {BATCHES} SET failed = failed + ? WHERE id = ?"
 SET_OUTPUTS = (
     f"UPDATE {BATCHES} SET status = ?, {{stamp}} = ?, output_file_id = ?, error_file_id = ? "

@@ -74,8 +74,17 @@ class SQLiteDB:
             for pragma in q.PRAGMAS:
                 self.conn.execute(pragma)
             with self._tx():
+                version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > q.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.path} was written by a newer laneway (store version {version}; "
+                        f"this one reads up to {q.SCHEMA_VERSION})"
+                    )
                 for stmt in q.CREATE:
                     self.conn.execute(stmt)
+                for old in range(version or q.SCHEMA_VERSION, q.SCHEMA_VERSION):  # none for a new store
+                    for stmt in q.MIGRATIONS[old]:
+                        self.conn.execute(stmt)
                 self.conn.execute(f"PRAGMA user_version={q.SCHEMA_VERSION}")
                 # we hold the lock: whatever is still running was orphaned by a crash
                 self.recovered = self.conn.execute(q.RELEASE_ALL).rowcount
@@ -226,13 +235,15 @@ class SQLiteDB:
         with self._tx() as c:
             c.execute(q.RENEW, (now + lease_s, owner))
 
-    def finish(self, batch_id: str, line_no: int, owner: str, ok: bool, result: str) -> bool:
+    def finish(
+        self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
+    ) -> bool:
         state = LineState.DONE if ok else LineState.FAILED
         with self._tx() as c:
             if c.execute(q.FINISH, (state.value, result, batch_id, line_no, owner)).rowcount != 1:
                 return False
             if ok:
-                c.execute(q.COUNT_DONE, (batch_id,))
+                c.execute(q.COUNT_DONE, (*tokens, batch_id))
             else:
                 c.execute(q.COUNT_FAILED, (1, batch_id))
             return True
@@ -369,8 +380,10 @@ class SQLiteStore:
     async def renew(self, owner: str, lease_s: float, now: float) -> None:
         await self._call(self.db.renew, owner, lease_s, now)
 
-    async def finish(self, batch_id: str, line_no: int, owner: str, ok: bool, result: str) -> bool:
-        return await self._call(self.db.finish, batch_id, line_no, owner, ok, result)
+    async def finish(
+        self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
+    ) -> bool:
+        return await self._call(self.db.finish, batch_id, line_no, owner, ok, result, tokens)
 
     async def release(
         self, batch_id: str, line_no: int, owner: str, *, not_before: float, count_attempt: bool
