@@ -211,7 +211,7 @@ def test_report_path_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     blocker.write_text("x")
     trace = write_trace(tmp_path, GOOD_LINE)
     line = error_line(capsys, ["simulate", "--trace", str(trace), "--report", str(blocker / "sub")])
-    assert str(blocker) in line
+    assert str(blocker) in line and "--report" in line and "cannot make the folder" in line
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -118,6 +118,7 @@ def _ended_cleanly(server: ServeProcess) -> None:
     log = server.text()
     assert "Traceback" not in log and "ERROR" not in log, log
     assert "shutting down: running requests have" in log, log
+    assert "force quit" not in log  # uvicorn's hint would say otherwise
 
 
 def test_ctrl_c_gives_running_requests_the_grace_period_then_ends_them(tmp_path: Path) -> None:
@@ -131,6 +132,7 @@ def test_ctrl_c_gives_running_requests_the_grace_period_then_ends_them(tmp_path:
         short.join(30)
         assert got_short["last"] == "data: [DONE]"
         assert "the server is shutting down" in str(got_long["last"]), got_long
+        assert '"code":"shutting_down"' in str(got_long["last"])
         assert 0.8 < float(got_long["ended"]) - sent < 15  # type: ignore[arg-type]
         _ended_cleanly(server)
         assert server.proc.returncode is not None

@@ -208,7 +208,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     policies = parse_policies(args.policy, gpus=sc.inventory is not None)
     description = sc.description
     if args.report is not None:
-        args.report.mkdir(parents=True, exist_ok=True)  # fail before simulating, not after
+        try:  # fail before simulating, not after
+            args.report.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"--report {args.report}: cannot make the folder: {exc.strerror or exc}"
+            ) from None
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
     results = run_policies(policies, sc, seed)
     summaries = [summarize(r) for r in results]

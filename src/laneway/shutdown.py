@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from types import FrameType
@@ -27,6 +28,8 @@ class LanewayServer(uvicorn.Server):
         self.grace_s = grace_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ending = False  # requests are being ended (a further Ctrl-C forces the exit)
+        # uvicorn's own "(CTRL+C to force quit)" hints: here the next Ctrl-C ends requests
+        logging.getLogger("uvicorn.error").addFilter(_without_force_quit_hints)
 
     async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
@@ -73,6 +76,10 @@ class LanewayServer(uvicorn.Server):
         runtime = state.runtime
         if not runtime.closed:
             runtime.end_requests()
+
+
+def _without_force_quit_hints(record: logging.LogRecord) -> bool:
+    return "(CTRL+C to force quit)" not in record.getMessage()
 
 
 def _say(message: str) -> None:

@@ -86,6 +86,7 @@ def test_config_error_is_a_value_error_and_a_laneway_error() -> None:
         (" P1 ", 1),
         ("3", 3),
         ("0", 0),
+        (1.0, 1),  # a whole number written as a float by some JSON encoders
     ],
 )
 def test_parse(value: object, rank: int) -> None:
@@ -93,7 +94,7 @@ def test_parse(value: object, rank: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [4, -1, 99, "P4", "4", "-1", "high", "", True, False, None, 1.0, 2.5, b"P1", [1]]
+    "value", [4, -1, 99, "P4", "4", "-1", "high", "", True, False, None, 4.0, 2.5, float("nan"), b"P1", [1]]
 )
 def test_parse_rejects(value: object) -> None:
     with pytest.raises(ValueError, match="priority"):

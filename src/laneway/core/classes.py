@@ -79,10 +79,12 @@ class ClassTable:
         return tuple(c.name for c in self.classes)
 
     def parse(self, value: object) -> int:
-        """Turn ``2``, ``"2"``, ``"P2"`` or ``"p2"`` into a rank; ``ValueError`` otherwise."""
+        """Turn ``2``, ``2.0``, ``"2"``, ``"P2"`` or ``"p2"`` into a rank; ``ValueError`` otherwise."""
         n = len(self.classes)
         if isinstance(value, bool):
             raise ValueError(f"priority must be 0–{n - 1} or a class name, got {value!r}")
+        if isinstance(value, float) and value.is_integer():  # some JSON encoders write 2 as 2.0
+            value = int(value)
         if isinstance(value, int):
             if 0 <= value < n:
                 return value

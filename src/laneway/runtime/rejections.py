@@ -27,3 +27,8 @@ def error_for(reject: Reject) -> RequestError:
     if reason in QUOTA:
         return QuotaExceeded(reject.message, code=reason, retry_after_s=retry, estimated_wait_s=wait)
     return Unavailable(reject.message, code=reason, retry_after_s=retry, estimated_wait_s=wait)
+
+
+def shutting_down() -> Unavailable:
+    """503 ``shutting_down``: the server stops (a restart, or another replica, may answer)."""
+    return Unavailable("the server is shutting down", code="shutting_down", retry_after_s=5.0)

@@ -37,7 +37,7 @@ from laneway.runtime.costs import measured_costs
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
 from laneway.runtime.recovery import Recovery
-from laneway.runtime.rejections import error_for
+from laneway.runtime.rejections import error_for, shutting_down
 from laneway.runtime.ticket import Phase, Ticket
 
 log = logging.getLogger("laneway.runtime")
@@ -130,7 +130,7 @@ class Runtime(WorkerEvents):
         ``deltas=False``: the ticket gives only the ``Done`` (with all the text), not each ``Delta``.
         """
         if self.closed:
-            raise error_for(Reject(job.id, "overloaded", "the server is shutting down", 0.0, 1.0))
+            raise shutting_down()
         now = self.now()
         req = Request(job.id, priority, now, model=job.model, tenant=tenant, preemptible=preemptible)
         if timeout_s is not None:
@@ -262,7 +262,7 @@ class Runtime(WorkerEvents):
         """Refuse new requests and end every one in flight (503 to waiting clients,
         an error event to streams): the server is shutting down."""
         for ticket in list(self.tickets.values()):
-            self.cancel(ticket, error_for(Reject(ticket.id, "overloaded", "the server is shutting down")))
+            self.cancel(ticket, shutting_down())
         self.closed = True
 
     async def close(self) -> None:
