@@ -7,11 +7,10 @@ A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
 from laneway.core.estimate import wait_estimate
-from laneway.core.request import Request
 
 
 def estimate_tables(
@@ -78,7 +77,7 @@ class Estimating:
                 available += n
             else:
                 blocking += n
-                remaining += _remaining(running.values(), now)
+                remaining += max(self._end_sum[v] - n * now, 0.0)
         urgent = 0.0
         if cls and not lanes.single and self.slots:
             urgent = self.arrivals.rate_before(cls, now) / self.slots
@@ -92,15 +91,3 @@ class Estimating:
             mean_service_s=mean(cls, model),
             urgent_load=urgent,
         )
-
-
-def _remaining(running: Iterable[Request], now: float) -> float:
-    """Expected service left to running requests: the time to their expected end;
-    one that has run past it by ``x`` is taken to need about ``x`` more (a
-    request that overran its estimate tends to be a long one), not to end at
-    once."""
-    total = 0.0
-    for r in running:
-        left = r.expected_end_s - now
-        total += left if left > 0.0 else -left
-    return total
