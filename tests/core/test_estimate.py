@@ -151,3 +151,20 @@ def test_arrival_rates() -> None:
     assert ar.rate(1, 50.0) == 0.0
     assert ar.rate(0, 150.0) == pytest.approx(100.0 / 150.0)  # the last complete bucket
     assert ar.rate(0, 1000.0) == 0.0  # long forgotten
+
+
+def test_running_work_past_its_estimate_is_not_taken_to_end_at_once() -> None:
+    """A short request sets the class mean; a long one then overruns it. A new
+    request still waits for that long one: the estimate does not drop to 0."""
+    d = Driver(sched(1))
+    d.submit(req("short", 2, 0.0))
+    d.step()
+    d.now = 1.0
+    d.finish("short")
+    d.submit(req("long", 2, 1.0))
+    d.step()
+    expected_end = d.sched.get("long").expected_end_s
+    d.now = expected_end - 2.0  # before its expected end: the time left
+    assert d.sched.estimate_wait(2, None, d.now) == pytest.approx(2.0, rel=0.3)
+    d.now = expected_end + 20.0  # 20 s past its expected end, still running
+    assert d.sched.estimate_wait(2, None, d.now) == pytest.approx(20.0, rel=0.3)  # about as much again

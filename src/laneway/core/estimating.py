@@ -77,7 +77,9 @@ class Estimating:
                 available += n
             else:
                 blocking += n
-                remaining += max(self._end_sum[v] - n * now, 0.0)
+                # past their expected ends on the whole, they are taken to need about as
+                # much again as they overran (not to end at once); O(1) from the sums
+                remaining += abs(self._end_sum[v] - n * now)
         urgent = 0.0
         if cls and not lanes.single and self.slots:
             urgent = self.arrivals.rate_before(cls, now) / self.slots
