@@ -14,7 +14,8 @@ from laneway.store.base import (
     Outputs,
     Store,
 )
-from laneway.store.sqlite import SQLiteDB, SQLiteStore, StoreError
+from laneway.store.sqlite import SQLiteDB, StoreError
+from laneway.store.sqlite_store import SQLiteStore
 
 __all__ = [
     "ACTIVE",

@@ -1,26 +1,22 @@
 """The embedded store: one SQLite database (WAL) in the data directory.
 
-:class:`SQLiteDB` is the synchronous implementation; :class:`SQLiteStore`
-runs it on one dedicated thread so the event loop never waits on the disk
-(one connection, one thread: every statement is serialized, which is what
-SQLite wants anyway). A lock file keeps a second server off the same data
+:class:`SQLiteDB` is the synchronous implementation
+(:class:`~laneway.store.sqlite_store.SQLiteStore` runs it on a thread of its
+own for the event loop). A lock file keeps a second server off the same data
 directory; holding it, the store may treat every line left ``running`` as
 orphaned by a crash and put it back in the queue when it opens.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
-import functools
 import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from laneway.core.errors import LanewayError
 from laneway.store import schema as q
@@ -36,7 +32,6 @@ from laneway.store.base import (
     sources,
 )
 
-T = TypeVar("T")
 _NO_SEQ = (1 << 63) - 1
 
 
@@ -309,108 +304,3 @@ class SQLiteDB:
 
 class _Rollback(Exception):
     pass
-
-
-class SQLiteStore:
-    """The :class:`~laneway.store.base.Store` over :class:`SQLiteDB`, on a thread of its own."""
-
-    def __init__(self, db: SQLiteDB) -> None:
-        self.db = db
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laneway-store")
-
-    @classmethod
-    async def open(cls, data_dir: Path) -> SQLiteStore:
-        return cls(await asyncio.to_thread(SQLiteDB, data_dir))
-
-    async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kw))
-
-    async def put_file(self, record: FileRecord, content: bytes) -> None:
-        await self._call(self.db.put_file, record, content)
-
-    async def get_file(self, file_id: str, tenant: str) -> FileRecord | None:
-        return await self._call(self.db.get_file, file_id, tenant)
-
-    async def file_content(self, file_id: str, tenant: str) -> bytes | None:
-        return await self._call(self.db.file_content, file_id, tenant)
-
-    async def list_files(
-        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
-    ) -> tuple[list[FileRecord], bool]:
-        return await self._call(self.db.list_files, tenant, limit=limit, after=after, purpose=purpose)
-
-    async def delete_file(self, file_id: str, tenant: str) -> bool:
-        return await self._call(self.db.delete_file, file_id, tenant)
-
-    async def create_batch(self, record: BatchRecord) -> None:
-        await self._call(self.db.create_batch, record)
-
-    async def get_batch(self, batch_id: str, tenant: str | None = None) -> BatchRecord | None:
-        return await self._call(self.db.get_batch, batch_id, tenant)
-
-    async def list_batches(
-        self, tenant: str, *, limit: int, after: str | None = None
-    ) -> tuple[list[BatchRecord], bool]:
-        return await self._call(self.db.list_batches, tenant, limit=limit, after=after)
-
-    async def batches_in(self, statuses: frozenset[BatchStatus]) -> list[BatchRecord]:
-        return await self._call(self.db.batches_in, statuses)
-
-    async def set_status(self, batch_id: str, status: BatchStatus, now: int) -> bool:
-        return await self._call(self.db.set_status, batch_id, status, now)
-
-    async def start_batch(self, batch_id: str, lines: Sequence[NewLine], now: int) -> bool:
-        return await self._call(self.db.start_batch, batch_id, lines, now)
-
-    async def fail_batch(
-        self,
-        batch_id: str,
-        errors: Sequence[dict[str, Any]],
-        error_file: tuple[FileRecord, bytes] | None,
-        now: int,
-    ) -> bool:
-        return await self._call(self.db.fail_batch, batch_id, errors, error_file, now)
-
-    async def claim(
-        self, batch_id: str, owner: str, limit: int, lease_s: float, now: float
-    ) -> list[ClaimedLine]:
-        return await self._call(self.db.claim, batch_id, owner, limit, lease_s, now)
-
-    async def renew(self, owner: str, lease_s: float, now: float) -> None:
-        await self._call(self.db.renew, owner, lease_s, now)
-
-    async def finish(
-        self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
-    ) -> bool:
-        return await self._call(self.db.finish, batch_id, line_no, owner, ok, result, tokens)
-
-    async def release(
-        self, batch_id: str, line_no: int, owner: str, *, not_before: float, count_attempt: bool
-    ) -> bool:
-        return await self._call(
-            self.db.release, batch_id, line_no, owner, not_before=not_before, count_attempt=count_attempt
-        )
-
-    async def release_owner(self, owner: str) -> int:
-        return await self._call(self.db.release_owner, owner)
-
-    async def pending(self, batch_id: str) -> int:
-        return await self._call(self.db.pending, batch_id)
-
-    async def finalize(
-        self,
-        batch_id: str,
-        status: BatchStatus,
-        outputs: Outputs,
-        leftover: Callable[[str], str] | None,
-        now: int,
-    ) -> BatchRecord | None:
-        return await self._call(self.db.finalize, batch_id, status, outputs, leftover, now)
-
-    async def lines(self, batch_id: str) -> list[LineView]:
-        return await self._call(self.db.lines, batch_id)
-
-    async def close(self) -> None:
-        await self._call(self.db.close)
-        self._pool.shutdown(wait=True)
