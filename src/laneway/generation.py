@@ -4,56 +4,137 @@ Plain, torch-free data shared by the in-process engine, the backends and the
 runtime: :class:`SamplingParams` (validated on construction), :class:`Job`,
 the events a running job emits, and :class:`Checkpoint`, the handle a
 preempted job resumes from.
+
+A job for an upstream worker also carries ``body``: the client's request as
+sent, less the fields laneway owns, which the upstream gets verbatim. Its
+events then carry the upstream's own chunks (``Delta.chunk``) and answer
+(``Done.response`` / ``Done.chunks``), which reach the client unchanged but
+for laneway's id, model name and ``laneway`` object.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from laneway.errors import InvalidRequest
 
 MAX_STOP_STRINGS = 4
+MAX_TOP_LOGPROBS = 20
+MAX_CHOICES = 16  # n, in the built-in engine
+GREEDY_BELOW = 1e-5  # a temperature under this is greedy (a smaller one only overflows the logits)
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator takes
+
+CHAT, COMPLETION, EMBEDDING = "chat", "completion", "embedding"
+KINDS = (CHAT, COMPLETION, EMBEDDING)
+
+# how a preempted job resumes (the ``laneway.resume`` a response reports)
+RESUME_EXACT = "exact"  # where it stopped (the worker says how: checkpoint, token ids, text)
+RESUME_RESTART = "restart"  # from scratch: the state cannot be resumed, and nothing was shown yet
+RESUME_NONE = "none"  # never preempted once started (drain only): streamed text cannot be taken back
+RESUME_RULES = (RESUME_EXACT, RESUME_RESTART, RESUME_NONE)
 
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable.
+    """How to pick tokens. A temperature under :data:`GREEDY_BELOW` is greedy;
+    ``seed`` makes sampling repeatable.
 
-    ``ignore_eos`` keeps generating past the end-of-text token (for benchmarks).
+    ``ignore_eos`` keeps generating past the end-of-text token (for
+    benchmarks). ``logprobs``: how many alternatives to report per token
+    (0: only the chosen one's; ``None``: no log-probabilities). ``top_k`` 0 or
+    -1 and ``min_p`` 0 are off. ``logit_bias`` pairs token ids with a bias
+    added to their logits. ``min_tokens``: the end-of-text token and
+    ``stop_token_ids`` cannot end the text before this many tokens.
+    ``max_tokens`` is ``None`` when the client gave none (an upstream then
+    applies its own default; the built-in engine's is the server's
+    ``default_max_tokens``).
     """
 
-    max_tokens: int = 16
+    max_tokens: int | None = 16
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    n: int = 1
+    logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if self.max_tokens is not None and (not _whole(self.max_tokens) or self.max_tokens < 1):
             raise InvalidRequest(
                 f"max_tokens must be a whole number ≥ 1, got {self.max_tokens!r}", param="max_tokens"
             )
         _number_in("temperature", self.temperature, 0.0, 2.0, low_open=False)
         _number_in("top_p", self.top_p, 0.0, 1.0, low_open=True)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise InvalidRequest(f"seed must be an integer, got {self.seed!r}", param="seed")
+        if self.seed is not None and (
+            not _whole(self.seed) or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]
+        ):
+            raise InvalidRequest(f"seed must be a 64-bit integer, got {self.seed!r}", param="seed")
         if len(self.stop) > MAX_STOP_STRINGS:
             raise InvalidRequest(f"at most {MAX_STOP_STRINGS} stop strings are allowed", param="stop")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequest("stop strings must be non-empty strings", param="stop")
+        if not _whole(self.n) or self.n < 1:
+            raise InvalidRequest(f"n must be a whole number ≥ 1, got {self.n!r}", param="n")
+        if self.logprobs is not None and (
+            not _whole(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS
+        ):
+            raise InvalidRequest(
+                f"top_logprobs must be a whole number in 0–{MAX_TOP_LOGPROBS}, got {self.logprobs!r}",
+                param="top_logprobs",
+            )
+        _number_in("presence_penalty", self.presence_penalty, -2.0, 2.0, low_open=False)
+        _number_in("frequency_penalty", self.frequency_penalty, -2.0, 2.0, low_open=False)
+        _number_in("repetition_penalty", self.repetition_penalty, 0.0, 2.0, low_open=True)
+        if not _whole(self.top_k) or self.top_k < -1:
+            raise InvalidRequest(
+                f"top_k must be -1, 0 (off) or a whole number ≥ 1, got {self.top_k!r}", param="top_k"
+            )
+        _number_in("min_p", self.min_p, 0.0, 1.0, low_open=False)
+        if not _whole(self.min_tokens) or self.min_tokens < 0:
+            raise InvalidRequest(
+                f"min_tokens must be a whole number ≥ 0, got {self.min_tokens!r}", param="min_tokens"
+            )
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise InvalidRequest("min_tokens cannot be larger than max_tokens", param="min_tokens")
+        if any(not _whole(t) or t < 0 for t in self.stop_token_ids):
+            raise InvalidRequest(
+                "stop_token_ids must be token ids (whole numbers ≥ 0)", param="stop_token_ids"
+            )
+        for token, bias in self.logit_bias:
+            if not _whole(token) or token < 0:
+                raise InvalidRequest("logit_bias keys must be token ids", param="logit_bias")
+            _number_in("logit_bias", bias, -100.0, 100.0, low_open=False)
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
+
+    @property
+    def seeded_sampling(self) -> bool:
+        """Sampling whose text depends on a seed (not repeatable across a resume)."""
+        return self.seed is not None and not self.greedy
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number_in(name: str, value: object, low: float, high: float, *, low_open: bool) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
-        ok = (low < value if low_open else low <= value) and value <= high
+        ok = (low < value if low_open else low <= value) and value <= high  # type: ignore[operator]
     if not ok:
         bracket = "(" if low_open else "["
         raise InvalidRequest(
@@ -63,23 +144,37 @@ def _number_in(name: str, value: object, low: float, high: float, *, low_open: b
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One generation: a raw ``prompt`` (completions) or chat ``messages``.
+    """One generation: a ``prompt`` (completions), chat ``messages`` or an
+    embedding (``kind``).
 
     ``continue_final`` (chat): the last message is an assistant message to
     continue rather than a finished turn (OpenAI-compatible servers call it
-    ``continue_final_message``).
+    ``continue_final_message``). ``body``: for upstream workers, the client's
+    fields laneway does not own, forwarded as sent. ``stream``: the client
+    reads the answer as it is made. ``resume``: how a preemption may treat it
+    (:data:`RESUME_RULES`).
     """
 
     id: str
     model: str
     params: SamplingParams = field(default_factory=SamplingParams)
-    prompt: str | None = None
+    prompt: Any = None  # a string (an upstream may also take token ids or several prompts)
     messages: tuple[dict[str, Any], ...] | None = None
     continue_final: bool = False
+    kind: str = ""
+    body: Mapping[str, Any] | None = None
+    stream: bool = False
+    resume: str = RESUME_EXACT
 
     def __post_init__(self) -> None:
-        if (self.prompt is None) == (self.messages is None):
-            raise InvalidRequest("give exactly one of prompt and messages")
+        if not self.kind:
+            if (self.prompt is None) == (self.messages is None):
+                raise InvalidRequest("give exactly one of prompt and messages")
+            object.__setattr__(self, "kind", CHAT if self.messages is not None else COMPLETION)
+        elif self.kind not in KINDS:
+            raise ValueError(f"unknown job kind {self.kind!r}")
+        if self.resume not in RESUME_RULES:
+            raise ValueError(f"unknown resume rule {self.resume!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +187,35 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log-probability and the most likely alternatives at its step."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How one choice of a job ended (the built-in engine reports every choice)."""
+
+    index: int
+    text: str
+    finish_reason: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
 @dataclass(slots=True, eq=False)
 class Checkpoint:
     """Where a preempted job stopped; ``resume`` it on a worker of the same kind.
 
-    ``mode`` is ``"checkpoint"`` (state kept: KV cache, RNG) or ``"recompute"``
-    (only the ids: the prompt and the text so far are prefilled again).
-    ``nbytes`` is what the saved state costs to hold; ``save_s`` what saving took.
-    ``state`` is the worker's own payload.
+    ``mode`` is ``"checkpoint"`` (state kept: KV cache, RNG), ``"recompute"``
+    (only the ids: the prompt and the text so far are prefilled again), or
+    what an upstream worker resumes by (``"token_ids"``, ``"text"``,
+    ``"restart"``). ``nbytes`` is what the saved state costs to hold;
+    ``save_s`` what saving took. ``state`` is the worker's own payload.
     """
 
     job: Job
@@ -116,21 +232,37 @@ class Checkpoint:
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """New text, safe to show (it cannot turn out to be part of a stop string)."""
+    """New text of choice ``index``, safe to show (it cannot turn out to be part of a stop string).
+
+    ``logprobs``: of the tokens generated since the last delta, when asked.
+    ``chunk``: an upstream's own chunk carrying it, to forward.
+    """
 
     job_id: str
     text: str
     tokens: int  # tokens generated so far
+    index: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    chunk: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The job ended: ``finish_reason`` is ``stop``, ``length`` or ``cancelled``."""
+    """The job ended: ``finish_reason`` is ``stop``, ``length`` or ``cancelled`` (of choice 0).
+
+    ``choices``: every choice's ending, where the worker reports them.
+    ``response``: an upstream's whole answer (for a client that does not
+    stream); ``chunks``: the last chunks of its stream (the one that ends it,
+    and the usage one if the client asked).
+    """
 
     job_id: str
     finish_reason: str
     usage: Usage
-    text: str  # the whole completion text
+    text: str  # the whole completion text (of choice 0)
+    choices: tuple[Ending, ...] = ()
+    response: dict[str, Any] | None = None
+    chunks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,7 +104,7 @@ def test_400_invalid_requests(keyed: LiveServer) -> None:
     for extra, param in (
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"logprobs": True}, "logprobs"),
-        ({"top_logprobs": 2}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true, at that
     ):
         assert error_of(post(keyed, chat(**extra)), 400)["param"] == param
     completion = {"model": "sim", "prompt": "x", "max_tokens": 2}

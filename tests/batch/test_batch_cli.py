@@ -121,7 +121,7 @@ def test_bad_options_are_refused_before_upload_and_a_failed_create_leaves_no_fil
     assert "between 1s and 30d" in one_line(capsys, ["batch", "submit", str(src), "--window", "90d"])
     assert _file_ids(cli) == before  # nothing was uploaded
     # the server refuses the batch after the upload: the uploaded file is deleted again
-    err = one_line(capsys, ["batch", "submit", str(src), "--endpoint", "/v1/embeddings"])
+    err = one_line(capsys, ["batch", "submit", str(src), "--endpoint", "/v1/moderations"])
     assert "the server answered 400: endpoint must be one of" in err
     assert _file_ids(cli) == before
     code, out, _ = run(capsys, ["batch", "submit", str(src), "--priority", "3", "--window", "90m"])

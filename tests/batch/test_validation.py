@@ -19,7 +19,7 @@ def test_bad_lines_fail_the_batch_naming_each(batch_server: LiveServer) -> None:
         chat_line("ok-1"),
         "{not json",
         chat_line("ok-1"),  # duplicate custom_id
-        {**chat_line("url"), "url": "/v1/embeddings"},
+        {**chat_line("url"), "url": "/v1/moderations"},
         chat_line("model", model="gpt-nope"),
         chat_line("param", max_tokens=0),
         {"custom_id": 7, "method": "POST", "url": "/v1/chat/completions", "body": {}},
@@ -64,7 +64,7 @@ def test_request_errors_at_creation(batch_server: LiveServer) -> None:
     c = client(batch_server.base_url)
     f = c.files.create(file=("a.jsonl", jsonl([chat_line("a")])), purpose="batch")
     with pytest.raises(openai.BadRequestError, match="endpoint must be one of"):
-        c.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+        c.batches.create(input_file_id=f.id, endpoint="/v1/moderations", completion_window="24h")
     with pytest.raises(openai.BadRequestError, match="completion_window"):
         c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="soon")  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError):
@@ -114,7 +114,7 @@ def test_missing_fields_are_named(batch_server: LiveServer) -> None:
     without = {k: v for k, v in body.items() if k != "endpoint"}
     assert error(httpx.post(url + "/batches", json=without)) == (
         "endpoint",
-        "endpoint is required (one of: /v1/chat/completions, /v1/completions)",
+        "endpoint is required (one of: /v1/chat/completions, /v1/completions, /v1/embeddings)",
     )
     without = {k: v for k, v in body.items() if k != "input_file_id"}
     assert error(httpx.post(url + "/batches", json=without)) == ("input_file_id", "input_file_id is required")

@@ -26,6 +26,7 @@ from laneway.store import SQLiteStore, Store
 ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
     Route("/v1/completions", completions.completions, methods=["POST"]),
+    Route("/v1/embeddings", completions.embeddings, methods=["POST"]),
     Route("/v1/models", info.models, methods=["GET"]),
     Route("/v1/models/{model_id:path}", info.model, methods=["GET"]),
     Route("/v1/queue/estimate", info.queue_estimate, methods=["GET"]),

@@ -1,56 +1,73 @@
-"""``POST /v1/chat/completions`` and ``POST /v1/completions``.
+"""``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /v1/embeddings``.
 
 The request is queued in laneway (never in the engine); the handler waits on
 its ticket. A streaming answer starts once the first text is there, so a
 request that times out in the queue still gets a plain 503 with
-``Retry-After``; after that, text streams as OpenAI chunks, ending with
-``data: [DONE]``. Errors after the stream began are sent as an ``error``
-event.
+``Retry-After``; after that, text streams as OpenAI chunks (an upstream's
+own, where an upstream runs it), ending with ``data: [DONE]``. Errors after
+the stream began are sent as an ``error`` event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from laneway.api.errors import request_error
-from laneway.api.formats import DONE_LINE, Shape, extension, sse
-from laneway.api.params import authenticate, parse_job, priority, read_json
+from laneway.api.params import authenticate, priority, read_json
 from laneway.api.streaming import DisconnectWatch, EventStream
 from laneway.errors import RequestError
-from laneway.generation import Delta, Done
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, Delta, Done
+from laneway.protocol.requests import parse_request
+from laneway.protocol.responses import DONE_LINE, Shape, extension, sse
 from laneway.runtime import Runtime, Ticket
 
 _GONE = Response(status_code=499)  # what a handler returns to a client that left
 
 
+class JSON(Response):
+    """A JSON answer (ASCII-escaped: any string the engine made can be sent)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 async def chat_completions(request: Request) -> Response:
-    return await _complete(request, chat=True)
+    return await _complete(request, CHAT)
 
 
 async def completions(request: Request) -> Response:
-    return await _complete(request, chat=False)
+    return await _complete(request, COMPLETION)
 
 
-async def _complete(request: Request, *, chat: bool) -> Response:
+async def embeddings(request: Request) -> Response:
+    return await _complete(request, EMBEDDING)
+
+
+async def _complete(request: Request, kind: str) -> Response:
     runtime: Runtime = request.app.state.runtime
     config = runtime.config
     tenant = authenticate(request, config)
     body = await read_json(request, config.max_body_bytes)
-    parsed = parse_job(body, chat, config, runtime.models)
+    parsed = parse_request(body, kind, config, runtime.support)
     cls = priority(body, request.headers, tenant, config)
+    job = parsed.job
     ticket = runtime.submit(
-        parsed.job,
+        job,
         cls,
         tenant=tenant.name if tenant is not None else None,
         preemptible=parsed.preemptible,
-        deltas=parsed.stream,  # a whole answer needs only the Done, which holds all the text
+        deltas=parsed.stream,  # a whole answer needs only the Done, which holds all of it
     )
-    shape = Shape(chat, parsed.job.id, parsed.job.model, int(time.time()))
+    shape = Shape(kind, job.id, job.model, int(time.time()))
     watch = DisconnectWatch(request.receive, lambda: runtime.cancel(ticket))
     try:
         try:
@@ -70,28 +87,35 @@ async def _complete(request: Request, *, chat: bool) -> Response:
         return _GONE
     if not parsed.stream:
         assert type(done) is Done
-        return JSONResponse(shape.final(done.text, done.finish_reason, done.usage, ticket))
-    chunks = _chunks(shape, ticket, first, parsed.include_usage)
+        return JSON(shape.final(done, extension(ticket)))
+    forwarded = runtime.support[job.model].passthrough
+    chunks = _chunks(shape, ticket, first, parsed.include_usage, forwarded)
     return EventStream(chunks, lambda: runtime.cancel(ticket))
 
 
 async def _chunks(
-    shape: Shape, ticket: Ticket, first: Delta | Done, include_usage: bool
+    shape: Shape, ticket: Ticket, first: Delta | Done, include_usage: bool, forwarded: bool
 ) -> AsyncIterator[bytes]:
-    if shape.chat:
+    """The stream: an upstream's chunks as it sent them (owned), or chunks built from the
+    engine's text; the last with the ``laneway`` object."""
+    if shape.chat and not forwarded:
         yield sse(_with_usage(shape.chunk("", first=True), include_usage))
     item: Delta | Done = first
     try:
         while True:
-            if isinstance(item, Done):
-                last = shape.chunk(None if shape.chat else "", item.finish_reason)
-                last["laneway"] = extension(ticket)
-                yield sse(_with_usage(last, include_usage))
-                if include_usage:
-                    yield sse(shape.usage_chunk(item.usage))
+            if type(item) is Done:
+                for chunk in shape.last_chunks(item, extension(ticket), include_usage):
+                    yield sse(
+                        chunk if forwarded else _with_usage(chunk, include_usage and "usage" not in chunk)
+                    )
                 yield DONE_LINE
                 return
-            yield sse(_with_usage(shape.chunk(item.text), include_usage))
+            assert type(item) is Delta
+            if item.chunk is not None:
+                yield sse(shape.own(item.chunk))
+            else:
+                chunk = shape.chunk(item.text, index=item.index, logprobs=item.logprobs)
+                yield sse(_with_usage(chunk, include_usage))
             item = await ticket.next()
     except RequestError as exc:
         error = {"message": exc.message, "type": exc.type, "code": exc.code, "param": exc.param}

@@ -36,6 +36,9 @@ class Health:
 @runtime_checkable
 class Worker(Protocol):
     name: str
+    # optional request features it implements (laneway.protocol.fields.FEATURES), or
+    # "passthrough": it forwards every field to the engine it fronts
+    features: frozenset[str]
 
     def capacity(self) -> Capacity: ...
 

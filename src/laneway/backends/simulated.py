@@ -59,6 +59,9 @@ class _Run:
 class SimulatedWorker:
     """``slots`` concurrent jobs, each writing ``tokens_per_s`` tokens a second."""
 
+    features: frozenset[str] = frozenset()  # plain text only: no log-probabilities, choices, penalties
+    engine_name = "the simulated worker"
+
     def __init__(
         self,
         name: str,
@@ -91,11 +94,12 @@ class SimulatedWorker:
     async def run(self, job: Job, sink: Sink) -> None:
         self._check_free(job.id)
         text = prompt_text(job)
-        target = job.params.max_tokens if self.output_tokens is None else self.output_tokens
+        limit = job.params.max_tokens or 16
+        target = limit if self.output_tokens is None else self.output_tokens
         finish = "length"
         if self.stop_after is not None and self.stop_after < target:
             target, finish = self.stop_after, "stop"
-        target = min(target, job.params.max_tokens)
+        target = min(target, limit)
         seed = zlib.crc32(text.encode("utf-8"))
         prompt_tokens = max(1, len(text.split()))
         self._start(_Run(job, sink, seed, prompt_tokens, 0, target, finish))

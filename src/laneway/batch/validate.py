@@ -10,15 +10,18 @@ one bad line fails the whole batch, as OpenAI does.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from laneway.api.params import parse_job
 from laneway.config.schema import ServerConfig
 from laneway.errors import ModelNotFound, RequestError
+from laneway.generation import CHAT, COMPLETION, EMBEDDING
+from laneway.protocol.requests import Support, parse_request
 from laneway.store.base import NewLine
 
-ENDPOINTS = {"/v1/chat/completions": True, "/v1/completions": False}  # endpoint -> chat?
+# endpoint -> the kind of request its lines are
+ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION, "/v1/embeddings": EMBEDDING}
 MAX_CUSTOM_ID = 512
 
 
@@ -33,9 +36,11 @@ class Validated:
         self.errors.append({"code": code, "line": line, "message": where + message, "param": param})
 
 
-def validate_input(content: bytes, endpoint: str, config: ServerConfig, models: tuple[str, ...]) -> Validated:
+def validate_input(
+    content: bytes, endpoint: str, config: ServerConfig, support: Mapping[str, Support]
+) -> Validated:
     out = Validated()
-    chat = ENDPOINTS[endpoint]
+    kind = ENDPOINTS[endpoint]
     limit = config.batches.max_lines
     seen: dict[str, int] = {}
     count = 0
@@ -60,7 +65,7 @@ def validate_input(content: bytes, endpoint: str, config: ServerConfig, models: 
         if not isinstance(obj, dict):
             out.bad(number, "invalid_json_line", "each line must be a JSON object")
             continue
-        line = _check_line(out, number, obj, endpoint, chat, config, models)
+        line = _check_line(out, number, obj, endpoint, kind, config, support)
         if line is None:
             continue
         first = seen.get(line.custom_id)
@@ -86,9 +91,9 @@ def _check_line(
     number: int,
     obj: dict[str, Any],
     endpoint: str,
-    chat: bool,
+    kind: str,
     config: ServerConfig,
-    models: tuple[str, ...],
+    support: Mapping[str, Support],
 ) -> NewLine | None:
     cid = obj.get("custom_id")
     if not isinstance(cid, str) or not cid or len(cid) > MAX_CUSTOM_ID:
@@ -119,7 +124,7 @@ def _check_line(
         out.bad(number, "invalid_request", "streaming is not available in a batch", "body.stream")
         return None
     try:
-        parse_job(body, chat, config, models)
+        parse_request(body, kind, config, support)
     except ModelNotFound as exc:
         out.bad(number, "model_not_found", exc.message, "body.model")
         return None

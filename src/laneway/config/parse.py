@@ -11,11 +11,13 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from laneway.config.fields import Table
 from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
     DEFAULT_SERVICE_TIERS,
+    TOKEN_ID_DIALECTS,
     WORKER_TYPES,
     BatchConfig,
     ServerConfig,
@@ -209,6 +211,13 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
         url = t.str("url", None)
         if kind == "upstream" and url is None:
             raise ConfigError(f"{t.key('url')}: required for an upstream worker")
+        if url is not None:
+            _check_url(t.key("url"), url)
+        token_ids = t.str("token_ids", "vllm")
+        if token_ids not in TOKEN_ID_DIALECTS:
+            raise ConfigError(
+                f"{t.key('token_ids')}: expected one of {', '.join(TOKEN_ID_DIALECTS)}, got {token_ids!r}"
+            )
         served = t.str("served_name", _served_name(model, kind))
         options = {k: v for k, v in t.data.items() if k.startswith("x_")}
         for k in options:
@@ -226,11 +235,26 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
                 url=url,
                 api_key_env=t.str("api_key_env", None),
                 timeout_s=t.float("timeout_s", 600.0, positive=True),
+                stall_timeout_s=t.float("stall_timeout_s", 30.0, positive=True),
+                token_ids=token_ids,
                 options=options,
             )
         )
         t.done()
     return tuple(out)
+
+
+def _check_url(key: str, url: str) -> None:
+    """An upstream's base URL: http(s), a host, a port that is one, no query."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or parts.query:
+        raise ConfigError(
+            f"{key}: expected an http:// or https:// URL such as http://127.0.0.1:8001/v1, got {url!r}"
+        )
 
 
 def _served_name(model: str, kind: str) -> str:

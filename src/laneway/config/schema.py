@@ -16,6 +16,7 @@ from typing import Any
 from laneway.core import SchedulerConfig, TenantPolicy
 
 WORKER_TYPES = ("local", "simulated", "upstream")
+TOKEN_ID_DIALECTS = ("vllm", "none")  # how an upstream gives token ids (vLLM and SGLang: "vllm")
 DEFAULT_MODEL = "builtin:tiny"
 DEFAULT_ALERT_WAIT_S: tuple[float | None, ...] = (10.0, 60.0, 300.0, None)
 # OpenAI's service_tier values -> class names (None: the tenant's default)
@@ -57,7 +58,9 @@ class WorkerConfig:
     first_token_s: float = 0.0  # simulated
     url: str | None = None  # upstream: base URL of an OpenAI-compatible server (…/v1)
     api_key_env: str | None = None  # upstream: environment variable holding its key
-    timeout_s: float = 600.0  # upstream
+    timeout_s: float = 600.0  # upstream: the longest one run of a request may take
+    stall_timeout_s: float | None = 30.0  # upstream: a run that receives nothing this long failed
+    token_ids: str = "vllm"  # upstream: how it gives token ids ("vllm": vLLM, SGLang; "none")
     options: Mapping[str, Any] = field(default_factory=dict)  # anything else, for the backend
 
 

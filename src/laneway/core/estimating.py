@@ -11,6 +11,9 @@ from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
 from laneway.core.estimate import wait_estimate
+from laneway.core.request import State
+
+_RUNNING = State.RUNNING
 
 
 def estimate_tables(
@@ -38,6 +41,23 @@ def estimate_tables(
 
 class Estimating:
     __slots__ = ()  # the scheduler's attributes are slots (see Scheduler)
+
+    def progress(self, request_id: str, tokens: int, now: float) -> None:
+        """A running request has made ``tokens`` output tokens so far (over all its
+        runs): its expected end follows its own pace toward its size
+        (``output_tokens``). Requests without a size are left as they are."""
+        req = self._reqs.get(request_id)
+        if req is None or req.state is not _RUNNING or req.output_tokens <= 0:
+            return
+        ran = now - req.started_s
+        made = tokens - req.tokens_done  # in this run
+        if made <= 0 or ran <= 0:
+            return
+        left_s = max(req.output_tokens - tokens, 0) * ran / made
+        end = now + left_s
+        self._end_sum[req.cls] += end - req.expected_end_s
+        req.expected_end_s = end
+        req.est_s = req.run_s + ran + left_s
 
     def estimate_wait(
         self, cls: int, model: str | None, now: float, est_service_s: float | None = None

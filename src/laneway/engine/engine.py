@@ -29,9 +29,20 @@ from laneway.engine.batch import KV, KVBatch
 from laneway.engine.checkpoints import CheckpointStore, SavedKV
 from laneway.engine.detok import TextState
 from laneway.engine.models import LoadedModel
-from laneway.engine.sampler import new_generator, sample
+from laneway.engine.sampler import adjust, adjusts, logprob_of, new_generator, sample
 from laneway.errors import BackendError, ContextTooLong, InvalidRequest
-from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Job, Stopped, Usage
+from laneway.generation import (
+    Checkpoint,
+    Delta,
+    Done,
+    Ending,
+    Event,
+    Failed,
+    Job,
+    Stopped,
+    TokenLogprob,
+    Usage,
+)
 
 MODES = ("checkpoint", "recompute")
 DEFAULT_SPILL_BUDGET = 1 << 30  # bytes of KV checkpoints held in host memory
@@ -63,6 +74,8 @@ class _Seq:
     kv_len: int = 0  # tokens in the KV cache; the next input is ids[kv_len:]
     restored: KV | None = None  # a checkpointed cache waiting to join the batch
     row: int = -1
+    logprobs: list[TokenLogprob] | None = None  # of every generated token, when asked
+    lp_sent: int = 0  # of those, how many went out with a delta
 
     @property
     def generated(self) -> int:
@@ -81,6 +94,8 @@ class _State:
     rng: torch.Tensor | None
     kv: SavedKV | None = None
     kv_len: int = 0
+    logprobs: list[TokenLogprob] | None = None
+    lp_sent: int = 0
 
 
 @dataclass
@@ -149,7 +164,7 @@ class Engine:
                 f"{context - 1} prompt tokens",
                 param="messages" if job.messages is not None else "prompt",
             )
-        wanted = len(ids) + job.params.max_tokens
+        wanted = len(ids) + (job.params.max_tokens or 0)
         if wanted > context:
             raise ContextTooLong(
                 f"model {self.model.name}'s context is {context} tokens; this request asks for {wanted} "
@@ -163,9 +178,11 @@ class Engine:
         """Start ``job``; it joins the batch at the next ``step()``."""
         ids = prompt_ids if prompt_ids is not None else self.prompt_ids(job)
         self._check_free(job.id)
-        max_new = min(job.params.max_tokens, self.model.context - len(ids))
+        max_new = min(job.params.max_tokens or self.model.context, self.model.context - len(ids))
         text = TextState(self.model.tokenizer, job.params.stop)
         seq = _Seq(job, sink, list(ids), len(ids), max_new, new_generator(job.params), text)
+        if job.params.logprobs is not None:
+            seq.logprobs = []
         self._admit(seq)
 
     def resume(self, ckpt: Checkpoint, sink: Sink) -> None:
@@ -182,6 +199,7 @@ class Engine:
             gen.set_state(state.rng)
         text = TextState(self.model.tokenizer, ckpt.job.params.stop, emitted=state.emitted)
         seq = _Seq(ckpt.job, sink, list(state.ids), state.prompt_len, state.max_new, gen, text)
+        seq.logprobs, seq.lp_sent = state.logprobs, state.lp_sent
         if state.kv is not None:
             dev = self.model.device
             seq.restored = [(k.to(dev), v.to(dev)) for k, v in self.store.take(state.kv)]
@@ -231,6 +249,8 @@ class Engine:
             seq.gen.get_state() if seq.gen is not None else None,
             saved,
             kv_len,
+            seq.logprobs,
+            seq.lp_sent,
         )
         nbytes = saved.nbytes if saved is not None else 0
         ckpt = Checkpoint(
@@ -339,22 +359,39 @@ class Engine:
 
     def _emit(self, seq: _Seq, logits: torch.Tensor) -> bool:
         """Sample the next token of ``seq`` and report it; ``True`` when the job ended."""
-        token = sample(logits, seq.job.params, seq.gen)
+        params = seq.job.params
+        tok = self.model.tokenizer
+        row = logits
+        early = seq.generated < params.min_tokens  # the text may not end yet
+        if early or adjusts(params):
+            blocked = (*tok.eos_ids, *params.stop_token_ids) if early else ()
+            row = adjust(logits, params, seq.ids[: seq.prompt_len], seq.ids[seq.prompt_len :], blocked)
+        token = sample(row, params, seq.gen)
         self.stats.tokens += 1
-        if token in self.model.tokenizer.eos_ids and not seq.job.params.ignore_eos:
+        if seq.logprobs is not None:
+            seq.logprobs.append(logprob_of(logits, token, params.logprobs or 0, tok.piece))
+        if token in tok.eos_ids and not params.ignore_eos:
             self._finish(seq, "stop")
             return True
         seq.ids.append(token)
         text = seq.text.update(seq.ids[seq.prompt_len :])
-        if seq.text.stopped:
+        if seq.text.stopped or token in params.stop_token_ids:
             self._finish(seq, "stop", last=text)
             return True
         if text:
-            seq.sink(Delta(seq.job.id, text, seq.generated))
+            seq.sink(Delta(seq.job.id, text, seq.generated, logprobs=self._unsent(seq)))
         if seq.generated >= seq.max_new or seq.kv_len + 1 >= self.model.context:
             self._finish(seq, "length")
             return True
         return False
+
+    def _unsent(self, seq: _Seq) -> tuple[TokenLogprob, ...] | None:
+        """The log-probabilities not sent with a delta yet (``None``: not asked)."""
+        if seq.logprobs is None:
+            return None
+        out = tuple(seq.logprobs[seq.lp_sent :])
+        seq.lp_sent = len(seq.logprobs)
+        return out
 
     def _finish(self, seq: _Seq, reason: str, last: str = "") -> None:
         self.by_id.pop(seq.job.id, None)
@@ -363,10 +400,12 @@ class Engine:
         if seq.restored is not None:
             seq.restored = None
         rest = last + seq.text.flush()
-        if rest:
-            seq.sink(Delta(seq.job.id, rest, seq.generated))
+        if rest or (seq.logprobs is not None and seq.lp_sent < len(seq.logprobs)):
+            seq.sink(Delta(seq.job.id, rest, seq.generated, logprobs=self._unsent(seq)))
         usage = Usage(seq.prompt_len, seq.generated)
-        seq.sink(Done(seq.job.id, reason, usage, seq.text.text))
+        lp = tuple(seq.logprobs) if seq.logprobs is not None else None
+        ending = Ending(0, seq.text.text, reason, lp)
+        seq.sink(Done(seq.job.id, reason, usage, seq.text.text, choices=(ending,)))
 
     def _drop_rows(self, seqs: list[_Seq]) -> None:
         gone = [s.row for s in seqs if s.row >= 0]

@@ -23,6 +23,10 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
+    def piece(self, token: int) -> bytes:
+        """One token's bytes (for log-probabilities; a special token gives its name)."""
+        ...
+
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
         """The prompt for ``messages``; with ``continue_final`` the last (assistant)
         message is left open for the model to continue, with no new turn."""
@@ -59,6 +63,11 @@ class ByteTokenizer:
         data = bytes(i - BYTE_OFFSET for i in ids if i >= BYTE_OFFSET)
         return data.decode("utf-8", errors="replace")
 
+    def piece(self, token: int) -> bytes:
+        if token >= BYTE_OFFSET:
+            return bytes([token - BYTE_OFFSET])
+        return {PAD_ID: b"<pad>", BOS_ID: b"<bos>", EOS_ID: b"<eos>"}.get(token, b"")
+
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
         turns = [f"<|{m.get('role', 'user')}|>\n{_content(m)}\n" for m in messages]
         if continue_final and turns:
@@ -80,6 +89,9 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+    def piece(self, token: int) -> bytes:
+        return str(self._tok.decode([token], skip_special_tokens=False)).encode("utf-8")
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
         plain = [{"role": m.get("role", "user"), "content": _content(m)} for m in messages]

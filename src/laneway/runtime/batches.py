@@ -28,11 +28,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from laneway.api.formats import Shape
-from laneway.api.params import parse_job
 from laneway.batch import results
 from laneway.batch.validate import ENDPOINTS, validate_input
 from laneway.errors import Deferred, GenerationFailed, RequestError
+from laneway.generation import RESUME_NONE
+from laneway.protocol.requests import parse_request
+from laneway.protocol.responses import Shape, extension
 from laneway.runtime.runtime import Runtime
 from laneway.runtime.ticket import Ticket
 from laneway.store.base import (
@@ -210,7 +211,9 @@ class BatchRunner:
             ]
             await self.store.fail_batch(b.id, errors, None, now)
             return await self._reread(b)
-        checked = await asyncio.to_thread(validate_input, content, b.endpoint, self.rt.config, self.rt.models)
+        checked = await asyncio.to_thread(
+            validate_input, content, b.endpoint, self.rt.config, self.rt.support
+        )
         if checked.errors:
             lines = [
                 results.unanswered(checked.custom_ids.get(e["line"]), e["code"], e["message"], e["line"])
@@ -279,16 +282,17 @@ class BatchRunner:
             message = f"the request was started {line.attempts - 1} times without finishing"
             await self._write(line, False, results.unanswered(cid, "too_many_attempts", message))
             return
-        chat = ENDPOINTS[b.endpoint]
+        kind = ENDPOINTS[b.endpoint]
         rid = ""
         try:
-            parsed = parse_job(json.loads(line.body), chat, self.rt.config, self.rt.models)
+            parsed = parse_request(json.loads(line.body), kind, self.rt.config, self.rt.support)
             rid = parsed.job.id
             ticket = self.rt.submit(
                 parsed.job,
                 b.priority,
                 tenant=b.tenant or None,
-                preemptible=True,
+                preemptible=parsed.job.resume != RESUME_NONE,  # a line's own flag is not honoured
+                deltas=False,
                 timeout_s=max(1.0, b.expires_at - self.clock()),
             )
         except Deferred as exc:  # quota or overload: later
@@ -310,8 +314,8 @@ class BatchRunner:
             else:
                 await self._write(line, False, results.refused(cid, rid, exc))
             return
-        shape = Shape(chat, rid, parsed.job.model, int(self.clock()))
-        body = shape.final(done.text, done.finish_reason, done.usage, ticket)
+        shape = Shape(kind, rid, parsed.job.model, int(self.clock()))
+        body = shape.final(done, extension(ticket))
         tokens = (done.usage.prompt_tokens, done.usage.completion_tokens)
         await self._write(line, True, results.answered(cid, rid, 200, body), tokens)
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laneway.runtime")
 
+PROGRESS_EVERY = 16  # tokens: progress is reported at 16, 48, 112, ... (each gap doubles)
+
 
 class WorkerEvents:
     _held = 0  # bytes of checkpoints held for preempted requests
@@ -45,10 +47,16 @@ class WorkerEvents:
 
     def _delta(self: Runtime, ticket: Ticket, event: Delta) -> None:
         if math.isnan(ticket.first_token_s):
-            ticket.first_token_s = now = self.now()
-            self.metrics.first_token[ticket.class_name].observe(now - ticket.arrival_s)
-        ticket.tokens = event.tokens
+            self._first_token(ticket)
+        tokens = ticket.tokens = event.tokens
+        if tokens >= 2 * ticket.reported + PROGRESS_EVERY:  # now and then: the pace revises its size
+            ticket.reported = tokens
+            self.sched.progress(ticket.id, tokens, self.now())
         ticket.put(event)
+
+    def _first_token(self: Runtime, ticket: Ticket) -> None:
+        ticket.first_token_s = now = self.now()
+        self.metrics.first_token[ticket.class_name].observe(now - ticket.arrival_s)
 
     def _done(self: Runtime, ticket: Ticket, event: Done) -> None:
         if event.finish_reason == "cancelled":  # not asked by us: the worker gave up on it
@@ -56,9 +64,13 @@ class WorkerEvents:
                 ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} cancelled the request")
             )
             return
+        if math.isnan(ticket.first_token_s):
+            self._first_token(ticket)
         now = self.now()
         self.sched.finished(ticket.id, now)
         self.metrics.took[ticket.class_name].observe(now - ticket.arrival_s)
+        if not ticket.preemptions:  # one run: its pace is the model's
+            self.sizing.observe(ticket.job.model, event.usage.completion_tokens, now - ticket.first_token_s)
         self._end(ticket, event, "completed")
         self.kick()
 
@@ -74,6 +86,7 @@ class WorkerEvents:
             self._failed(ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} stopped the request"))
             return
         ticket.checkpoint = ckpt
+        ticket.resume = ckpt.mode
         self._held += ckpt.nbytes
         ticket.preemptions += 1
         ticket.phase = Phase.QUEUED

@@ -31,13 +31,15 @@ from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
 from laneway.errors import GenerationFailed, RequestError
-from laneway.generation import Job
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job
+from laneway.protocol.requests import Support
 from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
 from laneway.runtime.recovery import Recovery
 from laneway.runtime.rejections import error_for, shutting_down
+from laneway.runtime.sizing import Sizing
 from laneway.runtime.ticket import Phase, Ticket
 
 log = logging.getLogger("laneway.runtime")
@@ -66,6 +68,8 @@ class Runtime(WorkerEvents):
             for name, worker in self.workers.items()
         ]
         self.sched = Scheduler(specs, config.scheduler, config.policy)
+        self.support = support_of(self.workers, self.served)
+        self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
         self.classes = config.scheduler.classes
         names = self.classes.names
         thresholds = dict(zip(names, config.alert_wait_s, strict=False))
@@ -92,6 +96,7 @@ class Runtime(WorkerEvents):
         # nothing was submitted yet: only the costs change, no new scheduler needed
         self.sched.cfg = replace(self.sched.cfg, costs=costs)
         self.sched.costs = costs
+        self.sizing.costs = costs
         log.info(
             "preemption costs measured: decode step %.1f ms, prefill %.0f tokens/s, KV %d bytes/token",
             costs.step_s * 1e3,
@@ -132,7 +137,18 @@ class Runtime(WorkerEvents):
         if self.closed:
             raise shutting_down()
         now = self.now()
-        req = Request(job.id, priority, now, model=job.model, tenant=tenant, preemptible=preemptible)
+        sizing = self.sizing
+        req = Request(
+            job.id,
+            priority,
+            now,
+            model=job.model,
+            tenant=tenant,
+            preemptible=preemptible,
+            est_service_s=sizing.service_s(job),
+            prompt_tokens=sizing.prompt_tokens(job),
+            output_tokens=sizing.output_tokens(job),
+        )
         if timeout_s is not None:
             req.timeout_s = timeout_s
         refused = self.sched.submit(req, now)
@@ -222,6 +238,8 @@ class Runtime(WorkerEvents):
             start = worker.resume(ckpt, sink)
         else:
             job = ticket.job
+            method = getattr(worker, "resume_method", None)
+            ticket.resume = method(job) if method is not None else "checkpoint"
             model = self.upstream_model.get(d.worker_id, job.model)
             start = worker.run(job if model == job.model else replace(job, model=model), sink)
         self.spawn(self._started(ticket, ticket.run, start))
@@ -277,3 +295,21 @@ class Runtime(WorkerEvents):
                 await worker.close()
             except Exception:
                 log.exception("closing worker %s failed", worker.name)
+
+
+def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict[str, Support]:
+    """What serves each model: forwarded when every worker for it is an upstream, else the
+    features all its engines implement."""
+    by_model: dict[str, list[Worker]] = {}
+    for name, worker in workers.items():
+        by_model.setdefault(served.get(name, name), []).append(worker)
+    out = {}
+    for model, group in by_model.items():
+        feats = [frozenset(getattr(w, "features", ())) for w in group]
+        if all("passthrough" in f for f in feats):
+            out[model] = Support(True, kinds=frozenset({CHAT, COMPLETION, EMBEDDING}))
+        else:
+            common = frozenset.intersection(*feats) - {"passthrough"}
+            names = {getattr(w, "engine_name", "the built-in engine") for w in group}
+            out[model] = Support(False, common, " or ".join(sorted(names)))
+    return out

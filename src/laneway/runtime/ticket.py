@@ -51,6 +51,8 @@ class Ticket:
     enqueued_s: float = math.nan
     alerted: bool = False
     tokens: int = 0
+    resume: str = "checkpoint"  # how a preemption resumes it on its worker (laneway.resume)
+    reported: int = 0  # tokens at the last progress report to the scheduler
     deltas: bool = True  # whether the reader wants each Delta (else only the end)
     _items: deque[Item] = field(default_factory=deque)
     _waiter: asyncio.Future[None] | None = None

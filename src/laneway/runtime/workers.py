@@ -38,7 +38,7 @@ async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
 def build_upstream(cfg: WorkerConfig) -> Worker:
     """The hook for OpenAI-compatible upstreams (vLLM, SGLang, llama.cpp, TGI):
     ``laneway.backends.upstream.UpstreamWorker(name, url, model, slots=, api_key=,
-    timeout_s=, options=)``."""
+    timeout_s=, stall_timeout_s=, token_ids=, options=)``."""
     try:
         module = importlib.import_module("laneway.backends.upstream")
     except ModuleNotFoundError as exc:
@@ -61,6 +61,8 @@ def build_upstream(cfg: WorkerConfig) -> Worker:
         slots=cfg.slots,
         api_key=api_key,
         timeout_s=cfg.timeout_s,
+        stall_timeout_s=cfg.stall_timeout_s if cfg.stall_timeout_s is not None else float("inf"),
+        token_ids=cfg.token_ids,
         options=dict(cfg.options),
     )
     return worker

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from laneway.api.params import parse_job
 from laneway.config import ServerConfig
 from laneway.errors import InvalidRequest
+from laneway.generation import CHAT
+from laneway.protocol.requests import Support, parse_request
 
-MODELS = ("builtin:tiny",)
+BUILTIN = {"builtin:tiny": Support(False, frozenset({"n", "logprobs"}))}
 
 
 def body(**extra: object) -> dict[str, object]:
@@ -16,8 +17,8 @@ def body(**extra: object) -> dict[str, object]:
 
 
 def test_ignore_eos_is_taken_from_the_body() -> None:
-    assert parse_job(body(), True, ServerConfig(), MODELS).job.params.ignore_eos is False
-    assert parse_job(body(ignore_eos=True), True, ServerConfig(), MODELS).job.params.ignore_eos is True
+    assert parse_request(body(), CHAT, ServerConfig(), BUILTIN).job.params.ignore_eos is False
+    assert parse_request(body(ignore_eos=True), CHAT, ServerConfig(), BUILTIN).job.params.ignore_eos is True
     with pytest.raises(InvalidRequest) as info:
-        parse_job(body(ignore_eos="yes"), True, ServerConfig(), MODELS)
+        parse_request(body(ignore_eos="yes"), CHAT, ServerConfig(), BUILTIN)
     assert info.value.param == "ignore_eos"

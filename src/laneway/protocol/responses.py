@@ -1,0 +1,179 @@
+"""OpenAI response objects: completions, chat completions, embeddings, their stream chunks.
+
+:class:`Shape` makes the objects of one response. For the built-in engines it
+builds them from the job's events; for an upstream's answer it only puts
+laneway's id, model name and creation time on the upstream's own objects
+(:meth:`Shape.own`), so that a response resumed on a second run still reads
+as one. Every final object and the stream's last chunk carry the
+``laneway`` object (:func:`extension`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from laneway.generation import CHAT, Done, Ending, TokenLogprob, Usage
+
+DONE_LINE = b"data: [DONE]\n\n"
+
+
+class Tracked(Protocol):
+    """What the ``laneway`` object reports of a request (the runtime's ticket has it)."""
+
+    class_name: str
+    queue_s: float
+    preemptions: int
+    worker: str | None
+    resume: str
+
+
+def usage(u: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+    }
+
+
+def extension(t: Tracked) -> dict[str, Any]:
+    """The ``laneway`` object: class, time queued, preemptions, last worker, how a preemption resumes."""
+    return {
+        "priority": t.class_name,
+        "queue_ms": round(t.queue_s * 1000.0, 3),
+        "preemptions": t.preemptions,
+        "worker": t.worker,
+        "resume": t.resume,
+    }
+
+
+def _top(entries: tuple[tuple[str, float, tuple[int, ...]], ...]) -> list[dict[str, Any]]:
+    return [{"token": tok, "logprob": lp, "bytes": list(b)} for tok, lp, b in entries]
+
+
+def chat_logprobs(items: tuple[TokenLogprob, ...]) -> dict[str, Any]:
+    content = [
+        {"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes), "top_logprobs": _top(t.top)}
+        for t in items
+    ]
+    return {"content": content, "refusal": None}
+
+
+class Shape:
+    """Builds the objects of one response (``kind``: chat, completion or embedding)."""
+
+    def __init__(self, kind: str, rid: str, model: str, created: int) -> None:
+        self.kind = kind
+        self.chat = kind == CHAT
+        self.id = rid
+        self.model = model
+        self.created = created
+        self._offsets: dict[int, int] = {}  # completions logprobs: text offset per choice
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def own(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """An upstream's object with laneway's id, model name and creation time
+        (an embedding list has only the model)."""
+        obj["model"] = self.model
+        if obj.get("object") != "list":
+            obj["id"] = self.id
+            obj["created"] = self.created
+        return obj
+
+    # ------------------------------------------------------------ logprobs
+    def _completion_logprobs(self, index: int, items: tuple[TokenLogprob, ...]) -> dict[str, Any]:
+        offset = self._offsets.get(index, 0)
+        offsets = []
+        for t in items:
+            offsets.append(offset)
+            offset += len(t.token)
+        self._offsets[index] = offset
+        return {
+            "tokens": [t.token for t in items],
+            "token_logprobs": [t.logprob for t in items],
+            "top_logprobs": [{tok: lp for tok, lp, _ in t.top} for t in items],
+            "text_offset": offsets,
+        }
+
+    def _logprobs(self, index: int, items: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+        if items is None:
+            return None
+        return chat_logprobs(items) if self.chat else self._completion_logprobs(index, items)
+
+    # ------------------------------------------------------------ whole answers
+    def final(self, done: Done, ext: dict[str, Any]) -> dict[str, Any]:
+        """The non-streamed answer: the upstream's (owned) or one built from ``done``."""
+        if done.response is not None:
+            body = self.own(done.response)
+        else:
+            body = self._head("chat.completion" if self.chat else "text_completion")
+            self._offsets.clear()
+            choices = []
+            for e in _endings(done):
+                choice: dict[str, Any] = {"index": e.index}
+                if self.chat:
+                    choice["message"] = {"role": "assistant", "content": e.text, "refusal": None}
+                else:
+                    choice["text"] = e.text
+                choice["logprobs"] = self._logprobs(e.index, e.logprobs)
+                choice["finish_reason"] = e.finish_reason
+                choices.append(choice)
+            body["choices"] = choices
+            body["usage"] = usage(done.usage)
+        body["laneway"] = ext
+        return body
+
+    # ------------------------------------------------------------ stream chunks
+    def chunk(
+        self,
+        text: str | None,
+        finish: str | None = None,
+        *,
+        first: bool = False,
+        index: int = 0,
+        logprobs: tuple[TokenLogprob, ...] | None = None,
+    ) -> dict[str, Any]:
+        if self.chat:
+            body = self._head("chat.completion.chunk")
+            delta: dict[str, Any] = {}
+            if first:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice: dict[str, Any] = {"index": index, "delta": delta}
+        else:
+            body = self._head("text_completion")
+            choice = {"index": index, "text": text or ""}
+        choice["logprobs"] = self._logprobs(index, logprobs)
+        choice["finish_reason"] = finish
+        body["choices"] = [choice]
+        return body
+
+    def usage_chunk(self, u: Usage) -> dict[str, Any]:
+        body = self._head("chat.completion.chunk" if self.chat else "text_completion")
+        body["choices"] = []
+        body["usage"] = usage(u)
+        return body
+
+    def last_chunks(self, done: Done, ext: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+        """The end of a stream: the chunk(s) that finish it, the first with the ``laneway``
+        object, then usage if asked (an upstream's own chunks where it sent them)."""
+        if done.chunks:
+            out = [self.own(c) for c in done.chunks]
+            out[0]["laneway"] = ext
+            return out
+        out = [self.chunk(None if self.chat else "", e.finish_reason, index=e.index) for e in _endings(done)]
+        out[-1]["laneway"] = ext
+        if include_usage:
+            out.append(self.usage_chunk(done.usage))
+        return out
+
+
+def _endings(done: Done) -> tuple[Ending, ...]:
+    return done.choices or (Ending(0, done.text, done.finish_reason),)
+
+
+def sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode("utf-8") + b"\n\n"
