@@ -131,6 +131,8 @@ class UpstreamWorker:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._pool = Pool(url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4)
         self._runs: dict[str, _Run] = {}
+        # vLLM serves /detokenize beside /v1, at the root
+        self._detokenize = self._pool.target.path.removesuffix("/v1") + "/detokenize"
 
     def capacity(self) -> Capacity:
         return Capacity(self.slots, len(self._runs), (self.model,))
@@ -257,7 +259,7 @@ class UpstreamWorker:
         body["stream"] = True
         options = job.body.get("stream_options") if job.body else None
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        if self.token_ids == "vllm":
+        if self.token_ids == "vllm" and not body.get("echo"):  # with echo, vLLM would blank the prompt
             body["return_token_ids"] = True
         run.via = via
         return PATHS[via], body
@@ -294,6 +296,15 @@ class UpstreamWorker:
 
     async def _generate(self, run: _Run) -> None:
         path, body = self._body(run)
+        if run.continued and run.via == COMPLETION and (run.job.body or {}).get("stop"):
+            held = await self._held_text(run)
+            if held is None and run.assembly is not None:
+                # what the upstream held back cannot be read: the client has seen nothing
+                # yet, so the request starts again from scratch (exact, at a cost)
+                self._reset(run)
+                path, body = self._body(run)
+            else:
+                self._catch_up(run, held or "")
         run.runs += 1
         run.open = _choices(run.job)
         run.run_tokens = 0
@@ -336,6 +347,54 @@ class UpstreamWorker:
             raise _error_from(reader.status, reader.error_body, self.name)
         self._finished(run)
 
+    async def _held_text(self, run: _Run) -> str | None:
+        """Text of tokens the upstream had sent the ids of but not yet the text when the run
+        was stopped (vLLM holds the last characters back while they could still be part of
+        a stop string), read with its ``/detokenize``. ``None`` when it cannot be told: no
+        such endpoint, or special tokens in the output (``ignore_eos``), which
+        ``/detokenize`` writes out and the stream does not."""
+        assert run.prompt_ids is not None and run.out_ids is not None
+        try:
+            texts = []
+            for ids in (run.prompt_ids + run.out_ids, run.prompt_ids):
+                raw = json.dumps({"model": self.model, "tokens": ids}).encode()
+                got = await self._pool.fetch("POST", self._detokenize, raw, timeout_s=PROBE_TIMEOUT_S)
+                if got.status != 200:
+                    return None
+                texts.append(json.loads(got.body)["prompt"])
+        except (HttpError, ValueError, KeyError, TypeError):
+            return None
+        full, head = texts
+        if not isinstance(full, str) or not isinstance(head, str) or not full.startswith(head):
+            return None
+        made = full[len(head) :]
+        return made[len(run.text) :] if made.startswith(run.text) else None
+
+    def _catch_up(self, run: _Run, text: str) -> None:
+        """Send ``text`` of the earlier run that the client has not had yet."""
+        if not text:
+            return
+        job = run.job
+        if job.kind == CHAT:
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None}
+            obj = "text_completion"
+        chunk = {
+            "id": job.id,
+            "object": obj,
+            "created": 0,
+            "model": job.model,
+            "choices": [{**choice, "finish_reason": None}],
+        }
+        run.text += text
+        if run.assembly is not None:
+            run.assembly.add(chunk)
+            run.sink(Delta(job.id, text, run.tokens))
+        else:
+            run.sink(Delta(job.id, text, run.tokens, chunk=chunk))
+
     # ------------------------------------------------------------ chunks
     def _chunk(self, run: _Run, chunk: dict[str, Any], wants_ids: bool) -> None:
         if not isinstance(chunk, dict):
@@ -343,12 +402,12 @@ class UpstreamWorker:
         if "error" in chunk:
             err = chunk["error"]
             raise BackendError(f"upstream {self.name}: {_message(err)}")
-        top_ids = chunk.pop("prompt_token_ids", None)
-        if top_ids is not None:
-            if run.prompt_ids is None and not run.continued:
+        if "prompt_token_ids" in chunk:
+            top_ids = chunk["prompt_token_ids"]
+            if top_ids is not None and run.prompt_ids is None and not run.continued:
                 run.prompt_ids = list(top_ids)
-            if wants_ids and not run.continued:
-                chunk["prompt_token_ids"] = top_ids
+            if not wants_ids or run.continued:  # asked by laneway (or of the continuation): not shown
+                chunk["prompt_token_ids"] = None
         if chunk.get("usage"):
             run.usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -362,8 +421,8 @@ class UpstreamWorker:
         text = ""
         ends = 0
         for c in choices:
-            ids = c.pop("token_ids", None)
-            pids = c.pop("prompt_token_ids", None)
+            ids = c.get("token_ids")
+            pids = c.get("prompt_token_ids")
             if pids is not None and run.prompt_ids is None and not run.continued:
                 run.prompt_ids = list(pids)
             if ids is not None:
@@ -372,10 +431,14 @@ class UpstreamWorker:
                     if run.out_ids is None:
                         run.out_ids = []
                     run.out_ids.extend(ids)
-                if wants_ids:
-                    c["token_ids"] = ids
-            if wants_ids and pids is not None and not run.continued:
-                c["prompt_token_ids"] = pids
+            # ids laneway asked for itself are not shown (vLLM sends the keys as null then)
+            if not wants_ids:
+                if "token_ids" in c:
+                    c["token_ids"] = None
+                if "prompt_token_ids" in c:
+                    c["prompt_token_ids"] = None
+            elif run.continued and "prompt_token_ids" in c:
+                c["prompt_token_ids"] = None
             piece = c.get("text") if run.via == COMPLETION else (c.get("delta") or {}).get("content")
             if c.get("index", 0) == 0 and piece:
                 text += piece
@@ -413,11 +476,12 @@ class UpstreamWorker:
             run.run_tokens = ran
         if run.prompt_tokens is None:
             prompt = usage.get("prompt_tokens")
-            if run.prompt_ids is not None:
+            if _count(prompt) and not run.continued:
+                run.prompt_tokens = prompt
+            elif run.prompt_ids is not None:
                 run.prompt_tokens = len(run.prompt_ids)
-            elif _count(prompt):
-                # a run resumed by text had the text so far in its prompt
-                run.prompt_tokens = max(prompt - run.tokens, 0) if run.continued else prompt
+            elif _count(prompt):  # a run resumed by text had the text so far in its prompt
+                run.prompt_tokens = max(prompt - run.tokens, 0)
         run.tokens += run.run_tokens
         run.run_tokens = 0
         u = self._usage(run)

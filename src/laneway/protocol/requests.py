@@ -345,6 +345,7 @@ def resume_rule(
         or any(body.get(k) is not None for k in STRUCTURED)
         or any(body.get(k) not in (None, 0, 0.0) for k in ("presence_penalty", "frequency_penalty"))
         or body.get("best_of") not in (None, 1)
+        or bool(body.get("echo"))  # its prompt is part of the answer, which token ids do not say
         or bool(body.get("use_beam_search"))
     )
     if not inexact:

