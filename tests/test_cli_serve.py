@@ -79,11 +79,13 @@ tokens_per_s = 20
 
 
 def _stream(url: str, max_tokens: int, into: dict[str, object]) -> None:
-    """Stream a completion; keep its last SSE line and when the stream ended."""
+    """Stream a completion; keep its last SSE event before ``[DONE]`` (its last line if it
+    has no [DONE]) and when the stream ended."""
     body = {"model": "sim", "prompt": "x", "max_tokens": max_tokens, "stream": True}
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
         lines = [line for line in r.iter_lines() if line]
-    into["last"] = lines[-1]
+    into["done"] = lines[-1] == "data: [DONE]"
+    into["last"] = lines[-2] if into["done"] and len(lines) > 1 else lines[-1]
     into["ended"] = time.monotonic()
 
 
@@ -130,7 +132,7 @@ def test_ctrl_c_gives_running_requests_the_grace_period_then_ends_them(tmp_path:
         server.proc.send_signal(signal.SIGINT)
         long.join(30)
         short.join(30)
-        assert got_short["last"] == "data: [DONE]"
+        assert got_short["done"] and '"finish_reason":"length"' in str(got_short["last"])
         assert "the server is shutting down" in str(got_long["last"]), got_long
         assert '"code":"shutting_down"' in str(got_long["last"])
         assert 0.8 < float(got_long["ended"]) - sent < 15  # type: ignore[arg-type]

@@ -213,6 +213,13 @@ class VllmProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
 
+    def pause(self) -> None:
+        """SIGSTOP to the whole group: a hung server (it keeps its connections, answers nothing)."""
+        self._signal(signal.SIGSTOP)
+
+    def unpause(self) -> None:
+        self._signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL to the whole group: a crash."""
         self._signal(signal.SIGKILL)
@@ -222,6 +229,7 @@ class VllmProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.unpause()
             self._signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(20)

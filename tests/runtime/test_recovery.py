@@ -1,4 +1,5 @@
-"""A failing worker: its requests run elsewhere, it is probed until healthy, then used again."""
+"""A failing worker: its requests run elsewhere, it is probed until healthy, then used again;
+with no worker left, requests are held, then answered 503."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ from laneway.backends.base import Health, Sink
 from laneway.backends.simulated import SimulatedWorker
 from laneway.backends.upstream import UpstreamUnavailable
 from laneway.config import ServerConfig, WorkerConfig
-from laneway.errors import BackendError, GenerationFailed
+from laneway.errors import BackendError, GenerationFailed, Unavailable
 from laneway.generation import Done, Failed, Job, SamplingParams
-from laneway.runtime import Runtime, recovery
+from laneway.runtime import Runtime
 
 
 class Flaky(SimulatedWorker):
     """Fails every job with ``error`` while ``broken``; unhealthy while broken."""
 
-    def __init__(self, name: str, error: Exception) -> None:
+    def __init__(self, name: str, error: Exception, broken: bool = True) -> None:
         super().__init__(name, "sim", 1, tokens_per_s=None)
-        self.broken = True
+        self.broken = broken
         self.error = error
         self.failed = 0
 
@@ -36,22 +37,23 @@ class Flaky(SimulatedWorker):
         return Health(not self.broken)
 
 
-def config() -> ServerConfig:
+def config(**kw: object) -> ServerConfig:
     workers = tuple(WorkerConfig(n, "simulated", "sim", "sim", 1) for n in ("flaky", "good"))
-    return replace(ServerConfig(), workers=workers)
+    return replace(ServerConfig(), workers=workers, probe_interval_s=0.05, **kw)  # type: ignore[arg-type]
 
 
 def job(jid: str) -> Job:
     return Job(jid, "sim", SamplingParams(max_tokens=3, temperature=0.0), prompt="p")
 
 
-def test_retryable_failure_runs_elsewhere_and_the_worker_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recovery, "PROBE_FIRST_S", 0.05)
-
+def test_retryable_failure_runs_elsewhere_and_the_worker_comes_back() -> None:
     async def main() -> None:
-        flaky = Flaky("flaky", UpstreamUnavailable("connection refused"))
+        flaky = Flaky("flaky", UpstreamUnavailable("connection refused"), broken=False)
         rt = Runtime(config(), {"flaky": flaky, "good": SimulatedWorker("good", "sim", 1, tokens_per_s=None)})
+        await rt.start()
         try:
+            assert not rt.recovery.down
+            flaky.broken = True  # between two probes: the first request finds out
             done = await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
             assert isinstance(done, Done) and flaky.failed == 1
             assert rt.recovery.down == {"flaky"}
@@ -73,7 +75,7 @@ def test_retryable_failure_runs_elsewhere_and_the_worker_comes_back(monkeypatch:
     asyncio.run(main())
 
 
-def test_non_retryable_failure_or_too_many_retries_fail_the_request() -> None:
+def test_non_retryable_failure_fails_the_request_and_no_worker_left_is_a_503() -> None:
     async def main() -> None:
         broken = Flaky("flaky", BackendError("the engine broke"))
         good = SimulatedWorker("good", "sim", 1, tokens_per_s=None)
@@ -85,11 +87,16 @@ def test_non_retryable_failure_or_too_many_retries_fail_the_request() -> None:
         finally:
             await rt.close()
         both = {n: Flaky(n, UpstreamUnavailable("down")) for n in ("flaky", "good")}
-        rt = Runtime(config(), both)
+        rt = Runtime(config(unavailable_hold_s=0.3), both)  # not started: they look healthy
         try:
-            with pytest.raises(GenerationFailed, match="down"):
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(Unavailable, match="no healthy worker serves model 'sim'") as info:
                 await asyncio.wait_for(rt.submit(job("b"), 1).result(), 5)
-            assert sum(w.failed for w in both.values()) == 2  # both tried, then given up on
+            assert 0.3 <= loop.time() - t0 < 3.0  # held, then answered
+            assert info.value.status == 503 and info.value.code == "no_healthy_worker"
+            assert info.value.retry_after_s >= 1
+            assert sum(w.failed for w in both.values()) == 2  # both tried, then it waited for one
             assert rt.recovery.down == {"flaky", "good"}
         finally:
             await rt.close()

@@ -8,14 +8,13 @@ set so that it takes ``tool_choice``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from laneway.config import ServerConfig, WorkerConfig
-from laneway.testing import VLLM_MODEL_NAME, VllmProcess, vllm_process
+from laneway.testing import VllmProcess, vllm_process
 from live_server import LiveServer, live_server
+from vllm_helpers import upstream_config
 
 
 @pytest.fixture(scope="session")
@@ -37,13 +36,6 @@ def vllm(vllm_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
     args = ("--stream-interval", "5", "--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
     with vllm_process(venv, model, log, *args) as server:
         yield server
-
-
-def upstream_config(tmp_path: Path, url: str, slots: int = 2, **kw: object) -> ServerConfig:
-    worker = WorkerConfig(
-        "v0", type="upstream", url=url, model=VLLM_MODEL_NAME, served_name="tiny", slots=slots
-    )
-    return replace(ServerConfig(), workers=(replace(worker, **kw),), data_dir=tmp_path)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

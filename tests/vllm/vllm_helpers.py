@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from laneway.config import ServerConfig, WorkerConfig
+from laneway.testing import VLLM_MODEL_NAME
 from live_server import LiveServer
 
 TIMEOUT_S = 120.0
@@ -89,3 +93,10 @@ def preempted(
     if isinstance(out[0], BaseException):
         raise out[0]
     return out[0], p0
+
+
+def upstream_config(tmp_path: Path, url: str, slots: int = 2, **kw: object) -> ServerConfig:
+    worker = WorkerConfig(
+        "v0", type="upstream", url=url, model=VLLM_MODEL_NAME, served_name="tiny", slots=slots
+    )
+    return replace(ServerConfig(), workers=(replace(worker, **kw),), data_dir=tmp_path)  # type: ignore[arg-type]

@@ -60,6 +60,7 @@ def create_app(
         )
         app.state.runtime = runtime
         await runtime.calibrate()
+        await runtime.start()
         try:
             opened = store if store is not None else await SQLiteStore.open(config.data_dir)
         except BaseException:

@@ -4,8 +4,8 @@ The request is queued in laneway (never in the engine); the handler waits on
 its ticket. A streaming answer starts once the first text is there, so a
 request that times out in the queue still gets a plain 503 with
 ``Retry-After``; after that, text streams as OpenAI chunks (an upstream's
-own, where an upstream runs it), ending with ``data: [DONE]``. Errors after
-the stream began are sent as an ``error`` event.
+own, where an upstream runs it), ending with ``data: [DONE]``. An error after
+the stream began is sent as an ``error`` event, then ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -117,9 +117,10 @@ async def _chunks(
                 chunk = shape.chunk(item.text, index=item.index, logprobs=item.logprobs)
                 yield sse(_with_usage(chunk, include_usage))
             item = await ticket.next()
-    except RequestError as exc:
+    except RequestError as exc:  # the stream ends with the error, then [DONE] (as vLLM ends its own)
         error = {"message": exc.message, "type": exc.type, "code": exc.code, "param": exc.param}
         yield sse({"error": error})
+        yield DONE_LINE
 
 
 def _with_usage(chunk: dict[str, object], include_usage: bool) -> dict[str, object]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 
@@ -15,7 +14,6 @@ from laneway.runtime import Runtime
 from laneway.runtime.metrics import CONTENT_TYPE
 
 STARTED = int(time.time())
-HEALTH_TIMEOUT_S = 2.0
 
 
 def _runtime(request: Request) -> Runtime:
@@ -88,18 +86,14 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when every worker says it is healthy."""
+    """Ready when every worker is healthy (as its last probe found it)."""
     runtime = _runtime(request)
     details = {}
     ready = not runtime.closed
-    for name, worker in runtime.workers.items():
-        try:
-            health = await asyncio.wait_for(worker.health(), HEALTH_TIMEOUT_S)
-            ok, detail = health.ok, health.detail
-        except Exception as exc:  # a worker that cannot answer is not ready
-            ok, detail = False, f"health check failed: {exc or type(exc).__name__}"
+    for name, st in runtime.prober.state.items():
+        ok = st.ok and name not in runtime.prober.down
         ready = ready and ok
-        details[name] = {"ok": ok, "detail": detail}
+        details[name] = {"ok": ok, "detail": st.detail}
     return JSONResponse(
         {"status": "ready" if ready else "not ready", "workers": details}, 200 if ready else 503
     )

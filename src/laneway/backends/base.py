@@ -29,8 +29,12 @@ class Capacity:
 
 @dataclass(frozen=True, slots=True)
 class Health:
+    """``transient``: a failure that may pass by itself (a probe that timed out), as opposed
+    to one that says the worker cannot serve (refused, the wrong model, an engine that died)."""
+
     ok: bool
     detail: str = ""
+    transient: bool = False
 
 
 @runtime_checkable

@@ -40,6 +40,10 @@ class HttpError(BackendError):
     retryable = True
 
 
+class Timeout(HttpError):
+    """Nothing (or not all) came back in time: the upstream may be slow, not gone."""
+
+
 class Aborted(HttpError):
     """The exchange was aborted on purpose (a preemption or a cancel)."""
 
@@ -252,7 +256,7 @@ class _Connection(asyncio.Protocol):
             return
         idle = self.pool.loop.time() - self._last
         if idle >= self._stall:
-            self.fail(HttpError(f"the upstream sent nothing for {self._stall:g} s"))
+            self.fail(Timeout(f"the upstream sent nothing for {self._stall:g} s"))
         else:
             self._timer = self.pool.loop.call_later(self._stall - idle, self._check_stall)
 
@@ -373,7 +377,7 @@ class Pool:
             await asyncio.wait_for(asyncio.shield(exchange.done), timeout_s)
         except TimeoutError:
             exchange.abort()
-            raise HttpError(f"no answer within {timeout_s:g} s") from None
+            raise Timeout(f"no answer within {timeout_s:g} s") from None
         return reader
 
     def _release(self, conn: _Connection) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 from laneway.backends.base import Capacity, Health, Sink
 from laneway.backends.continuation import as_chat_chunk, by_ids, by_text
-from laneway.backends.http import Events, Exchange, HttpError, Pool
+from laneway.backends.http import Events, Exchange, HttpError, Pool, Timeout
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import BackendError, InvalidRequest, ModelNotFound, PayloadTooLarge, RequestError
 from laneway.generation import (
@@ -193,7 +193,7 @@ class UpstreamWorker:
         try:
             got = await self._pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S)
         except HttpError as exc:
-            return Health(False, f"{self.base}: {exc}")
+            return Health(False, f"{self.base}: {exc}", transient=isinstance(exc, Timeout))
         if got.status != 200:
             return Health(False, f"{self.base}/models answered {got.status}")
         try:

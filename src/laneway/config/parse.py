@@ -69,6 +69,8 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
         default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
         shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
+        probe_interval_s=server.float("probe_interval_s", base.probe_interval_s, positive=True),
+        unavailable_hold_s=_hold(server, base.unavailable_hold_s),
         workers=workers,
         aliases=aliases,
         scheduler=sched_cfg,
@@ -80,6 +82,13 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     server.done()
     top.done()
     return config
+
+
+def _hold(server: Table, default: float) -> float:
+    value = server.float("unavailable_hold_s", default)
+    if value is None:
+        raise ConfigError(f"{server.key('unavailable_hold_s')}: expected a number of seconds (0: no hold)")
+    return float(value)
 
 
 def _batches(t: Table, names: tuple[str, ...]) -> BatchConfig:

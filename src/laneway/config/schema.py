@@ -95,6 +95,9 @@ class ServerConfig:
     default_max_tokens: int = 256
     # after the first SIGINT/SIGTERM, running requests get this long to finish (None: no limit)
     shutdown_grace_s: float | None = 30.0
+    probe_interval_s: float = 2.0  # how often each worker's health is probed
+    # how long a request waits for a worker of its model to come back while none is up (0: 503 at once)
+    unavailable_hold_s: float = 3.0
     workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)
     aliases: Mapping[str, str] = field(default_factory=dict)  # client model name -> served name
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

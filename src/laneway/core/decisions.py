@@ -78,6 +78,7 @@ REJECT_REASONS = (
     "concurrency",  # tenant at its in-flight or queued cap (429)
     "not_entitled",  # tenant may not use this class (403)
     "unplaceable",  # no worker could ever run it (404/400)
+    "unavailable",  # no worker for its model is up now, nor came back while it was held (503)
 )
 
 Decision = Dispatch | Preempt | Reject | Load | Evict

@@ -7,6 +7,7 @@ A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
@@ -66,6 +67,8 @@ class Estimating:
         (``est_service_s``: its size hint, which places it under feedback)."""
         if self._planner is not None and model is not None:
             return self._estimate_on_gpus(cls, model, now)
+        if not self.available_for(model):
+            return math.inf  # it cannot start before a worker for it is back
         lanes = self.lanes
         count = lanes.class_count
         mean = self.service.mean

@@ -8,6 +8,7 @@ retry would face.
 from __future__ import annotations
 
 from laneway.core.decisions import Decision, Reject
+from laneway.core.errors import InvalidTransition
 from laneway.core.request import Request, State, transition
 
 
@@ -58,6 +59,20 @@ class Refusing:
             else self.estimate_wait(req.priority, req.model, now)
         )
         return Reject(req.id, reason, message, est, max(retry_s, est if reason != "rate_limited" else 0.0))
+
+    def withdraw(
+        self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
+    ) -> Reject:
+        """Refuse a queued request now (the runtime knows it cannot run: no worker for its
+        model is healthy). Its wait estimate is ``retry_after_s``: it cannot start sooner."""
+        req = self.get(request_id)
+        if req.state is not State.QUEUED:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not queued")
+        self._dequeue(req, now)
+        transition(req, State.REJECTED)
+        self.counters.rejections[reason] += 1
+        self._end(req)
+        return Reject(req.id, reason, message, retry_after_s, retry_after_s)
 
     def _shed_candidate(self, cls: int) -> Request | None:
         """The newest never-started request of the least urgent class below ``cls``

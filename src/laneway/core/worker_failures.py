@@ -32,6 +32,13 @@ class WorkerFailures:
         req.resume = None
         self.preempted(request_id, now, tokens_done=0, checkpoint_bytes=0)
 
+    def available_for(self, model: str | None) -> bool:
+        """Whether some worker that serves ``model`` is in placement (not taken out)."""
+        down = getattr(self.placement, "down", None)
+        if not down:
+            return True
+        return any(w.spec.serves(model) and w.id not in down for w in self.workers.values())
+
     def set_available(self, worker_id: str, available: bool) -> None:
         """Take a worker out of placement (it is failing) or back in (it recovered).
 

@@ -8,7 +8,7 @@ from laneway.core import Reject
 from laneway.errors import ClassNotAllowed, ModelNotFound, QuotaExceeded, RequestError, Unavailable
 
 QUOTA = frozenset({"rate_limited", "concurrency"})  # 429
-UNAVAILABLE = frozenset({"queue_timeout", "queue_full", "shed", "overloaded"})  # 503
+UNAVAILABLE = frozenset({"queue_timeout", "queue_full", "shed", "overloaded", "unavailable"})  # 503
 
 
 def _seconds(value: float) -> float:

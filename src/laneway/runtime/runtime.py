@@ -37,6 +37,7 @@ from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
+from laneway.runtime.probes import Prober
 from laneway.runtime.recovery import Recovery
 from laneway.runtime.rejections import error_for, shutting_down
 from laneway.runtime.sizing import Sizing
@@ -76,6 +77,7 @@ class Runtime(WorkerEvents):
         self.metrics = Metrics(names, thresholds)
         self.alerts = QueueWaitAlerts(config.alert_wait_s, self._alerted)
         self.recovery = Recovery(self)
+        self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_pending = False
@@ -104,6 +106,10 @@ class Runtime(WorkerEvents):
             costs.kv_bytes_per_token,
         )
         return costs
+
+    async def start(self) -> None:
+        """Probe the workers (and keep probing them); call once the loop runs."""
+        await self.prober.start()
 
     # ------------------------------------------------------------------ clock
     @property
@@ -136,6 +142,9 @@ class Runtime(WorkerEvents):
         """
         if self.closed:
             raise shutting_down()
+        serving = self.prober.serving(job.model)
+        if not serving and self.prober.hold_s <= 0:
+            raise self.prober.unavailable(job.model)
         now = self.now()
         sizing = self.sizing
         req = Request(
@@ -160,6 +169,8 @@ class Runtime(WorkerEvents):
         )
         self.tickets[job.id] = ticket
         self.alerts.watch(ticket, now)
+        if not serving:
+            self.prober.hold(ticket, now)
         self.kick()
         return ticket
 
@@ -286,6 +297,7 @@ class Runtime(WorkerEvents):
     async def close(self) -> None:
         """End every request and close the workers."""
         self.end_requests()
+        await self.prober.close()
         if self._timer is not None:
             self._timer.cancel()
         if self._tasks:

@@ -1,0 +1,150 @@
+"""Worker health, probed all the time: placement never sends work to a worker that is down.
+
+Every worker is probed (``Worker.health()``: an upstream's ``/models``, which
+must list its model) every ``probe_interval_s``, and once at start-up. A
+worker is taken out of placement when a probe fails (a probe that only timed
+out must fail twice in a row: a busy upstream is slow, not gone) or when a
+request fails on it for a reason of the worker's (it cannot be reached, it
+stalled, it answered 5xx); it is put back, and waiting requests are
+dispatched, by the first probe that succeeds.
+
+While no worker for a model is up, its requests are held: each waits at most
+``unavailable_hold_s`` (from its arrival, or from the moment its model lost
+its last worker) for one to come back, and is then answered 503
+``no_healthy_worker`` with a ``Retry-After`` of the next probe (a hold of 0
+answers at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from laneway.backends.base import Health
+from laneway.errors import Unavailable
+from laneway.runtime.ticket import Phase, Ticket
+
+if TYPE_CHECKING:
+    from laneway.runtime.runtime import Runtime
+
+log = logging.getLogger("laneway.runtime")
+
+PROBE_TIMEOUT_S = 2.5  # a probe not answered by then failed (transiently)
+TRANSIENT_FAILURES = 2  # timed-out probes in a row that take a worker out
+
+
+@dataclass
+class WorkerHealth:
+    ok: bool = True
+    detail: str = "not probed yet"
+    failures: int = 0  # transient failures in a row
+    next_probe_s: float = 0.0  # loop time of its next probe
+
+
+class Prober:
+    def __init__(self, runtime: Runtime, interval_s: float, hold_s: float) -> None:
+        self.rt = runtime
+        self.interval_s = interval_s
+        self.hold_s = hold_s
+        self.state = {name: WorkerHealth() for name in runtime.workers}
+        self.down: set[str] = set()
+        self._loops: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------ probing
+    async def start(self) -> None:
+        """Probe every worker once now, then keep probing in the background."""
+        await asyncio.gather(*(self.probe(name) for name in self.rt.workers))
+        loop = asyncio.get_running_loop()
+        self._loops = [loop.create_task(self._keep_probing(name)) for name in self.rt.workers]
+
+    async def close(self) -> None:
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+
+    async def _keep_probing(self, name: str) -> None:
+        while not self.rt.closed:
+            await asyncio.sleep(max(self.state[name].next_probe_s - self.rt.now(), 0.0))
+            await self.probe(name)
+
+    async def probe(self, name: str) -> None:
+        st = self.state[name]
+        st.next_probe_s = self.rt.now() + self.interval_s
+        try:
+            health = await asyncio.wait_for(self.rt.workers[name].health(), PROBE_TIMEOUT_S)
+        except TimeoutError:
+            health = Health(False, f"its health probe took over {PROBE_TIMEOUT_S:g} s", transient=True)
+        except Exception as exc:  # a probe that breaks is a failed one
+            health = Health(False, f"its health probe failed: {exc or type(exc).__name__}")
+        st.ok, st.detail = health.ok, health.detail
+        if health.ok:
+            st.failures = 0
+            if name in self.down:
+                self._up(name)
+            return
+        st.failures = st.failures + 1 if health.transient else TRANSIENT_FAILURES
+        if st.failures >= TRANSIENT_FAILURES:
+            self.take_out(name, health.detail)
+
+    # ------------------------------------------------------------ placement
+    def take_out(self, name: str, reason: str) -> None:
+        """Worker ``name`` cannot serve now: no new work goes to it until a probe succeeds."""
+        st = self.state[name]
+        st.ok, st.detail = False, reason
+        if name in self.down:
+            return
+        self.down.add(name)
+        rt = self.rt
+        rt.sched.set_available(name, False)
+        log.warning("worker %s is down: %s", name, reason)
+        model = rt.served.get(name, name)
+        if not self.serving(model):
+            now = rt.now()
+            for ticket in list(rt.tickets.values()):
+                if ticket.job.model == model and ticket.phase is Phase.QUEUED:
+                    self.hold(ticket, now)
+
+    def _up(self, name: str) -> None:
+        self.down.discard(name)
+        self.rt.sched.set_available(name, True)
+        log.warning("worker %s is healthy again", name)
+        self.rt.kick()
+
+    def serving(self, model: str) -> bool:
+        """Whether some worker for ``model`` is up."""
+        return any(m == model and w not in self.down for w, m in self.rt.served.items())
+
+    def retry_after(self, model: str) -> float:
+        """Seconds until the next probe of a worker for ``model`` (when one may be back)."""
+        now = self.rt.now()
+        due = [self.state[w].next_probe_s for w, m in self.rt.served.items() if m == model]
+        return max(min(due, default=now) - now, 1.0)
+
+    # ------------------------------------------------------------ holding requests
+    def hold(self, ticket: Ticket, now: float) -> None:
+        """``ticket``'s model has no worker up: it waits at most the hold for one."""
+        self.rt.loop.call_at(now + self.hold_s, self._hold_over, ticket)
+
+    def unavailable(self, model: str) -> Unavailable:
+        reasons = "; ".join(f"{w}: {self.state[w].detail}" for w, m in self.rt.served.items() if m == model)
+        wait = math.ceil(self.retry_after(model))
+        return Unavailable(
+            f"no healthy worker serves model {model!r} ({reasons})",
+            code="no_healthy_worker",
+            retry_after_s=wait,
+            estimated_wait_s=wait,
+        )
+
+    def _hold_over(self, ticket: Ticket) -> None:
+        rt = self.rt
+        model = ticket.job.model
+        if ticket.ended or ticket.phase is not Phase.QUEUED or self.serving(model):
+            return
+        err = self.unavailable(model)
+        decision = rt.sched.withdraw(ticket.id, rt.now(), "unavailable", err.message, err.retry_after_s)
+        rt.metrics.count_rejection(decision.reason)
+        rt._drop_checkpoint(ticket)
+        rt._end(ticket, err, "rejected")
