@@ -359,25 +359,30 @@ def python_load(server: ServeProcess, raw: bytes, args: argparse.Namespace) -> d
 
 
 def wrk_load(server: ServeProcess, body: bytes, args: argparse.Namespace) -> dict[str, Any]:
-    seconds = max(1, round(args.duration))
+    return wrk(server.url + "/v1/completions", body, args.clients, args.duration, server.cpu_s)
+
+
+def wrk(url: str, body: bytes, clients: int, duration: float, cpu_s: Any) -> dict[str, Any]:
+    """``wrk`` POSTing ``body`` to ``url`` from ``clients`` connections for ``duration`` seconds
+    (after a 1 s warm-up); ``cpu_s()`` reads the server's CPU seconds."""
+    seconds = max(1, round(duration))
     with tempfile.TemporaryDirectory(prefix="gateway-bench-wrk-") as tmp:
         script = Path(tmp) / "post.lua"
         script.write_text(
             'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
             f"wrk.body = {json.dumps(body.decode())}\n"
         )
-        url = server.url + "/v1/completions"
-        base = ["wrk", "-t2", f"-c{args.clients}", "--latency", "-s", str(script)]
+        base = ["wrk", "-t2", f"-c{clients}", "--latency", "-s", str(script)]
         subprocess.run([*base, "-d1s", url], capture_output=True, timeout=30, check=True)  # warm-up
-        cpu0 = server.cpu_s()
+        cpu0 = cpu_s()
         done = subprocess.run(
             [*base, f"-d{seconds}s", url],
             capture_output=True,
             text=True,
-            timeout=args.duration + 60,
+            timeout=duration + 60,
             check=True,
         )
-        cpu = server.cpu_s() - cpu0
+        cpu = cpu_s() - cpu0
     text = done.stdout
     total = int(re.search(r"(\d+) requests in", text).group(1))  # type: ignore[union-attr]
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))  # type: ignore[union-attr]

@@ -124,6 +124,55 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class StandInProcess:
+    """``python -m laneway.standin --port PORT ARGS...`` (the stand-in engine), ready once
+    ``/v1/models`` answers; its output in ``log``."""
+
+    def __init__(self, log: Path, args: tuple[str, ...] = (), port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.out = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "laneway.standin", "--port", str(self.port), *args],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                if httpx.get(self.url + "/models", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the stand-in engine did not start: {log.read_text(errors='replace')}")
+            time.sleep(0.05)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.out.close()
+
+
+@contextlib.contextmanager
+def standin_process(log: Path, *args: str) -> Iterator[StandInProcess]:
+    engine = StandInProcess(log, tuple(args))
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
 VLLM_START_TIMEOUT_S = 300.0
 VLLM_MODEL_NAME = "tiny"
 

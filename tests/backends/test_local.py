@@ -65,3 +65,48 @@ def test_stream_preempt_resume_cancel_and_health(tiny, tmp_path: Path) -> None: 
         assert not (await worker.health()).ok
 
     asyncio.run(main())
+
+
+def test_several_choices_run_as_one_job_and_resume_together(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """n = 3: three sequences in one slot; choice i of a seeded request samples with seed + i,
+    so it equals a one-choice run with that seed; a preemption stops and resumes all three."""
+    params = SamplingParams(max_tokens=40, temperature=1.0, seed=11, n=3)
+
+    async def main() -> None:
+        worker = await LocalWorker.create("w0", tiny, slots=1, data_dir=tmp_path)
+        try:
+            singles = []
+            for i in range(3):
+                one = Job(
+                    f"s{i}",
+                    "builtin:tiny",
+                    SamplingParams(max_tokens=40, temperature=1.0, seed=11 + i),
+                    prompt="n",
+                )
+                singles.append([e async for e in stream(worker, one)][-1])
+            events: asyncio.Queue[Event] = asyncio.Queue()
+            await worker.run(Job("n", "builtin:tiny", params, prompt="n"), events.put_nowait)
+            assert worker.capacity().busy == 1  # one job, whatever its choices
+            seen: list[Event] = []
+            while sum(isinstance(e, Delta) for e in seen) < 12:
+                seen.append(await asyncio.wait_for(events.get(), 10))
+            await worker.preempt("n", "checkpoint")
+            while not isinstance(ev := await asyncio.wait_for(events.get(), 10), Stopped):
+                seen.append(ev)
+            assert worker.capacity().busy == 0
+            await worker.resume(ev.checkpoint, events.put_nowait)
+            while not isinstance(ev := await asyncio.wait_for(events.get(), 10), Done):
+                seen.append(ev)
+            assert [c.index for c in ev.choices] == [0, 1, 2]
+            assert [c.text for c in ev.choices] == [s.text for s in singles]
+            for i in range(3):  # each choice's deltas carry its index and add up to its text
+                assert (
+                    "".join(e.text for e in seen if isinstance(e, Delta) and e.index == i) == singles[i].text
+                )
+            assert (
+                ev.usage.completion_tokens == 120 and ev.usage.prompt_tokens == singles[0].usage.prompt_tokens
+            )
+        finally:
+            await worker.close()
+
+    asyncio.run(main())

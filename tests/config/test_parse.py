@@ -66,6 +66,21 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"type": "gpu"}]}, "workers[0].type"),
         ({"workers": [{"slots": 0}]}, "workers[0].slots"),
         ({"workers": [{"type": "upstream", "model": "m"}]}, "workers[0].url"),
+        ({"workers": [{"type": "upstream", "model": "m", "url": "localhost:8001"}]}, "workers[0].url"),
+        ({"workers": [{"type": "upstream", "model": "m", "url": "ftp://h/v1"}]}, "workers[0].url"),
+        ({"workers": [{"type": "upstream", "model": "m", "url": "http://h:99999/v1"}]}, "workers[0].url"),
+        ({"workers": [{"type": "upstream", "model": "m", "url": "http:///v1"}]}, "workers[0].url"),
+        (
+            {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "token_ids": "x"}]},
+            "workers[0].token_ids",
+        ),
+        (
+            {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "stall_timeout_s": 0}]},
+            "workers[0].stall_timeout_s",
+        ),
+        ({"server": {"probe_interval_s": 0}}, "server.probe_interval_s"),
+        ({"server": {"unavailable_hold_s": -1}}, "server.unavailable_hold_s"),
+        ({"server": {"unavailable_hold_s": "none"}}, "server.unavailable_hold_s"),
         ({"workers": [{"name": "a"}, {"name": "a"}]}, "workers[1].name"),
         ({"classes": {"P9": {}}}, "classes.P9"),
         ({"classes": {"P0": {"timeout_s": -1}}}, "classes.P0.timeout_s"),
@@ -82,6 +97,22 @@ def test_errors_name_the_key(data: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(data)
     assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+def test_upstream_settings() -> None:
+    cfg = parse_config(
+        {
+            "server": {"probe_interval_s": 0.5, "unavailable_hold_s": 0},
+            "workers": [
+                {"type": "upstream", "model": "m", "url": "https://gpu.example/v1", "token_ids": "none"},
+                {"type": "upstream", "model": "m", "url": "http://[::1]:8001/v1", "stall_timeout_s": "none"},
+            ],
+        }
+    )
+    assert (cfg.probe_interval_s, cfg.unavailable_hold_s) == (0.5, 0.0)
+    a, b = cfg.workers
+    assert (a.token_ids, a.stall_timeout_s) == ("none", 30.0)
+    assert (b.token_ids, b.stall_timeout_s) == ("vllm", None)
 
 
 def test_file_errors(tmp_path: Path) -> None:

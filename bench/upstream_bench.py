@@ -1,0 +1,333 @@
+"""laneway in front of an engine over HTTP, measured side by side with the engine used directly.
+
+    python bench/upstream_bench.py [--only flood,overhead,vllm] [--batch 200] [--tokens 1000]
+        [--urgent 20] [--urgent-tokens 16] [--slots 4] [--ms-per-token 2] [--requests 2000]
+        [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--json out.json]
+
+Every engine and server is a subprocess on 127.0.0.1 (logs in a temporary
+directory), stopped afterwards; every loop is bounded in count and time.
+
+1. **Flood** (``flood``): the stand-in engine (``python -m laneway.standin``:
+   ``--slots`` sequences at ``--ms-per-token``, its own FIFO queue beyond them)
+   alone ("direct"), then behind ``laneway serve`` with one upstream worker of
+   as many slots. On each, urgent requests (streamed, ``--urgent-tokens``) are
+   timed one at a time on the idle engine, then ``--batch`` batch requests of
+   ``--tokens`` tokens are sent at once (P2 through laneway) and, while they
+   run, ``--urgent`` urgent requests (P0) one a second. Reported: the urgent
+   requests' latency and time to first token, under the flood ÷ idle (target
+   ≤ 1.2 through laneway), and the batch's makespan through laneway ÷ direct
+   (the engine's FIFO).
+2. **Overhead** (``overhead``): the stand-in answering at once (64 slots).
+   Added latency: ``--requests`` 1-token completions, each sent directly and
+   through laneway in turn on kept-alive connections, p50/p99 of each and the
+   difference (target ≤ 1 ms p50). Requests/s: ``--clients`` connections
+   through laneway for ``--duration`` s (``wrk`` if installed, else a small
+   asyncio client; target ≥ 2,000), the engine alone beside it.
+3. **vLLM** (``vllm``, with ``--vllm``): the flood of (1) against a real vLLM
+   (``scripts/vllm-cpu``), pinned to one core (it keeps every core it may
+   use busy), laneway and the clients on the others; a smaller flood
+   (``--vllm-batch``, ``--vllm-tokens``) as it is slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from gateway_bench import Connection, _load, _run_fast, pct, post_bytes, wrk
+from laneway.testing import serve_process, standin_process, vllm_process
+
+HOST = "127.0.0.1"
+REQUEST_TIMEOUT_S = 900.0
+err = Console(stderr=True)
+
+
+# --------------------------------------------------------------------------- servers
+def gateway_toml(data: Path, url: str, model: str, slots: int) -> str:
+    return (
+        f'[server]\nhost = "{HOST}"\ndata_dir = "{data}"\n\n'
+        f'[[workers]]\nname = "up0"\ntype = "upstream"\nurl = "{url}"\nmodel = "{model}"\n'
+        f'served_name = "{model}"\nslots = {slots}\n'
+    )
+
+
+@contextlib.contextmanager
+def gateway(tmp: Path, url: str, model: str, slots: int) -> Iterator[str]:
+    """``laneway serve`` with one upstream worker in front of ``url``: its ``/v1`` URL."""
+    cfg = tmp / "laneway.toml"
+    cfg.write_text(gateway_toml(tmp / "data", url, model, slots))
+    with serve_process("--config", str(cfg), log=tmp / "laneway.log") as server:
+        yield server.url + "/v1"
+
+
+# --------------------------------------------------------------------------- 1. the flood
+def chat(model: str, tokens: int, text: str, priority: str | None, stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    if priority is not None:
+        body["priority"] = priority
+    if stream:
+        body["stream"] = True
+    return body
+
+
+async def urgent(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[float, float]:
+    """(time to first text, whole latency) of one streamed request, in seconds."""
+    t0 = time.perf_counter()
+    first = None
+    async with client.stream("POST", url + "/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
+        async for line in resp.aiter_lines():
+            if (
+                first is None
+                and line.startswith("data: {")
+                and '"content":"' in line
+                and '"content":""' not in line
+            ):
+                first = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    return (first if first is not None else total), total
+
+
+async def flood(
+    url: str, model: str, args: argparse.Namespace, batch: int, tokens: int, via: bool
+) -> dict[str, Any]:
+    """Urgent requests idle, then under ``batch`` requests of ``tokens``; the batch's makespan."""
+    limits = httpx.Limits(max_connections=batch + 16, max_keepalive_connections=batch + 16)
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+        hot = chat(model, args.urgent_tokens, "hotfix, are you there?", "P0" if via else None, True)
+        for _ in range(3):
+            await urgent(client, url, hot)  # warm-up
+        idle = []
+        for _ in range(args.urgent):
+            idle.append(await urgent(client, url, hot))
+            await asyncio.sleep(0.05)
+        start = time.perf_counter()
+        ends: list[float] = []
+
+        async def job(i: int) -> None:
+            body = chat(model, tokens, f"batch job {i}", "P2" if via else None, False)
+            r = await client.post(url + "/chat/completions", json=body)
+            if r.status_code != 200:
+                raise RuntimeError(f"batch job {i}: HTTP {r.status_code}: {r.text[:300]}")
+            ends.append(time.perf_counter())
+
+        jobs = [asyncio.create_task(job(i)) for i in range(batch)]
+        await asyncio.sleep(1.0)  # every slot busy, the rest queued
+        loaded = []
+        for i in range(args.urgent):
+            if all(j.done() for j in jobs):
+                break
+            loaded.append(await urgent(client, url, hot))
+            await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]) + 0.013 * (i % 7))  # one a second, off-step
+        await asyncio.wait_for(asyncio.gather(*jobs), REQUEST_TIMEOUT_S)
+    makespan = max(ends) - start
+    out: dict[str, Any] = {"makespan_s": makespan, "urgent_under_flood": len(loaded)}
+    for name, i in (("ttft", 0), ("latency", 1)):
+        idle_ms = [x[i] * 1e3 for x in idle]
+        flood_ms = [x[i] * 1e3 for x in loaded]
+        out[f"idle_{name}_p50_ms"] = statistics.median(idle_ms)
+        out[f"flood_{name}_p50_ms"] = statistics.median(flood_ms) if flood_ms else float("nan")
+        out[f"flood_{name}_max_ms"] = max(flood_ms) if flood_ms else float("nan")
+        out[f"{name}_ratio"] = out[f"flood_{name}_p50_ms"] / out[f"idle_{name}_p50_ms"]
+    return out
+
+
+def flood_pair(
+    engine_url: str, model: str, args: argparse.Namespace, batch: int, tokens: int
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
+        err.print(f"[dim]  direct: {batch} × {tokens} tokens, {args.urgent} urgent…[/]")
+        direct = _run_fast(flood(engine_url, model, args, batch, tokens, via=False))
+        with gateway(Path(tmp), engine_url, model, args.slots) as url:
+            err.print(f"[dim]  laneway: {batch} × {tokens} tokens, {args.urgent} urgent…[/]")
+            via = _run_fast(flood(url, model, args, batch, tokens, via=True))
+    via["makespan_vs_direct"] = via["makespan_s"] / direct["makespan_s"]
+    return {"direct": direct, "laneway": via, "batch": batch, "tokens": tokens}
+
+
+def bench_flood(args: argparse.Namespace) -> dict[str, Any]:
+    err.print(f"[dim]flood on the stand-in ({args.slots} slots, {args.ms_per_token} ms/token)…[/]")
+    with tempfile.TemporaryDirectory(prefix="upstream-bench-engine-") as tmp:
+        engine_args = ("--slots", str(args.slots), "--ms-per-token", str(args.ms_per_token))
+        with standin_process(Path(tmp) / "standin.log", *engine_args) as engine:
+            return flood_pair(engine.url, "standin", args, args.batch, args.tokens)
+
+
+def bench_vllm(args: argparse.Namespace) -> dict[str, Any]:
+    if args.vllm is None or args.vllm_model is None:
+        raise SystemExit("upstream_bench: --only vllm needs --vllm VENV --vllm-model DIR")
+    err.print("[dim]flood on a real vLLM (pinned to core 0)…[/]")
+    with tempfile.TemporaryDirectory(prefix="upstream-bench-vllm-") as tmp:
+        log = Path(tmp) / "vllm.log"
+        with vllm_process(
+            Path(args.vllm), Path(args.vllm_model), log, "--max-num-seqs", str(args.slots)
+        ) as v:
+            return flood_pair(v.url, "tiny", args, args.vllm_batch, args.vllm_tokens)
+
+
+# --------------------------------------------------------------------------- 2. the overhead
+async def added_latency(direct_port: int, via_port: int, requests: int) -> dict[str, Any]:
+    raw = post_bytes("/v1/completions", {"model": "standin", "prompt": "hello", "max_tokens": 1})
+    a, b = await Connection.open(direct_port), await Connection.open(via_port)
+    direct, via = [], []
+    try:
+        for i in range(requests + 100):
+            for conn, into in ((a, direct), (b, via)):
+                t0 = time.perf_counter()
+                status, body = await conn.request(raw)
+                if status != 200:
+                    raise RuntimeError(f"HTTP {status}: {body[:300]!r}")
+                if i >= 100:  # after a warm-up
+                    into.append(time.perf_counter() - t0)
+    finally:
+        await a.close()
+        await b.close()
+    out: dict[str, Any] = {}
+    for name, xs in (("direct", direct), ("laneway", via)):
+        out[f"{name}_p50_ms"] = pct(xs, 50) * 1e3
+        out[f"{name}_p99_ms"] = pct(xs, 99) * 1e3
+    out["added_p50_ms"] = out["laneway_p50_ms"] - out["direct_p50_ms"]
+    out["added_p99_ms"] = out["laneway_p99_ms"] - out["direct_p99_ms"]
+    return out
+
+
+def throughput(url: str, port: int, cpu_s: Any, args: argparse.Namespace) -> dict[str, Any]:
+    body = json.dumps({"model": "standin", "prompt": "hello", "max_tokens": 1}).encode()
+    if shutil.which("wrk") is not None:
+        r = wrk(url + "/completions", body, args.clients, args.duration, cpu_s)
+        r["loadgen"] = "wrk"
+        return r
+    raw = post_bytes("/v1/completions", json.loads(body))
+    cpu0 = cpu_s()
+    r = _run_fast(_load(port, raw, args.clients, 1.0, args.duration))
+    r.update(seconds=args.duration, req_per_s=r["requests"] / args.duration, server_cpu_s=cpu_s() - cpu0)
+    r["loadgen"] = "python"
+    return r
+
+
+def bench_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    err.print(f"[dim]overhead: {args.requests} pairs, then {args.clients} clients for {args.duration} s…[/]")
+    with tempfile.TemporaryDirectory(prefix="upstream-bench-over-") as tmp:
+        d = Path(tmp)
+        with standin_process(d / "standin.log", "--slots", "64", "--ms-per-token", "0") as engine:
+            cfg = d / "laneway.toml"
+            cfg.write_text(gateway_toml(d / "data", engine.url, "standin", 64))
+            with serve_process("--config", str(cfg), log=d / "laneway.log") as server:
+                lat = _run_fast(added_latency(engine.port, server.port, args.requests))
+                via = throughput(server.url + "/v1", server.port, server.cpu_s, args)
+                direct = throughput(engine.url, engine.port, engine.cpu_s, args)
+    via["server_cpu_us_per_req"] = via["server_cpu_s"] / max(1, via["requests"]) * 1e6
+    return {"latency": lat, "laneway": via, "direct": direct}
+
+
+# --------------------------------------------------------------------------- report
+def flood_table(title: str, r: dict[str, Any]) -> Table:
+    t = Table(title=f"{title}: {r['batch']} batch × {r['tokens']} tokens, urgent requests idle and under it")
+    cols = ("path", "idle ms", "flood ms", "flood max ms", "÷ idle", "TTFT idle", "TTFT flood", "TTFT ÷ idle",
+            "makespan s", "÷ direct")  # fmt: skip
+    for c in cols:
+        t.add_column(c, justify="right")
+    for name in ("direct", "laneway"):
+        x = r[name]
+        t.add_row(
+            name,
+            f"{x['idle_latency_p50_ms']:.1f}",
+            f"{x['flood_latency_p50_ms']:.1f}",
+            f"{x['flood_latency_max_ms']:.1f}",
+            f"{x['latency_ratio']:.2f}",
+            f"{x['idle_ttft_p50_ms']:.1f}",
+            f"{x['flood_ttft_p50_ms']:.1f}",
+            f"{x['ttft_ratio']:.2f}",
+            f"{x['makespan_s']:.1f}",
+            f"{x.get('makespan_vs_direct', 1.0):.3f}",
+        )
+    t.caption = "urgent: P0 through laneway; ms are medians (p50); targets through laneway: ÷ idle ≤ 1.2"
+    return t
+
+
+def report(results: dict[str, Any], console: Console) -> None:
+    if "flood" in results:
+        console.print(flood_table("stand-in engine", results["flood"]))
+    if "vllm" in results:
+        console.print(flood_table("real vLLM (CPU, one core)", results["vllm"]))
+    if "overhead" in results:
+        o = results["overhead"]
+        lat = o["latency"]
+        t = Table(title="1-token completions: laneway in front of the stand-in vs the stand-in alone")
+        for c in ("direct p50", "direct p99", "laneway p50", "laneway p99", "added p50 ms", "added p99 ms",
+                  "laneway req/s", "direct req/s", "laneway CPU µs/req", "load"):  # fmt: skip
+            t.add_column(c, justify="right")
+        t.add_row(
+            f"{lat['direct_p50_ms']:.3f}",
+            f"{lat['direct_p99_ms']:.3f}",
+            f"{lat['laneway_p50_ms']:.3f}",
+            f"{lat['laneway_p99_ms']:.3f}",
+            f"{lat['added_p50_ms']:.3f}",
+            f"{lat['added_p99_ms']:.3f}",
+            f"{o['laneway']['req_per_s']:.0f}",
+            f"{o['direct']['req_per_s']:.0f}",
+            f"{o['laneway']['server_cpu_us_per_req']:.0f}",
+            o["laneway"]["loadgen"],
+        )
+        t.caption = "targets: added p50 ≤ 1 ms, laneway ≥ 2,000 req/s (32 clients)"
+        console.print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="flood,overhead,vllm")
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--tokens", type=int, default=1000)
+    ap.add_argument("--urgent", type=int, default=20)
+    ap.add_argument("--urgent-tokens", type=int, default=16)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--ms-per-token", type=float, default=2.0)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--vllm", metavar="VENV")
+    ap.add_argument("--vllm-model", metavar="DIR")
+    ap.add_argument("--vllm-batch", type=int, default=24)
+    ap.add_argument("--vllm-tokens", type=int, default=400)
+    ap.add_argument("--json", type=Path, metavar="FILE")
+    args = ap.parse_args(argv)
+    parts = set(args.only.split(","))
+    if "vllm" in parts and args.vllm is None:
+        parts.discard("vllm")
+        err.print("[yellow]no --vllm VENV: the real-vLLM flood is left out[/]")
+    results: dict[str, Any] = {}
+    if "flood" in parts:
+        results["flood"] = bench_flood(args)
+    if "overhead" in parts:
+        results["overhead"] = bench_overhead(args)
+    if "vllm" in parts:
+        results["vllm"] = bench_vllm(args)
+    report(results, Console(width=170) if not sys.stdout.isatty() else Console())
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""A stand-in OpenAI-compatible engine: vLLM's HTTP behaviour at a set pace, no model.
+
+    python -m laneway.standin [--host 127.0.0.1] [--port 8001] [--slots 4] [--ms-per-token 2]
+                              [--model standin]
+
+For benchmarks and tests of laneway in front of an engine, where a real
+engine's own cost would drown what is measured. It behaves as vLLM does
+where laneway relies on it: ``/v1/completions`` and ``/v1/chat/completions``
+(streamed or not, ``stream_options.include_usage``), ``return_token_ids``
+(``prompt_token_ids`` in the first chunk, ``token_ids`` in each), prompts as
+token ids, ``/v1/models``, ``/detokenize``; at most ``slots`` sequences run,
+the rest wait in its own FIFO queue (as an engine's do); every running
+sequence gets a token each ``ms_per_token`` (0: all at once); a client that
+goes away frees its slot at once.
+
+Its "tokenizer" makes a token of each UTF-8 byte of a prompt (ids 1000 and
+up) and writes words (ids below 64) chosen from the prompt's bytes and the
+position, so a request resumed from its token ids writes exactly what it
+would have written in one go. It writes until ``max_tokens`` (default 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+WORDS = (
+    "the", "lane", "way", "queue", "token", "batch", "chat", "slot", "wait", "run", "fast", "slow",
+    "class", "fair", "work", "done", "alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa",
+    "lambda", "north", "south", "east", "west", "up", "down", "left", "right", "red", "green", "blue",
+    "gold", "grey", "pink", "teal", "cyan", "one", "two", "three", "four", "five", "six", "seven",
+    "eight", "nine", "ten", "copy", "move", "read", "write", "open", "close", "start", "stop", "send",
+    "take", "give", "keep", "find", "make",
+)  # fmt: skip
+BYTE_BASE = 1000
+DEFAULT_MAX_TOKENS = 16
+
+Scope = dict[str, Any]
+
+
+def encode(text: str) -> list[int]:
+    return [BYTE_BASE + b for b in text.encode("utf-8")]
+
+
+def decode(ids: list[int]) -> str:
+    out: list[str] = []
+    raw = bytearray()
+    for i in ids:
+        if i >= BYTE_BASE:
+            raw.append(i - BYTE_BASE)
+            continue
+        if raw:
+            out.append(raw.decode("utf-8", "replace"))
+            raw.clear()
+        out.append(" " + WORDS[i % len(WORDS)])
+    if raw:
+        out.append(raw.decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def chat_prompt(messages: list[dict[str, Any]], add_generation: bool) -> str:
+    text = "".join(f"<{m.get('role')}>{m.get('content')}\n" for m in messages)
+    return text + ("<assistant>" if add_generation else "")
+
+
+def next_token(seed: int, position: int) -> int:
+    return zlib.crc32(position.to_bytes(4, "little"), seed) % len(WORDS)
+
+
+@dataclass(eq=False)
+class _Seq:
+    prompt: list[int]
+    target: int
+    seed: int
+    made: list[int] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: bool = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.made) >= self.target
+
+
+class StandIn:
+    """The ASGI app."""
+
+    def __init__(self, model: str = "standin", slots: int = 4, ms_per_token: float = 2.0) -> None:
+        self.model = model
+        self.slots = slots
+        self.step_s = ms_per_token / 1000.0
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self._ticking = False
+        self.served = 0  # sequences finished (tests read it)
+        self.aborted = 0
+        self.peak = 0  # most sequences running at once
+
+    # ------------------------------------------------------------ scheduling
+    def _admit(self, seq: _Seq) -> None:
+        self.waiting.append(seq)
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.waiting and len(self.running) < self.slots:
+            seq = self.waiting.popleft()
+            if seq.gone:
+                continue
+            self.running.append(seq)
+            self.peak = max(self.peak, len(self.running))
+            if self.step_s <= 0:
+                self._advance(seq, seq.target)
+        self.running = [s for s in self.running if not s.done and not s.gone]
+        if self.running and not self._ticking and self.step_s > 0:
+            self._ticking = True
+            asyncio.get_running_loop().call_later(self.step_s, self._tick)
+        if self.waiting and len(self.running) < self.slots:
+            self._fill()
+
+    def _advance(self, seq: _Seq, n: int) -> None:
+        start = len(seq.made) + sum(1 for t in seq.prompt if t < BYTE_BASE)
+        for i in range(n):
+            seq.made.append(next_token(seq.seed, start + i))
+        seq.wake.set()
+        if seq.done:
+            self.served += 1
+
+    def _tick(self) -> None:
+        self._ticking = False
+        for seq in self.running:
+            if not seq.done and not seq.gone:
+                self._advance(seq, 1)
+        self._fill()
+
+    def _leave(self, seq: _Seq) -> None:
+        if not seq.done:
+            seq.gone = True
+            self.aborted += 1
+            self._fill()
+
+    # ------------------------------------------------------------ HTTP
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path in ("/v1/models", "/health"):
+            models = {
+                "object": "list",
+                "data": [{"id": self.model, "object": "model", "owned_by": "standin"}],
+            }
+            await _json(send, 200, models)
+            return
+        if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions", "/detokenize"):
+            await _json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "NotFound"}})
+            return
+        raw = b""
+        while True:
+            msg = await receive()
+            raw += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        try:
+            body = json.loads(raw)
+            if path == "/detokenize":
+                await _json(send, 200, {"prompt": decode(list(body["tokens"]))})
+                return
+            seq, meta = self._parse(body, chat=path.endswith("chat/completions"))
+        except (ValueError, KeyError, TypeError) as exc:
+            await _json(send, 400, {"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}})
+            return
+        self._admit(seq)
+        watch = None if seq.done else asyncio.get_running_loop().create_task(_watch(receive, seq, self))
+        try:
+            if meta["stream"]:
+                await self._stream(send, seq, meta)
+            else:
+                while not seq.done:
+                    seq.wake.clear()
+                    await seq.wake.wait()
+                await _json(send, 200, self._answer(seq, meta))
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    def _parse(self, body: dict[str, Any], *, chat: bool) -> tuple[_Seq, dict[str, Any]]:
+        if body.get("model") != self.model:
+            raise ValueError(f"model {body.get('model')!r} is not served (try {self.model!r})")
+        if chat:
+            text = chat_prompt(body["messages"], not body.get("continue_final_message"))
+            ids = encode(text)
+        elif isinstance(body["prompt"], str):
+            ids = encode(body["prompt"])
+        else:
+            ids = [int(t) for t in body["prompt"]]
+        seed = zlib.crc32(bytes(t - BYTE_BASE for t in ids if t >= BYTE_BASE))
+        target = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
+        options = body.get("stream_options") or {}
+        meta = {
+            "chat": chat,
+            "stream": bool(body.get("stream")),
+            "usage": bool(options.get("include_usage")),
+            "ids": bool(body.get("return_token_ids")),
+            "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
+            "created": int(time.time()),
+        }
+        return _Seq(ids, target, seed), meta
+
+    def _head(self, meta: dict[str, Any], obj: str) -> dict[str, Any]:
+        return {"id": meta["id"], "object": obj, "created": meta["created"], "model": self.model}
+
+    def _usage(self, seq: _Seq) -> dict[str, int]:
+        return {
+            "prompt_tokens": len(seq.prompt),
+            "completion_tokens": len(seq.made),
+            "total_tokens": len(seq.prompt) + len(seq.made),
+        }
+
+    def _answer(self, seq: _Seq, meta: dict[str, Any]) -> dict[str, Any]:
+        text = decode(seq.made)
+        if meta["chat"]:
+            out = self._head(meta, "chat.completion")
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+        else:
+            out = self._head(meta, "text_completion")
+            choice = {"index": 0, "text": text}
+        choice.update(logprobs=None, finish_reason="length")
+        if meta["ids"]:
+            choice["token_ids"] = seq.made
+            (out if meta["chat"] else choice)["prompt_token_ids"] = seq.prompt
+        out["choices"] = [choice]
+        out["usage"] = self._usage(seq)
+        return out
+
+    def _chunk(self, seq: _Seq, meta: dict[str, Any], new: list[int], first: bool) -> dict[str, Any]:
+        text = decode(new) if new else ""
+        if meta["chat"]:
+            out = self._head(meta, "chat.completion.chunk")
+            delta: dict[str, Any] = (
+                {"role": "assistant", "content": ""} if first and not new else {"content": text}
+            )
+            choice: dict[str, Any] = {"index": 0, "delta": delta}
+        else:
+            out = self._head(meta, "text_completion")
+            choice = {"index": 0, "text": text}
+        choice.update(logprobs=None, finish_reason="length" if seq.done and new else None)
+        if meta["ids"]:
+            choice["token_ids"] = new
+            if first:
+                (out if meta["chat"] else choice)["prompt_token_ids"] = seq.prompt
+        out["choices"] = [choice]
+        return out
+
+    async def _stream(self, send: Any, seq: _Seq, meta: dict[str, Any]) -> None:
+        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        sent = 0
+        first = True
+        if meta["chat"]:  # a role chunk first, as vLLM sends it
+            await _sse(send, self._chunk(seq, meta, [], first=True))
+            first = False
+        while not seq.gone:
+            if sent == len(seq.made):
+                if seq.done:
+                    break
+                seq.wake.clear()
+                await seq.wake.wait()
+                continue
+            new = seq.made[sent:]
+            sent = len(seq.made)
+            await _sse(send, self._chunk(seq, meta, new, first))
+            first = False
+        if meta["usage"] and not seq.gone:
+            obj = "chat.completion.chunk" if meta["chat"] else "text_completion"
+            await _sse(send, {**self._head(meta, obj), "choices": [], "usage": self._usage(seq)})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+async def _watch(receive: Any, seq: _Seq, app: StandIn) -> None:
+    """The client went away: its sequence stops and its slot is free at once."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    app._leave(seq)
+    seq.wake.set()
+
+
+async def _json(send: Any, status: int, obj: dict[str, Any]) -> None:
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _sse(send: Any, obj: dict[str, Any]) -> None:
+    data = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    ap = argparse.ArgumentParser(prog="python -m laneway.standin", description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8001)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--ms-per-token", type=float, default=2.0)
+    ap.add_argument("--model", default="standin")
+    args = ap.parse_args(argv)
+    app = StandIn(args.model, args.slots, args.ms_per_token)
+    print(f"standin: serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""What the built-in engine implements, through the API and the official client; what it does
+not is refused with a 400 naming the field, never dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from laneway.config import ServerConfig, WorkerConfig
+from live_server import LiveServer, live_server
+
+MODEL = "builtin:tiny"
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def builtin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    data: Path = tmp_path_factory.mktemp("builtin")
+    cfg = replace(ServerConfig(), workers=(WorkerConfig("w0", slots=2),), data_dir=data)
+    with live_server(cfg) as server:
+        yield server
+
+
+@pytest.fixture
+def client(builtin: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=builtin.base_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_chat_logprobs_in_openai_shape(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=10, temperature=0, logprobs=True, top_logprobs=2
+    )
+    msg = r.choices[0].message
+    assert msg.refusal is None and msg.role == "assistant"
+    content = r.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert len(content) == r.usage.completion_tokens == 10  # type: ignore[union-attr]
+    assert "".join(t.token for t in content) == msg.content
+    assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token for t in content)
+
+
+def test_completion_logprobs_and_offsets(client: openai.OpenAI) -> None:
+    r = client.completions.create(
+        model=MODEL,
+        prompt="offsets",
+        max_tokens=8,
+        temperature=0,
+        logprobs=2,
+        extra_body={"ignore_eos": True},
+    )
+    lp = r.choices[0].logprobs
+    assert lp is not None and lp.tokens is not None and lp.text_offset is not None
+    assert len(lp.tokens) == len(lp.token_logprobs or ()) == len(lp.top_logprobs or ()) == 8
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(8)]
+    assert "".join(lp.tokens).replace("<eos>", "") == r.choices[0].text  # end-of-text: a token, no text
+
+
+def test_several_choices_whole_and_streamed(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=12, temperature=1.0, seed=3, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert len({c.message.content for c in r.choices}) > 1  # seed + i per choice
+    assert r.usage.completion_tokens == 36  # type: ignore[union-attr]
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=12, temperature=1.0, seed=3, n=3, stream=True
+        )
+    )
+    for i, c in enumerate(r.choices):
+        parts = [ch.choices[0] for ch in chunks if ch.choices and ch.choices[0].index == i]
+        assert "".join(p.delta.content or "" for p in parts) == c.message.content  # the same seeds
+        assert parts[-1].finish_reason == "length"
+    assert "laneway" in (chunks[-1].model_extra or {})
+
+
+def test_penalties_bias_stop_ids_and_vendor_sampling_fields_are_served(builtin: LiveServer) -> None:
+    body = {
+        "model": MODEL,
+        "messages": HI,
+        "max_tokens": 20,
+        "temperature": 0.7,
+        "seed": 1,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+        "repetition_penalty": 1.2,
+        "top_k": 20,
+        "min_p": 0.05,
+        "logit_bias": {"104": 2.0},
+        "stop_token_ids": [13],
+        "min_tokens": 2,
+        "user": "alice",
+        "tools": [],  # empty: asks for nothing
+        "response_format": {"type": "text"},
+    }
+    r = httpx.post(builtin.base_url + "/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+        ("response_format", {"type": "json_object"}),
+        ("audio", {"voice": "alloy", "format": "mp3"}),
+        ("return_token_ids", True),
+        ("guided_json", {"type": "object"}),
+        ("no_such_field", 1),
+    ],
+)
+def test_what_the_engine_cannot_do_is_refused_by_name(builtin: LiveServer, field: str, value: object) -> None:
+    r = httpx.post(
+        builtin.base_url + "/chat/completions",
+        json={"model": MODEL, "messages": HI, "max_tokens": 2, field: value},
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == field and "not supported by the built-in engine" in err["message"]
+
+
+def test_a_vanishing_temperature_hurts_nobody(builtin: LiveServer) -> None:
+    """Between two normal requests, on the same worker: all three answered."""
+    for temperature in (0.0, 1e-40, 1e-300, 0.0):
+        r = httpx.post(
+            builtin.base_url + "/chat/completions",
+            json={"model": MODEL, "messages": HI, "max_tokens": 5, "temperature": temperature},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+    assert httpx.get(builtin.url + "/readyz", timeout=10).status_code == 200

@@ -1,0 +1,112 @@
+"""The stand-in engine (laneway.standin) behaves as vLLM does where laneway relies on it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from laneway.standin import StandIn, decode
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[tuple[StandIn, str]]:
+    app = StandIn("standin", slots=1, ms_per_token=5.0)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def events(url: str, body: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append("[DONE]" if line == "data: [DONE]" else json.loads(line[6:]))
+    return out
+
+
+def test_models_answers_and_usage(engine: tuple[StandIn, str]) -> None:
+    _, url = engine
+    assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == "standin"
+    r = httpx.post(
+        url + "/v1/completions", json={"model": "standin", "prompt": "hi", "max_tokens": 6}, timeout=30
+    )
+    body = r.json()
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 6, "total_tokens": 8}
+    assert body["choices"][0]["finish_reason"] == "length" and len(body["choices"][0]["text"].split()) == 6
+    bad = httpx.post(url + "/v1/completions", json={"model": "other", "prompt": "x"}, timeout=30)
+    assert bad.status_code == 400 and "not served" in bad.json()["error"]["message"]
+
+
+def test_a_stream_with_ids_resumes_exactly_from_them(engine: tuple[StandIn, str]) -> None:
+    _, url = engine
+    chat = {"model": "standin", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+    got = events(
+        url + "/v1/chat/completions",
+        {**chat, "return_token_ids": True, "stream_options": {"include_usage": True}},
+    )
+    assert got[-1] == "[DONE]" and got[-2]["usage"]["completion_tokens"] == 10 and not got[-2]["choices"]
+    assert got[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    prompt_ids = got[0]["prompt_token_ids"]
+    ids = [t for c in got[1:-2] for t in c["choices"][0]["token_ids"]]
+    text = "".join(c["choices"][0]["delta"]["content"] for c in got[1:-2])
+    assert len(ids) == 10 and decode(ids) == text
+    rest = httpx.post(
+        url + "/v1/completions",
+        json={"model": "standin", "prompt": prompt_ids + ids[:4], "max_tokens": 6},
+        timeout=30,
+    ).json()
+    assert decode(ids[:4]) + rest["choices"][0]["text"] == text
+    detok = httpx.post(url + "/detokenize", json={"tokens": ids}, timeout=30).json()
+    assert detok["prompt"] == text
+
+
+def test_slots_queue_in_order_and_a_client_that_leaves_frees_its_slot(engine: tuple[StandIn, str]) -> None:
+    app, url = engine
+    long = {"model": "standin", "prompt": "long", "max_tokens": 400}  # 2 s at 5 ms a token
+    aborted = app.aborted
+    with httpx.stream("POST", url + "/v1/completions", json={**long, "stream": True}, timeout=30) as r:
+        next(r.iter_lines())  # it runs, holding the only slot
+        t0 = time.monotonic()
+    # it went away: the next request does not wait for the rest of it
+    r = httpx.post(
+        url + "/v1/completions", json={"model": "standin", "prompt": "next", "max_tokens": 2}, timeout=30
+    )
+    assert r.status_code == 200 and time.monotonic() - t0 < 1.0
+    assert app.aborted == aborted + 1 and app.peak == 1
+    ends: dict[str, float] = {}
+
+    def run(name: str, tokens: int) -> None:
+        httpx.post(
+            url + "/v1/completions",
+            json={"model": "standin", "prompt": name, "max_tokens": tokens},
+            timeout=30,
+        )
+        ends[name] = time.monotonic()
+
+    first = threading.Thread(target=run, args=("first", 60))
+    first.start()
+    time.sleep(0.05)
+    second = threading.Thread(target=run, args=("second", 1))
+    second.start()
+    first.join(30)
+    second.join(30)
+    assert ends["first"] < ends["second"]  # a short one waits for the slot: a FIFO engine
