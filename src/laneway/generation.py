@@ -50,7 +50,8 @@ class SamplingParams:
     ``stop_token_ids`` cannot end the text before this many tokens.
     ``max_tokens`` is ``None`` when the client gave none (an upstream then
     applies its own default; the built-in engine's is the server's
-    ``default_max_tokens``).
+    ``default_max_tokens``). ``return_token_ids``: report the prompt's and each
+    generated token's id (vLLM's extension).
     """
 
     max_tokens: int | None = 16
@@ -69,6 +70,7 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()
+    return_token_ids: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and (not _whole(self.max_tokens) or self.max_tokens < 1):
@@ -205,6 +207,7 @@ class Ending:
     text: str
     finish_reason: str
     logprobs: tuple[TokenLogprob, ...] | None = None
+    token_ids: tuple[int, ...] | None = None  # every generated id, when asked
 
 
 @dataclass(slots=True, eq=False)
@@ -234,8 +237,9 @@ class Checkpoint:
 class Delta:
     """New text of choice ``index``, safe to show (it cannot turn out to be part of a stop string).
 
-    ``logprobs``: of the tokens generated since the last delta, when asked.
-    ``chunk``: an upstream's own chunk carrying it, to forward.
+    ``logprobs`` and ``token_ids``: of the tokens generated since the last
+    delta, when asked (``prompt_ids`` with the first). ``chunk``: an
+    upstream's own chunk carrying it, to forward.
     """
 
     job_id: str
@@ -244,6 +248,8 @@ class Delta:
     index: int = 0
     logprobs: tuple[TokenLogprob, ...] | None = None
     chunk: dict[str, Any] | None = None
+    token_ids: tuple[int, ...] | None = None
+    prompt_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +269,7 @@ class Done:
     choices: tuple[Ending, ...] = ()
     response: dict[str, Any] | None = None
     chunks: tuple[dict[str, Any], ...] = ()
+    prompt_ids: tuple[int, ...] | None = None  # when asked (return_token_ids)
 
 
 @dataclass(frozen=True, slots=True)

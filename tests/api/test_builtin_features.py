@@ -3,6 +3,7 @@ not is refused with a 400 naming the field, never dropped."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -106,7 +107,6 @@ def test_penalties_bias_stop_ids_and_vendor_sampling_fields_are_served(builtin: 
         ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
         ("response_format", {"type": "json_object"}),
         ("audio", {"voice": "alloy", "format": "mp3"}),
-        ("return_token_ids", True),
         ("guided_json", {"type": "object"}),
         ("no_such_field", 1),
     ],
@@ -132,3 +132,34 @@ def test_a_vanishing_temperature_hurts_nobody(builtin: LiveServer) -> None:
         )
         assert r.status_code == 200, r.text
     assert httpx.get(builtin.url + "/readyz", timeout=10).status_code == 200
+
+
+def test_token_ids_asked_and_prompts_given_as_ids(builtin: LiveServer) -> None:
+    """vLLM's return_token_ids, and a prompt of token ids: what a laneway in front of this one
+    resumes a preempted request with."""
+    url = builtin.base_url
+    body = {"model": MODEL, "prompt": "ids", "max_tokens": 12, "temperature": 0, "return_token_ids": True}
+    whole = httpx.post(url + "/completions", json=body, timeout=30).json()
+    choice = whole["choices"][0]
+    prompt, ids = choice["prompt_token_ids"], choice["token_ids"]
+    assert len(ids) == whole["usage"]["completion_tokens"] and len(prompt) == whole["usage"]["prompt_tokens"]
+    rest = httpx.post(
+        url + "/completions", json={**body, "prompt": prompt + ids[:5], "max_tokens": 7}, timeout=30
+    ).json()
+    assert rest["choices"][0]["token_ids"] == ids[5:]  # the same continuation, from the ids
+    chat = {
+        "model": MODEL,
+        "messages": HI,
+        "max_tokens": 6,
+        "temperature": 0,
+        "return_token_ids": True,
+        "stream": True,
+    }
+    chunks = []
+    with httpx.stream("POST", url + "/chat/completions", json=chat, timeout=30) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert chunks[0]["prompt_token_ids"] and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    streamed = [t for c in chunks[1:] for ch in c["choices"] for t in ch.get("token_ids", [])]
+    whole_chat = httpx.post(url + "/chat/completions", json={**chat, "stream": False}, timeout=30).json()
+    assert streamed == whole_chat["choices"][0]["token_ids"]
+    assert whole_chat["prompt_token_ids"] == chunks[0]["prompt_token_ids"]

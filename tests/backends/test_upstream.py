@@ -146,10 +146,14 @@ def test_upstream_errors_become_client_errors(upstream: str) -> None:
     asyncio.run(main())
 
 
-def test_gateway_in_front_of_an_upstream_preempts_by_recompute(upstream: str, tmp_path: Path) -> None:
-    """1 upstream slot: a P3 runs, a P0 arrives and is answered first; the P3's text is unchanged."""
+@pytest.mark.parametrize(("token_ids", "resume"), [("vllm", "token_ids"), ("none", "text")])
+def test_gateway_in_front_of_an_upstream_preempts_and_resumes(
+    upstream: str, tmp_path: Path, token_ids: str, resume: str
+) -> None:
+    """1 upstream slot: a P3 runs, a P0 arrives and is answered first; the P3's text is unchanged,
+    resumed from its token ids (a laneway upstream gives them, as vLLM does) or from its text."""
     worker = WorkerConfig(
-        "up", type="upstream", url=upstream, model=MODEL, served_name="tiny", slots=1, token_ids="none"
+        "up", type="upstream", url=upstream, model=MODEL, served_name="tiny", slots=1, token_ids=token_ids
     )
     cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path)
     with live_server(cfg) as server:
@@ -181,6 +185,7 @@ def test_gateway_in_front_of_an_upstream_preempts_by_recompute(upstream: str, tm
         [resumed] = result
         assert p0_done < ended[0]
         assert resumed.model_extra["laneway"]["preemptions"] >= 1
+        assert resumed.model_extra["laneway"]["resume"] == resume
         assert resumed.choices[0].text == alone.choices[0].text
         assert resumed.usage.completion_tokens == 100
 

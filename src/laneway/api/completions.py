@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -98,9 +99,12 @@ async def _chunks(
 ) -> AsyncIterator[bytes]:
     """The stream: an upstream's chunks as it sent them (owned), or chunks built from the
     engine's text; the last with the ``laneway`` object."""
-    if shape.chat and not forwarded:
-        yield sse(_with_usage(shape.chunk("", first=True), include_usage))
     item: Delta | Done = first
+    if shape.chat and not forwarded:  # the role first, with the prompt's ids when asked
+        prompt = first.prompt_ids
+        yield sse(_with_usage(shape.chunk("", first=True, prompt_ids=prompt), include_usage))
+        if type(first) is Delta:
+            item = replace(first, prompt_ids=None)
     try:
         while True:
             if type(item) is Done:
@@ -114,7 +118,13 @@ async def _chunks(
             if item.chunk is not None:
                 yield sse(shape.own(item.chunk))
             else:
-                chunk = shape.chunk(item.text, index=item.index, logprobs=item.logprobs)
+                chunk = shape.chunk(
+                    item.text,
+                    index=item.index,
+                    logprobs=item.logprobs,
+                    token_ids=item.token_ids,
+                    prompt_ids=item.prompt_ids,
+                )
                 yield sse(_with_usage(chunk, include_usage))
             item = await ticket.next()
     except RequestError as exc:  # the stream ends with the error, then [DONE] (as vLLM ends its own)

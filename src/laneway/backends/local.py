@@ -37,7 +37,17 @@ from laneway.generation import (
 HOLD_AFTER_PREEMPT_S = 0.005
 # what the engine's sampler implements (laneway.protocol.fields.FEATURES)
 ENGINE_FEATURES = frozenset(
-    {"n", "logprobs", "penalties", "top_k", "min_p", "logit_bias", "min_tokens", "stop_token_ids"}
+    {
+        "n",
+        "logprobs",
+        "penalties",
+        "top_k",
+        "min_p",
+        "logit_bias",
+        "min_tokens",
+        "stop_token_ids",
+        "token_ids",
+    }
 )
 
 
@@ -59,6 +69,7 @@ class _Choices:
     stopped: dict[int, Checkpoint] = field(default_factory=dict)
     tokens: dict[int, int] = field(default_factory=dict)
     prompt_tokens: int = 0
+    prompt_ids: tuple[int, ...] | None = None
     failed: bool = False
 
     def sub_job(self, index: int) -> Job:
@@ -71,7 +82,10 @@ class _Choices:
         job_id = self.job.id
         if isinstance(event, Delta):
             self.tokens[index] = event.tokens
-            return Delta(job_id, event.text, sum(self.tokens.values()), index, event.logprobs)
+            made = sum(self.tokens.values())
+            return Delta(
+                job_id, event.text, made, index, event.logprobs, None, event.token_ids, event.prompt_ids
+            )
         self.live.pop(index, None)
         if isinstance(event, Failed):
             if self.failed:
@@ -80,6 +94,7 @@ class _Choices:
             return Failed(job_id, event.error)
         if isinstance(event, Done):
             self.prompt_tokens = event.usage.prompt_tokens
+            self.prompt_ids = event.prompt_ids
             self.tokens[index] = event.usage.completion_tokens
             first = event.choices[0] if event.choices else Ending(0, event.text, event.finish_reason)
             self.endings[index] = replace(first, index=index)
@@ -93,7 +108,9 @@ class _Choices:
         endings = tuple(self.endings[i] for i in sorted(self.endings))
         usage = Usage(self.prompt_tokens, sum(self.tokens.values()))
         first = endings[0]
-        return Done(self.job.id, first.finish_reason, usage, first.text, choices=endings)
+        return Done(
+            self.job.id, first.finish_reason, usage, first.text, choices=endings, prompt_ids=self.prompt_ids
+        )
 
     def _stopped(self) -> Stopped:
         parts = self.stopped

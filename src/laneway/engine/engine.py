@@ -76,6 +76,7 @@ class _Seq:
     row: int = -1
     logprobs: list[TokenLogprob] | None = None  # of every generated token, when asked
     lp_sent: int = 0  # of those, how many went out with a delta
+    ids_sent: int = -1  # generated ids that went out with a delta (-1: not even the prompt's; or not asked)
 
     @property
     def generated(self) -> int:
@@ -96,6 +97,7 @@ class _State:
     kv_len: int = 0
     logprobs: list[TokenLogprob] | None = None
     lp_sent: int = 0
+    ids_sent: int = -1
 
 
 @dataclass
@@ -153,7 +155,12 @@ class Engine:
     def prompt_ids(self, job: Job) -> list[int]:
         """Tokenize ``job``'s prompt; raise :class:`ContextTooLong` if it cannot fit."""
         tok = self.model.tokenizer
-        if job.prompt is not None:
+        if isinstance(job.prompt, list):  # token ids, as given
+            vocab = int(self.model.config.vocab_size)
+            if not job.prompt or not all(isinstance(t, int) and 0 <= t < vocab for t in job.prompt):
+                raise InvalidRequest(f"prompt token ids must be in 0–{vocab - 1}", param="prompt")
+            ids = list(job.prompt)
+        elif job.prompt is not None:
             ids = tok.encode(job.prompt)
         else:
             ids = tok.chat_prompt(job.messages or (), job.continue_final)
@@ -199,7 +206,7 @@ class Engine:
             gen.set_state(state.rng)
         text = TextState(self.model.tokenizer, ckpt.job.params.stop, emitted=state.emitted)
         seq = _Seq(ckpt.job, sink, list(state.ids), state.prompt_len, state.max_new, gen, text)
-        seq.logprobs, seq.lp_sent = state.logprobs, state.lp_sent
+        seq.logprobs, seq.lp_sent, seq.ids_sent = state.logprobs, state.lp_sent, state.ids_sent
         if state.kv is not None:
             dev = self.model.device
             seq.restored = [(k.to(dev), v.to(dev)) for k, v in self.store.take(state.kv)]
@@ -251,6 +258,7 @@ class Engine:
             kv_len,
             seq.logprobs,
             seq.lp_sent,
+            seq.ids_sent,
         )
         nbytes = saved.nbytes if saved is not None else 0
         ckpt = Checkpoint(
@@ -371,7 +379,7 @@ class Engine:
         if seq.logprobs is not None:
             seq.logprobs.append(logprob_of(logits, token, params.logprobs or 0, tok.piece))
         if token in tok.eos_ids and not params.ignore_eos:
-            self._finish(seq, "stop")
+            self._finish(seq, "stop", end=token)
             return True
         seq.ids.append(token)
         text = seq.text.update(seq.ids[seq.prompt_len :])
@@ -379,11 +387,26 @@ class Engine:
             self._finish(seq, "stop", last=text)
             return True
         if text:
-            seq.sink(Delta(seq.job.id, text, seq.generated, logprobs=self._unsent(seq)))
+            self._delta(seq, text)
         if seq.generated >= seq.max_new or seq.kv_len + 1 >= self.model.context:
             self._finish(seq, "length")
             return True
         return False
+
+    def _delta(self, seq: _Seq, text: str, end: int | None = None) -> None:
+        """Send ``text`` with the log-probabilities and ids not sent yet (``end``: the
+        end-of-text id that ended it, an id of the answer that is not in ``seq.ids``)."""
+        ids = prompt = None
+        if seq.job.params.return_token_ids:
+            if seq.ids_sent < 0:
+                prompt, seq.ids_sent = tuple(seq.ids[: seq.prompt_len]), 0
+            ids = tuple(seq.ids[seq.prompt_len + seq.ids_sent :]) + ((end,) if end is not None else ())
+            seq.ids_sent = seq.generated
+        seq.sink(
+            Delta(
+                seq.job.id, text, seq.generated, logprobs=self._unsent(seq), token_ids=ids, prompt_ids=prompt
+            )
+        )
 
     def _unsent(self, seq: _Seq) -> tuple[TokenLogprob, ...] | None:
         """The log-probabilities not sent with a delta yet (``None``: not asked)."""
@@ -393,19 +416,23 @@ class Engine:
         seq.lp_sent = len(seq.logprobs)
         return out
 
-    def _finish(self, seq: _Seq, reason: str, last: str = "") -> None:
+    def _finish(self, seq: _Seq, reason: str, last: str = "", end: int | None = None) -> None:
         self.by_id.pop(seq.job.id, None)
         if seq in self.joining:
             self.joining.remove(seq)
         if seq.restored is not None:
             seq.restored = None
         rest = last + seq.text.flush()
-        if rest or (seq.logprobs is not None and seq.lp_sent < len(seq.logprobs)):
-            seq.sink(Delta(seq.job.id, rest, seq.generated, logprobs=self._unsent(seq)))
+        asked = seq.job.params.return_token_ids
+        lp_left = seq.logprobs is not None and seq.lp_sent < len(seq.logprobs)
+        if rest or lp_left or (asked and (seq.ids_sent < seq.generated or end is not None)):
+            self._delta(seq, rest, end)
         usage = Usage(seq.prompt_len, seq.generated)
         lp = tuple(seq.logprobs) if seq.logprobs is not None else None
-        ending = Ending(0, seq.text.text, reason, lp)
-        seq.sink(Done(seq.job.id, reason, usage, seq.text.text, choices=(ending,)))
+        ids = tuple(seq.ids[seq.prompt_len :]) + ((end,) if end is not None else ()) if asked else None
+        ending = Ending(0, seq.text.text, reason, lp, ids)
+        prompt = tuple(seq.ids[: seq.prompt_len]) if asked else None
+        seq.sink(Done(seq.job.id, reason, usage, seq.text.text, choices=(ending,), prompt_ids=prompt))
 
     def _drop_rows(self, seqs: list[_Seq]) -> None:
         gone = [s.row for s in seqs if s.row >= 0]

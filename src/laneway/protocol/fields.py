@@ -58,6 +58,7 @@ FEATURES = {
     "logit_bias": "logit_bias",
     "min_tokens": "min_tokens",
     "stop_token_ids": "stop_token_ids",
+    "return_token_ids": "token_ids",
 }
 
 # field -> values that ask for nothing beyond plain generation

@@ -284,10 +284,13 @@ def _engine_params(body: Mapping[str, Any], kind: str, config: ServerConfig) -> 
         min_tokens=_number(body, "min_tokens", 0),
         stop_token_ids=_token_ids(body.get("stop_token_ids"), "stop_token_ids"),
         logit_bias=_logit_bias(body.get("logit_bias")),
+        return_token_ids=_flag(body, "return_token_ids", False),
     )
 
 
-def _engine_job(rid: str, model: str, body: Mapping[str, Any], kind: str, config: ServerConfig) -> Job:
+def _engine_job(
+    rid: str, model: str, body: Mapping[str, Any], kind: str, config: ServerConfig, support: Support
+) -> Job:
     stream = _flag(body, "stream", False)
     if kind == CHAT:
         messages = _engine_messages(body.get("messages"))
@@ -297,8 +300,11 @@ def _engine_job(rid: str, model: str, body: Mapping[str, Any], kind: str, config
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
+    ids = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    if ids and "token_ids" in support.features:
+        return Job(rid, model, _engine_params(body, kind, config), prompt=list(prompt), stream=stream)
     if not isinstance(prompt, str):
-        raise InvalidRequest("prompt must be a string (one prompt per request)", param="prompt")
+        raise InvalidRequest("prompt must be a string or token ids (one prompt per request)", param="prompt")
     return Job(rid, model, _engine_params(body, kind, config), prompt=prompt, stream=stream)
 
 
@@ -419,6 +425,6 @@ def parse_request(
     if served.passthrough:
         job = _forwarded_job(rid, model, body, kind)
     else:
-        job = _engine_job(rid, model, body, kind, config)
+        job = _engine_job(rid, model, body, kind, config, served)
         _check_fields(body, kind, model, served)
     return Parsed(job, stream, include_usage, preemptible and job.resume != RESUME_NONE)

@@ -119,7 +119,13 @@ class Shape:
                     choice["text"] = e.text
                 choice["logprobs"] = self._logprobs(e.index, e.logprobs)
                 choice["finish_reason"] = e.finish_reason
+                if e.token_ids is not None:
+                    choice["token_ids"] = list(e.token_ids)
+                    if not self.chat and done.prompt_ids is not None:
+                        choice["prompt_token_ids"] = list(done.prompt_ids)
                 choices.append(choice)
+            if self.chat and done.prompt_ids is not None:
+                body["prompt_token_ids"] = list(done.prompt_ids)
             body["choices"] = choices
             body["usage"] = usage(done.usage)
         body["laneway"] = ext
@@ -134,6 +140,8 @@ class Shape:
         first: bool = False,
         index: int = 0,
         logprobs: tuple[TokenLogprob, ...] | None = None,
+        token_ids: tuple[int, ...] | None = None,
+        prompt_ids: tuple[int, ...] | None = None,
     ) -> dict[str, Any]:
         if self.chat:
             body = self._head("chat.completion.chunk")
@@ -148,6 +156,10 @@ class Shape:
             choice = {"index": index, "text": text or ""}
         choice["logprobs"] = self._logprobs(index, logprobs)
         choice["finish_reason"] = finish
+        if token_ids is not None:
+            choice["token_ids"] = list(token_ids)
+        if prompt_ids is not None:  # with the first chunk (of the answer: chat; of the choice: text)
+            (body if self.chat else choice)["prompt_token_ids"] = list(prompt_ids)
         body["choices"] = [choice]
         return body
 
