@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from batch_util import chat_line, client, lines_of, submit, wait
 from laneway.testing import VllmProcess
 from live_server import LiveServer
 from vllm_helpers import CLIENT, post, stream
@@ -137,3 +138,27 @@ def test_content_parts_and_embeddings_are_forwarded(gateway: LiveServer) -> None
     r = CLIENT.post(gateway.base_url + "/embeddings", json={"model": "tiny", "input": "hello"})
     assert r.status_code in (400, 404), r.text
     assert r.json()["error"]["message"].startswith("upstream v0:")
+
+
+def test_batch_lines_are_forwarded_and_answered_as_vllm_answers(
+    vllm: VllmProcess, gateway: LiveServer
+) -> None:
+    """A Batch API file against the upstream: each line's body goes to vLLM as sent, each output
+    line holds vLLM's answer (as the same request sent directly)."""
+    cases = [
+        ("a", {"max_tokens": 10}),
+        ("b", {"max_tokens": 8, "logprobs": True, "top_logprobs": 2}),
+        ("c", {"max_tokens": 6, "n": 2, "temperature": 1.0, "seed": 4}),
+    ]
+    lines = [chat_line(cid, model="tiny", **{"temperature": 0, **extra}) for cid, extra in cases]
+    c = client(gateway.base_url)
+    batch = submit(c, lines)
+    done = wait(c, batch.id, timeout_s=120)
+    assert done.status == "completed" and done.request_counts.completed == 3, done
+    out = {x["custom_id"]: x["response"]["body"] for x in lines_of(c, done.output_file_id)}
+    for line in lines:
+        direct = post(vllm.url, "chat", line["body"])
+        got = out[line["custom_id"]]
+        assert choices(got) == choices(direct)
+        assert got["usage"]["completion_tokens"] == direct["usage"]["completion_tokens"]
+        assert got["laneway"]["priority"] == "P2"
