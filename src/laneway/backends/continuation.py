@@ -1,4 +1,4 @@
-"""Resuming a preempted request on an OpenAI-compatible engine.
+"""The requests an upstream worker sends: a job made in code, and a preempted job resumed.
 
 By token ids (exact): the engine gave the prompt's token ids and each
 generated token's id (vLLM and SGLang: ``return_token_ids``, then
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from laneway.generation import CHAT
+from laneway.generation import CHAT, COMPLETION, Job
 
 # chat-only fields, and what a continuation must not repeat (echo, prompt log-probabilities)
 NOT_CONTINUED = frozenset(
@@ -142,3 +142,25 @@ def as_chat_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
         choices.append({"index": choice.pop("index", 0), **choice})
     out["choices"] = choices
     return out
+
+
+def request_body(job: Job) -> dict[str, Any]:
+    """The OpenAI request a job made in code stands for (its sampling parameters, as given)."""
+    p = job.params
+    body: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p}
+    if p.max_tokens is not None:
+        body["max_tokens"] = p.max_tokens
+    if p.seed is not None:
+        body["seed"] = p.seed
+    if p.stop:
+        body["stop"] = list(p.stop)
+    if p.ignore_eos:
+        body["ignore_eos"] = True
+    if job.kind == CHAT:
+        body["messages"] = [dict(m) for m in job.messages or ()]
+        if job.continue_final:
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+    elif job.kind == COMPLETION:
+        body["prompt"] = job.prompt
+    return body

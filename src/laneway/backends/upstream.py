@@ -32,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from laneway.backends.base import Capacity, Health, Sink
-from laneway.backends.continuation import as_chat_chunk, by_ids, by_text
-from laneway.backends.http import Events, Exchange, HttpError, Pool, Timeout
+from laneway.backends.continuation import by_ids, by_text, request_body
+from laneway.backends.http import Events, HttpError, Pool, Timeout
+from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import BackendError, InvalidRequest, ModelNotFound, PayloadTooLarge, RequestError
 from laneway.generation import (
@@ -47,7 +48,6 @@ from laneway.generation import (
     RESUME_NONE,
     RESUME_RESTART,
     Checkpoint,
-    Delta,
     Done,
     Failed,
     Job,
@@ -56,48 +56,18 @@ from laneway.generation import (
 )
 from laneway.protocol.assemble import Assembly
 
+__all__ = ["UpstreamUnavailable", "UpstreamWorker"]
+
 PATHS = {CHAT: "chat/completions", COMPLETION: "completions", EMBEDDING: "embeddings"}
 PROBE_TIMEOUT_S = 2.0
 MAX_ERROR_CHARS = 300
-
-
-class UpstreamUnavailable(BackendError):
-    """The upstream could not be reached, stalled, or answered 429/5xx; another worker may do."""
-
-    retryable = True
-
-
-@dataclass(eq=False)
-class _Run:
-    """A job on an upstream, over all its runs (a preempted job is resumed as a new run)."""
-
-    job: Job
-    sink: Sink
-    text: str = ""  # choice 0's text so far
-    tokens: int = 0  # completion tokens so far
-    prompt_ids: list[int] | None = None
-    out_ids: list[int] | None = None  # generated ids so far (None: the upstream gave none)
-    prompt_tokens: int | None = None  # of the original prompt, once the upstream said
-    usage: dict[str, Any] | None = None  # the upstream's last usage object (its details kept)
-    assembly: Assembly | None = None  # the whole answer so far, for a client that does not stream
-    runs: int = 0
-    # this run
-    via: str = ""  # the endpoint of this run (a chat job resumed by ids runs as a completion)
-    continued: bool = False  # this run continues an earlier one
-    open: int = 1  # choices not finished yet
-    run_tokens: int = 0
-    finish: str | None = None
-    held: list[dict[str, Any]] = field(default_factory=list)  # the chunk that ends it (sent with Done)
-    usage_chunk: dict[str, Any] | None = None
-    exchange: Exchange | None = None
-    task: asyncio.Task[None] | None = None
 
 
 @dataclass
 class _State:
     """An upstream job's checkpoint: the run so far."""
 
-    run: _Run
+    run: Run
 
 
 class UpstreamWorker:
@@ -130,7 +100,7 @@ class UpstreamWorker:
         self.options = dict(options or {})  # extra body fields sent with every request
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._pool = Pool(url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4)
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, Run] = {}
         # vLLM serves /detokenize beside /v1, at the root
         self._detokenize = self._pool.target.path.removesuffix("/v1") + "/detokenize"
 
@@ -149,7 +119,7 @@ class UpstreamWorker:
     async def run(self, job: Job, sink: Sink) -> None:
         if job.body is None:  # a job made in code, not by a client: its request from its fields
             job = replace(job, body=request_body(job))
-        self._start(_Run(job, sink, assembly=None if job.stream else Assembly()))
+        self._start(Run(job, sink, self.name, assembly=None if job.stream else Assembly()))
 
     async def resume(self, checkpoint: Checkpoint, sink: Sink) -> None:
         state = checkpoint.state
@@ -166,24 +136,23 @@ class UpstreamWorker:
         if run.held:  # its last chunk is in: it has ended, only its usage is on the way
             self._stop(job_id)
             self._runs[job_id] = run
-            self._finished(run)
+            self._end(run, run.ended())
             return
         self._stop(job_id)
-        run.tokens += run.run_tokens
-        run.run_tokens = 0
+        run.stopped()
         how = self.resume_method(run.job)
         if how == "token_ids" and (run.out_ids is None or run.prompt_ids is None):
             how = "text"  # the upstream gave no ids
         if how in ("restart", "none"):
             how = "restart"
-            self._reset(run)
+            run.reset()
         ckpt = Checkpoint(run.job, how, run.tokens, run.text, 0, 0.0, _State(run))
         run.sink(Stopped(run.job.id, ckpt))
 
     async def cancel(self, job_id: str) -> None:
         run = self._stop(job_id)
         if run is not None:
-            run.sink(Done(job_id, "cancelled", self._usage(run), run.text))
+            run.sink(Done(job_id, "cancelled", run.usage_so_far(), run.text))
 
     def discard(self, checkpoint: Checkpoint) -> None:
         checkpoint.state = None
@@ -211,7 +180,7 @@ class UpstreamWorker:
         await self._pool.close()
 
     # ------------------------------------------------------------ runs
-    def _start(self, run: _Run) -> None:
+    def _start(self, run: Run) -> None:
         if run.job.id in self._runs:
             raise InvalidRequest(f"job {run.job.id!r} is already running on worker {self.name}")
         if len(self._runs) >= self.slots:
@@ -219,7 +188,7 @@ class UpstreamWorker:
         self._runs[run.job.id] = run
         run.task = asyncio.get_running_loop().create_task(self._go(run))
 
-    def _stop(self, job_id: str) -> _Run | None:
+    def _stop(self, job_id: str) -> Run | None:
         """Take ``job_id`` off this worker now: its connection is dropped, its slot free."""
         run = self._runs.pop(job_id, None)
         if run is None:
@@ -232,14 +201,7 @@ class UpstreamWorker:
             run.task = None
         return run
 
-    def _reset(self, run: _Run) -> None:
-        """Forget a run's progress: it starts again from scratch."""
-        run.text, run.tokens, run.out_ids, run.prompt_ids, run.usage = "", 0, None, None, None
-        run.runs = 0
-        if run.assembly is not None:
-            run.assembly = Assembly()
-
-    def _body(self, run: _Run) -> tuple[str, dict[str, Any]]:
+    def _body(self, run: Run) -> tuple[str, dict[str, Any]]:
         """This run's endpoint and body."""
         job = run.job
         body: dict[str, Any] = {**self.options, **(job.body or {})}
@@ -264,7 +226,7 @@ class UpstreamWorker:
         run.via = via
         return PATHS[via], body
 
-    async def _go(self, run: _Run) -> None:
+    async def _go(self, run: Run) -> None:
         try:
             if run.job.kind == EMBEDDING:
                 await self._embed(run)
@@ -279,7 +241,7 @@ class UpstreamWorker:
         except BackendError as exc:
             self._end(run, Failed(run.job.id, exc))
 
-    async def _embed(self, run: _Run) -> None:
+    async def _embed(self, run: Run) -> None:
         path, body = self._body(run)
         raw = json.dumps(body, separators=(",", ":")).encode()
         got = await self._pool.fetch("POST", path, raw, timeout_s=self.timeout_s)
@@ -294,24 +256,18 @@ class UpstreamWorker:
             ) from None
         self._end(run, Done(run.job.id, "stop", Usage(prompt, 0), "", response=answer))
 
-    async def _generate(self, run: _Run) -> None:
+    async def _generate(self, run: Run) -> None:
         path, body = self._body(run)
         if run.continued and run.via == COMPLETION and (run.job.body or {}).get("stop"):
             held = await self._held_text(run)
             if held is None and run.assembly is not None:
                 # what the upstream held back cannot be read: the client has seen nothing
                 # yet, so the request starts again from scratch (exact, at a cost)
-                self._reset(run)
+                run.reset()
                 path, body = self._body(run)
             else:
-                self._catch_up(run, held or "")
-        run.runs += 1
-        run.open = _choices(run.job)
-        run.run_tokens = 0
-        run.finish = None
-        run.held = []
-        run.usage_chunk = None
-        wants_ids = bool(run.job.body and run.job.body.get("return_token_ids"))
+                run.catch_up(held or "")
+        run.begin()
         done_seen = False
 
         def on_event(data: bytes) -> None:
@@ -325,7 +281,7 @@ class UpstreamWorker:
                 chunk = json.loads(data)
             except ValueError:
                 raise UpstreamUnavailable(f"upstream {self.name} sent a chunk that is not JSON") from None
-            self._chunk(run, chunk, wants_ids)
+            run.take(chunk)
 
         reader = Events(on_event)
         raw = json.dumps(body, separators=(",", ":")).encode()
@@ -345,9 +301,9 @@ class UpstreamWorker:
             run.exchange = None
         if reader.status != 200:
             raise _error_from(reader.status, reader.error_body, self.name)
-        self._finished(run)
+        self._end(run, run.ended())
 
-    async def _held_text(self, run: _Run) -> str | None:
+    async def _held_text(self, run: Run) -> str | None:
         """Text of tokens the upstream had sent the ids of but not yet the text when the run
         was stopped (vLLM holds the last characters back while they could still be part of
         a stop string), read with its ``/detokenize``. ``None`` when it cannot be told: no
@@ -370,214 +326,17 @@ class UpstreamWorker:
         made = full[len(head) :]
         return made[len(run.text) :] if made.startswith(run.text) else None
 
-    def _catch_up(self, run: _Run, text: str) -> None:
-        """Send ``text`` of the earlier run that the client has not had yet."""
-        if not text:
-            return
-        job = run.job
-        if job.kind == CHAT:
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None}
-            obj = "chat.completion.chunk"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None}
-            obj = "text_completion"
-        chunk = {
-            "id": job.id,
-            "object": obj,
-            "created": 0,
-            "model": job.model,
-            "choices": [{**choice, "finish_reason": None}],
-        }
-        run.text += text
-        if run.assembly is not None:
-            run.assembly.add(chunk)
-            run.sink(Delta(job.id, text, run.tokens))
-        else:
-            run.sink(Delta(job.id, text, run.tokens, chunk=chunk))
-
-    # ------------------------------------------------------------ chunks
-    def _chunk(self, run: _Run, chunk: dict[str, Any], wants_ids: bool) -> None:
-        if not isinstance(chunk, dict):
-            raise UpstreamUnavailable(f"upstream {self.name} sent a chunk that is not an object")
-        if "error" in chunk:
-            err = chunk["error"]
-            raise BackendError(f"upstream {self.name}: {_message(err)}")
-        if "prompt_token_ids" in chunk:
-            top_ids = chunk["prompt_token_ids"]
-            if top_ids is not None and run.prompt_ids is None and not run.continued:
-                run.prompt_ids = list(top_ids)
-            if not wants_ids or run.continued:  # asked by laneway (or of the continuation): not shown
-                chunk["prompt_token_ids"] = None
-        if chunk.get("usage"):
-            run.usage = chunk["usage"]
-        choices = chunk.get("choices")
-        if not choices:
-            if "usage" in chunk:
-                run.usage_chunk = chunk
-                if run.assembly is not None:
-                    run.assembly.add(chunk)  # its system_fingerprint belongs to the answer
-            return
-        job = run.job
-        text = ""
-        ends = 0
-        for c in choices:
-            ids = c.get("token_ids")
-            pids = c.get("prompt_token_ids")
-            if pids is not None and run.prompt_ids is None and not run.continued:
-                run.prompt_ids = list(pids)
-            if ids is not None:
-                run.run_tokens += len(ids)
-                if c.get("index", 0) == 0:
-                    if run.out_ids is None:
-                        run.out_ids = []
-                    run.out_ids.extend(ids)
-            # ids laneway asked for itself are not shown (vLLM sends the keys as null then)
-            if not wants_ids:
-                if "token_ids" in c:
-                    c["token_ids"] = None
-                if "prompt_token_ids" in c:
-                    c["prompt_token_ids"] = None
-            elif run.continued and "prompt_token_ids" in c:
-                c["prompt_token_ids"] = None
-            piece = c.get("text") if run.via == COMPLETION else (c.get("delta") or {}).get("content")
-            if c.get("index", 0) == 0 and piece:
-                text += piece
-            if ids is None and piece:
-                run.run_tokens += 1  # an upstream without ids: counted per chunk until its usage says
-            if c.get("finish_reason") is not None:
-                ends += 1
-                if c.get("index", 0) == 0:
-                    run.finish = c["finish_reason"]
-        if run.continued:
-            if job.kind == CHAT and run.via == COMPLETION:
-                chunk = as_chat_chunk(chunk)
-            elif job.kind == CHAT:
-                _drop_role(chunk)
-                if not chunk["choices"]:
-                    return
-        run.text += text
-        counted = run.tokens + run.run_tokens
-        run.open -= ends
-        if ends and run.open <= 0:
-            run.held.append(chunk)  # sent with Done, which carries the laneway object
-            if run.assembly is not None:
-                run.assembly.add(chunk)
-            return
-        if run.assembly is not None:
-            run.assembly.add(chunk)
-            run.sink(Delta(job.id, text, counted))
-        else:
-            run.sink(Delta(job.id, text, counted, chunk=chunk))
-
-    def _finished(self, run: _Run) -> None:
-        usage = run.usage or {}
-        ran = usage.get("completion_tokens")
-        if _count(ran):  # the upstream's own count for this run
-            run.run_tokens = ran
-        if run.prompt_tokens is None:
-            prompt = usage.get("prompt_tokens")
-            if _count(prompt) and not run.continued:
-                run.prompt_tokens = prompt
-            elif run.prompt_ids is not None:
-                run.prompt_tokens = len(run.prompt_ids)
-            elif _count(prompt):  # a run resumed by text had the text so far in its prompt
-                run.prompt_tokens = max(prompt - run.tokens, 0)
-        run.tokens += run.run_tokens
-        run.run_tokens = 0
-        u = self._usage(run)
-        totals = {
-            **usage,
-            "prompt_tokens": u.prompt_tokens,
-            "completion_tokens": u.completion_tokens,
-            "total_tokens": u.total_tokens,
-        }
-        finish = run.finish or "stop"
-        if run.assembly is not None:
-            answer = run.assembly.answer(totals)
-            self._end(run, Done(run.job.id, finish, u, run.text, response=answer))
-            return
-        chunks = list(run.held)
-        uc = run.usage_chunk
-        options = (run.job.body or {}).get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            if uc is None:
-                uc = {"object": chunks[-1].get("object") if chunks else "text_completion", "choices": []}
-            uc["usage"] = totals
-            chunks.append(uc)
-        elif uc is not None and uc.get("system_fingerprint") and chunks:
-            chunks[-1].setdefault("system_fingerprint", uc["system_fingerprint"])
-        self._end(run, Done(run.job.id, finish, u, run.text, chunks=tuple(chunks)))
-
-    def _usage(self, run: _Run) -> Usage:
-        return Usage(run.prompt_tokens or 0, run.tokens + run.run_tokens)
-
-    def _end(self, run: _Run, event: Done | Failed) -> None:
+    def _end(self, run: Run, event: Done | Failed) -> None:
         if self._runs.get(run.job.id) is run:
             del self._runs[run.job.id]
             run.task = None
             run.sink(event)
 
 
-def request_body(job: Job) -> dict[str, Any]:
-    """The OpenAI request a job made in code stands for (its sampling parameters, as given)."""
-    p = job.params
-    body: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p}
-    if p.max_tokens is not None:
-        body["max_tokens"] = p.max_tokens
-    if p.seed is not None:
-        body["seed"] = p.seed
-    if p.stop:
-        body["stop"] = list(p.stop)
-    if p.ignore_eos:
-        body["ignore_eos"] = True
-    if job.kind == CHAT:
-        body["messages"] = [dict(m) for m in job.messages or ()]
-        if job.continue_final:
-            body["continue_final_message"] = True
-            body["add_generation_prompt"] = False
-    elif job.kind == COMPLETION:
-        body["prompt"] = job.prompt
-    return body
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _choices(job: Job) -> int:
-    """How many choices an answer has: ``n`` per prompt."""
-    body = job.body or {}
-    n = body.get("n")
-    n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-    prompt = body.get("prompt")
-    prompts = 1
-    if isinstance(prompt, list) and prompt and not all(isinstance(t, int) for t in prompt):
-        prompts = len(prompt)
-    return n * prompts
-
-
-def _drop_role(chunk: dict[str, Any]) -> None:
-    """A chat run resumed by text announces the role again: the client already has it."""
-    kept = []
-    for c in chunk.get("choices") or ():
-        delta = c.get("delta")
-        if isinstance(delta, dict):
-            delta.pop("role", None)
-            empty = not delta or delta == {"content": ""}
-            if empty and c.get("finish_reason") is None and not c.get("logprobs") and "token_ids" not in c:
-                continue
-        kept.append(c)
-    chunk["choices"] = kept
-
-
-def _message(err: Any) -> str:
-    return str(err.get("message") or err) if isinstance(err, dict) else str(err)
-
-
 def _error_from(status: int, raw: bytes, name: str) -> Exception:
     """The client-facing error for an upstream's error answer."""
     try:
-        message = _message(json.loads(raw)["error"])
+        message = message_of(json.loads(raw)["error"])
     except (ValueError, KeyError, TypeError):
         message = raw.decode("utf-8", "replace")[:MAX_ERROR_CHARS] or f"HTTP {status}"
     text = f"upstream {name}: {message}"

@@ -1,0 +1,259 @@
+"""What an upstream's stream means for a job, over every run of it.
+
+A job on an upstream may run several times (a preempted one is resumed as a
+new run): :class:`Run` keeps what all of them made — the text, the token ids,
+the usage, the whole answer for a client that does not stream — and turns
+each chunk of the current run into the job's events: a ``Delta`` carrying the
+chunk to forward (cleaned of the ids laneway asked for itself, turned back
+into a chat chunk for a chat job resumed through ``/completions``), or, for
+the chunk that ends the answer, kept for the ``Done`` (which carries the
+``laneway`` object).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneway.backends.base import Sink
+from laneway.backends.continuation import as_chat_chunk
+from laneway.backends.http import Exchange
+from laneway.errors import BackendError
+from laneway.generation import CHAT, COMPLETION, Delta, Done, Job, Usage
+from laneway.protocol.assemble import Assembly
+
+
+class UpstreamUnavailable(BackendError):
+    """The upstream could not be reached, stalled, or answered 429/5xx; another worker may do."""
+
+    retryable = True
+
+
+@dataclass(eq=False)
+class Run:
+    """A job on an upstream, over all its runs."""
+
+    job: Job
+    sink: Sink
+    source: str  # the worker, for messages
+    text: str = ""  # choice 0's text so far
+    tokens: int = 0  # completion tokens so far, over the runs that ended
+    prompt_ids: list[int] | None = None
+    out_ids: list[int] | None = None  # generated ids so far (None: the upstream gave none)
+    prompt_tokens: int | None = None  # of the original prompt, once the upstream said
+    usage: dict[str, Any] | None = None  # the upstream's last usage object (its details kept)
+    assembly: Assembly | None = None  # the whole answer so far, for a client that does not stream
+    runs: int = 0
+    # this run
+    via: str = ""  # the endpoint of this run (a chat job resumed by ids runs as a completion)
+    continued: bool = False  # this run continues an earlier one
+    open: int = 1  # choices not finished yet
+    run_tokens: int = 0
+    finish: str | None = None
+    held: list[dict[str, Any]] = field(default_factory=list)  # the chunk that ends it (sent with Done)
+    usage_chunk: dict[str, Any] | None = None
+    exchange: Exchange | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def wants_ids(self) -> bool:
+        """Whether the client asked for token ids itself (else laneway's own are not shown)."""
+        return bool(self.job.body and self.job.body.get("return_token_ids"))
+
+    def begin(self) -> None:
+        """A new run starts (its endpoint and ``continued`` are set)."""
+        self.runs += 1
+        self.open = choices_of(self.job)
+        self.run_tokens = 0
+        self.finish = None
+        self.held = []
+        self.usage_chunk = None
+
+    def stopped(self) -> None:
+        """The run was stopped (preempted): what it made counts from now on."""
+        self.tokens += self.run_tokens
+        self.run_tokens = 0
+
+    def reset(self) -> None:
+        """Forget the progress: the job starts again from scratch."""
+        self.text, self.tokens, self.out_ids, self.prompt_ids, self.usage = "", 0, None, None, None
+        self.runs = 0
+        if self.assembly is not None:
+            self.assembly = Assembly()
+
+    def usage_so_far(self) -> Usage:
+        return Usage(self.prompt_tokens or 0, self.tokens + self.run_tokens)
+
+    def catch_up(self, text: str) -> None:
+        """Send ``text`` of the earlier run that the client has not had yet."""
+        if not text:
+            return
+        job = self.job
+        if job.kind == CHAT:
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None}
+            obj = "text_completion"
+        chunk = {
+            "id": job.id,
+            "object": obj,
+            "created": 0,
+            "model": job.model,
+            "choices": [{**choice, "finish_reason": None}],
+        }
+        self.text += text
+        if self.assembly is not None:
+            self.assembly.add(chunk)
+            self.sink(Delta(job.id, text, self.tokens))
+        else:
+            self.sink(Delta(job.id, text, self.tokens, chunk=chunk))
+
+    def take(self, chunk: dict[str, Any]) -> None:
+        """One chunk of this run: note its ids and usage, then forward it (or keep it)."""
+        wants_ids = self.wants_ids
+        if not isinstance(chunk, dict):
+            raise UpstreamUnavailable(f"upstream {self.source} sent a chunk that is not an object")
+        if "error" in chunk:
+            err = chunk["error"]
+            raise BackendError(f"upstream {self.source}: {message_of(err)}")
+        if "prompt_token_ids" in chunk:
+            top_ids = chunk["prompt_token_ids"]
+            if top_ids is not None and self.prompt_ids is None and not self.continued:
+                self.prompt_ids = list(top_ids)
+            if not wants_ids or self.continued:  # asked by laneway (or of the continuation): not shown
+                chunk["prompt_token_ids"] = None
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices:
+            if "usage" in chunk:
+                self.usage_chunk = chunk
+                if self.assembly is not None:
+                    self.assembly.add(chunk)  # its system_fingerprint belongs to the answer
+            return
+        job = self.job
+        text = ""
+        ends = 0
+        for c in choices:
+            ids = c.get("token_ids")
+            pids = c.get("prompt_token_ids")
+            if pids is not None and self.prompt_ids is None and not self.continued:
+                self.prompt_ids = list(pids)
+            if ids is not None:
+                self.run_tokens += len(ids)
+                if c.get("index", 0) == 0:
+                    if self.out_ids is None:
+                        self.out_ids = []
+                    self.out_ids.extend(ids)
+            # ids laneway asked for itself are not shown (vLLM sends the keys as null then)
+            if not wants_ids:
+                if "token_ids" in c:
+                    c["token_ids"] = None
+                if "prompt_token_ids" in c:
+                    c["prompt_token_ids"] = None
+            elif self.continued and "prompt_token_ids" in c:
+                c["prompt_token_ids"] = None
+            piece = c.get("text") if self.via == COMPLETION else (c.get("delta") or {}).get("content")
+            if c.get("index", 0) == 0 and piece:
+                text += piece
+            if ids is None and piece:
+                self.run_tokens += 1  # an upstream without ids: counted per chunk until its usage says
+            if c.get("finish_reason") is not None:
+                ends += 1
+                if c.get("index", 0) == 0:
+                    self.finish = c["finish_reason"]
+        if self.continued:
+            if job.kind == CHAT and self.via == COMPLETION:
+                chunk = as_chat_chunk(chunk)
+            elif job.kind == CHAT:
+                _drop_role(chunk)
+                if not chunk["choices"]:
+                    return
+        self.text += text
+        counted = self.tokens + self.run_tokens
+        self.open -= ends
+        if ends and self.open <= 0:
+            self.held.append(chunk)  # sent with Done, which carries the laneway object
+            if self.assembly is not None:
+                self.assembly.add(chunk)
+            return
+        if self.assembly is not None:
+            self.assembly.add(chunk)
+            self.sink(Delta(job.id, text, counted))
+        else:
+            self.sink(Delta(job.id, text, counted, chunk=chunk))
+
+    def ended(self) -> Done:
+        """The end of this run's stream: the job's ``Done``, with the upstream's usage."""
+        usage = self.usage or {}
+        ran = usage.get("completion_tokens")
+        if _count(ran):  # the upstream's own count for this run
+            self.run_tokens = ran
+        if self.prompt_tokens is None:
+            prompt = usage.get("prompt_tokens")
+            if _count(prompt) and not self.continued:
+                self.prompt_tokens = prompt
+            elif self.prompt_ids is not None:
+                self.prompt_tokens = len(self.prompt_ids)
+            elif _count(prompt):  # a run resumed by text had the text so far in its prompt
+                self.prompt_tokens = max(prompt - self.tokens, 0)
+        self.tokens += self.run_tokens
+        self.run_tokens = 0
+        u = self.usage_so_far()
+        totals = {
+            **usage,
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens,
+        }
+        finish = self.finish or "stop"
+        if self.assembly is not None:
+            answer = self.assembly.answer(totals)
+            return Done(self.job.id, finish, u, self.text, response=answer)
+        chunks = list(self.held)
+        uc = self.usage_chunk
+        options = (self.job.body or {}).get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            if uc is None:
+                uc = {"object": chunks[-1].get("object") if chunks else "text_completion", "choices": []}
+            uc["usage"] = totals
+            chunks.append(uc)
+        elif uc is not None and uc.get("system_fingerprint") and chunks:
+            chunks[-1].setdefault("system_fingerprint", uc["system_fingerprint"])
+        return Done(self.job.id, finish, u, self.text, chunks=tuple(chunks))
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def choices_of(job: Job) -> int:
+    """How many choices an answer has: ``n`` per prompt."""
+    body = job.body or {}
+    n = body.get("n")
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+    prompt = body.get("prompt")
+    prompts = 1
+    if isinstance(prompt, list) and prompt and not all(isinstance(t, int) for t in prompt):
+        prompts = len(prompt)
+    return n * prompts
+
+
+def _drop_role(chunk: dict[str, Any]) -> None:
+    """A chat run resumed by text announces the role again: the client already has it."""
+    kept = []
+    for c in chunk.get("choices") or ():
+        delta = c.get("delta")
+        if isinstance(delta, dict):
+            delta.pop("role", None)
+            empty = not delta or delta == {"content": ""}
+            if empty and c.get("finish_reason") is None and not c.get("logprobs") and "token_ids" not in c:
+                continue
+        kept.append(c)
+    chunk["choices"] = kept
+
+
+def message_of(err: Any) -> str:
+    return str(err.get("message") or err) if isinstance(err, dict) else str(err)

@@ -1,0 +1,65 @@
+"""Reading the values laneway itself uses out of a request body, with errors naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from laneway.errors import InvalidRequest
+from laneway.generation import CHAT
+
+MAX_TOKENS_LIMIT = 1 << 31  # a max_tokens beyond any context window is a mistake, not a wish
+
+
+def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be true or false, got {value!r}", param=name)
+    return value
+
+
+def stop_strings(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(value)
+    raise InvalidRequest("stop must be a string or a list of strings", param="stop")
+
+
+def max_tokens(body: Mapping[str, Any], kind: str) -> int | None:
+    name = "max_completion_tokens" if kind == CHAT and body.get("max_completion_tokens") is not None else None
+    value = body.get(name) if name else body.get("max_tokens")
+    name = name or "max_tokens"
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < MAX_TOKENS_LIMIT:
+        raise InvalidRequest(f"{name} must be a whole number ≥ 1, got {value!r}", param=name)
+    return value
+
+
+def stream_options(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    stream = flag(body, "stream", False)
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not isinstance(options, dict):
+            raise InvalidRequest("stream_options must be an object", param="stream_options")
+        include_usage = flag(options, "include_usage", False)
+    return stream, include_usage
+
+
+def message_list(value: object) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("messages must be a non-empty list of message objects", param="messages")
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise InvalidRequest(
+                f"messages[{i}] must be an object with a role and content", param=f"messages[{i}]"
+            )
+        if not isinstance(m.get("role"), str):
+            raise InvalidRequest(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
+    return value
