@@ -48,7 +48,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from gateway_bench import Connection, _load, _run_fast, pct, post_bytes, wrk
+from gateway_bench import Connection, _load, _run_fast, added, post_bytes, wrk
 from laneway.testing import serve_process, standin_process, vllm_process
 
 HOST = "127.0.0.1"
@@ -203,13 +203,7 @@ async def added_latency(direct_port: int, via_port: int, requests: int) -> dict[
     finally:
         await a.close()
         await b.close()
-    out: dict[str, Any] = {}
-    for name, xs in (("direct", direct), ("laneway", via)):
-        out[f"{name}_p50_ms"] = pct(xs, 50) * 1e3
-        out[f"{name}_p99_ms"] = pct(xs, 99) * 1e3
-    out["added_p50_ms"] = out["laneway_p50_ms"] - out["direct_p50_ms"]
-    out["added_p99_ms"] = out["laneway_p99_ms"] - out["direct_p99_ms"]
-    return out
+    return added(direct, via, "laneway")
 
 
 def throughput(url: str, port: int, cpu_s: Any, args: argparse.Namespace) -> dict[str, Any]:
