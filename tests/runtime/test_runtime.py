@@ -196,7 +196,7 @@ def test_a_request_s_size_is_its_estimate_before_its_class_has_history() -> None
         short = rt.sched.service.overall  # what an unmeasured class would borrow: ~8 ms
         est = rt.sched.get(ticket.id).est_s
         assert est > 100 * short
-        assert 1.0 < est < 4.0  # 1,000 tokens at the 500 tokens/s measured on the short ones
+        assert 4.0 > est > 1.0  # 1,000 tokens at the 500 tokens/s measured on the short ones
         rt.cancel(ticket)
         assert rt.sizing.decode_tokens_s["sim"] > 0
 
