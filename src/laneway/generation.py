@@ -123,11 +123,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
 
-    @property
-    def seeded_sampling(self) -> bool:
-        """Sampling whose text depends on a seed (not repeatable across a resume)."""
-        return self.seed is not None and not self.greedy
-
 
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
