@@ -28,8 +28,9 @@ def builtin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 @pytest.fixture
-def client(builtin: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=builtin.base_url, api_key="unused", max_retries=0, timeout=60)
+def client(builtin: LiveServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=builtin.base_url, api_key="unused", max_retries=0, timeout=60) as c:
+        yield c
 
 
 def test_chat_logprobs_in_openai_shape(client: openai.OpenAI) -> None:

@@ -156,8 +156,10 @@ def test_gateway_in_front_of_an_upstream_preempts_and_resumes(
         "up", type="upstream", url=upstream, model=MODEL, served_name="tiny", slots=1, token_ids=token_ids
     )
     cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path)
-    with live_server(cfg) as server:
-        c = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+    with (
+        live_server(cfg) as server,
+        openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as c,
+    ):
 
         def p3() -> openai.types.Completion:
             return c.completions.create(
@@ -199,8 +201,10 @@ def test_gateway_retries_on_another_worker_and_maps_upstream_errors(upstream: st
         "up", type="upstream", url=upstream, model=MODEL, served_name="tiny", slots=1, token_ids="none"
     )
     cfg = replace(ServerConfig(), workers=(dead, alive), data_dir=tmp_path)
-    with live_server(cfg) as server:
-        c = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
+    with (
+        live_server(cfg) as server,
+        openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60) as c,
+    ):
         for i in range(3):
             out = c.completions.create(model="tiny", prompt=f"retry {i}", max_tokens=5, temperature=0)
             assert out.model_extra["laneway"]["worker"] == "up"
