@@ -158,3 +158,36 @@ def test_window_seconds() -> None:
     for bad in ("", "24", "h", "0s", "31d", 24, None, json):
         with pytest.raises(ValueError):
             window_seconds(bad)
+
+
+def test_hostile_lines_fail_the_batch_line_by_line_never_wedge_it(batch_server: LiveServer) -> None:
+    c = client(batch_server.base_url)
+    good = json.dumps(chat_line("fine-1"))
+    lines = [
+        good,
+        '{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": '
+        + "[" * 5000
+        + "]" * 5000
+        + "}",
+        good.replace('"fine-1"', '"\\ud800"', 1),  # a lone surrogate as the custom_id
+        json.dumps(chat_line("sur")).replace(
+            '"content": "sur"', '"content": "\\udfff"'
+        ),  # ... and in the body
+        json.dumps(chat_line("big")).replace(
+            '"max_tokens": 3', '"max_tokens": 3, "temperature": 1' + "0" * 400
+        ),
+        json.dumps(chat_line("inf")).replace('"max_tokens": 3', '"max_tokens": 3, "top_p": 1e999'),
+    ]
+    b = wait(c, submit(c, lines).id, timeout_s=20)
+    assert b.status == "failed"
+    got = [(e.line, e.code, e.param) for e in b.errors.data]
+    assert got == [
+        (2, "invalid_json_line", None),
+        (3, "invalid_json_line", "custom_id"),
+        (4, "invalid_json_line", "body.messages[0].content"),
+        (5, "invalid_json_line", "body.temperature"),
+        (6, "invalid_json_line", "body.top_p"),
+    ]
+    err = lines_of(c, b.error_file_id)
+    assert [e["error"]["line"] for e in err] == [2, 3, 4, 5, 6]
+    assert all(e["custom_id"] is None for e in err)  # none of them could be read

@@ -12,10 +12,12 @@ from collections.abc import AsyncIterator, Mapping
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from laneway.api import batches, completions, files, info
-from laneway.api.errors import on_http_error, on_request_error, on_unexpected
+from laneway.api.errors import on_http_error, on_request_error
+from laneway.api.guard import Guard
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.errors import RequestError
@@ -85,8 +87,8 @@ def create_app(
         exception_handlers={
             RequestError: on_request_error,
             HTTPException: on_http_error,
-            Exception: on_unexpected,
         },
+        middleware=[Middleware(Guard)],
     )
     # "/v1/chat/completions/" is an unknown route (404 in OpenAI's shape), not a
     # redirect that clients would follow with a GET

@@ -86,7 +86,7 @@ async def create(request: Request) -> Response:
     endpoint = body.get("endpoint")
     if endpoint is None:
         raise InvalidRequest(f"endpoint is required (one of: {', '.join(ENDPOINTS)})", param="endpoint")
-    if endpoint not in ENDPOINTS:
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise InvalidRequest(
             f"endpoint must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}", param="endpoint"
         )
@@ -153,6 +153,7 @@ async def list_batches(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     config, store, runner, record = await _batch(request)
+    moved = False
     for _ in range(3):  # the runner may move it (validating → in_progress) in between
         if record.status not in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS):
             break
@@ -161,7 +162,8 @@ async def cancel(request: Request) -> Response:
         if moved:
             runner.poke(record.id)
             break
-    if record.status not in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+    # cancelling again while it stops is answered with the batch; once it has ended, 409
+    if not moved and record.status is not BatchStatus.CANCELLING:
         raise Conflict(
             f"batch {record.id} is {record.status.value}: it cannot be cancelled", param="batch_id"
         )

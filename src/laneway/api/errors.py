@@ -57,8 +57,3 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     for name, value in (exc.headers or {}).items():
         resp.headers[name] = value
     return resp
-
-
-async def on_unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_json(500, "internal error; the server log has the details", "server_error", "internal_error")

@@ -42,7 +42,12 @@ async def upload(request: Request) -> Response:
     tenant = tenant_of(request, config)
     limit = config.batches.max_file_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit + FORM_OVERHEAD:
+    if (
+        declared is not None
+        and declared.isascii()
+        and declared.isdigit()
+        and int(declared) > limit + FORM_OVERHEAD
+    ):
         raise PayloadTooLarge(f"the upload is {declared} bytes; files may have at most {limit}")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequest("upload a file as multipart/form-data with fields 'file' and 'purpose'")

@@ -79,7 +79,7 @@ def limit_param(query: Mapping[str, str], maximum: int = MAX_LIMIT) -> int:
     raw = query.get("limit")
     if raw is None:
         return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= maximum:
         raise InvalidRequest(f"limit must be a whole number from 1 to {maximum}, got {raw!r}", param="limit")
     return int(raw)
 

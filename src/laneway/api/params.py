@@ -5,7 +5,6 @@ The body itself (the job, what to forward) is read by :mod:`laneway.protocol.req
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +12,7 @@ from starlette.requests import Request
 
 from laneway.config.schema import ServerConfig, TenantConfig
 from laneway.errors import InvalidRequest, PayloadTooLarge, Unauthorized
+from laneway.protocol import json_input
 
 PRIORITY_HEADER = "x-laneway-priority"
 
@@ -20,7 +20,7 @@ PRIORITY_HEADER = "x-laneway-priority"
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object; 413 past ``limit`` bytes, 400 if it is not JSON."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the request body is {declared} bytes; the limit is {limit}")
     chunks: list[bytes] = []
     size = 0
@@ -29,10 +29,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise PayloadTooLarge(f"the request body is over the limit of {limit} bytes")
         chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
+    body = json_input.loads(b"".join(chunks))
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
     return body

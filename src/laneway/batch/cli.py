@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -26,6 +25,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from laneway.batch.window import window_seconds
 from laneway.core import ClassTable
+from laneway.protocol import json_input
+from laneway.protocol.json_input import BadJSON
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 ENDED = ("completed", "failed", "expired", "cancelled")
@@ -136,11 +137,9 @@ def _endpoint(path: Path) -> str:
                 continue
             where = f"{path}: line {number}"
             try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise BatchCliError(f"{where} is not valid JSON: {exc.msg} (column {exc.colno})") from None
-            except ValueError:  # not UTF-8
-                raise BatchCliError(f"{where} is not UTF-8 text") from None
+                obj = json_input.loads(raw, where)
+            except BadJSON as exc:
+                raise BatchCliError(exc.message if exc.param is None else f"{where}: {exc.message}") from None
             if not isinstance(obj, dict):
                 raise BatchCliError(f"{where} is not a JSON object")
             url = obj.get("url")

@@ -17,6 +17,8 @@ from typing import Any
 from laneway.config.schema import ServerConfig
 from laneway.errors import ModelNotFound, RequestError
 from laneway.generation import CHAT, COMPLETION, EMBEDDING
+from laneway.protocol import json_input
+from laneway.protocol.json_input import BadJSON
 from laneway.protocol.requests import Support, parse_request
 from laneway.store.base import NewLine
 
@@ -58,9 +60,10 @@ def validate_input(
             )
             continue
         try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            out.bad(number, "invalid_json_line", f"not valid JSON: {exc}")
+            obj = json_input.loads(raw, "the line")
+        except BadJSON as exc:
+            where = f" (at {exc.param})" if exc.param else ""
+            out.bad(number, "invalid_json_line", exc.message + where, exc.param)
             continue
         if not isinstance(obj, dict):
             out.bad(number, "invalid_json_line", "each line must be a JSON object")

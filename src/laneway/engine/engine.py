@@ -16,6 +16,7 @@ step-by-step decoding (~1e-6 in the logits).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from laneway.generation import (
     Usage,
 )
 
+log = logging.getLogger("laneway.engine")
 MODES = ("checkpoint", "recompute")
 DEFAULT_SPILL_BUDGET = 1 << 30  # bytes of KV checkpoints held in host memory
 
@@ -291,6 +293,15 @@ class Engine:
         self._drop_rows([seq] if seq.row >= 0 else [])
         return True
 
+    def _fail(self, seqs: list[_Seq], exc: Exception) -> None:
+        """``seqs`` end with :class:`Failed` (their rows are the caller's to drop)."""
+        log.error("engine step failed for %s: %r", ", ".join(s.job.id for s in seqs), exc)
+        err = BackendError(f"engine failure: {exc}")
+        for seq in seqs:
+            if self.by_id.pop(seq.job.id, None) is not None:
+                seq.restored = None
+                seq.sink(Failed(seq.job.id, err))
+
     def fail_all(self, exc: Exception) -> None:
         """The engine cannot go on: every job here ends with :class:`Failed`."""
         err = BackendError(f"engine failure: {exc}")
@@ -314,9 +325,19 @@ class Engine:
             if self.joining:  # a round of prefills: each joining sequence makes its first token
                 joining, self.joining = self.joining, []
                 for seq in joining:
-                    self._join(seq)
+                    try:
+                        self._join(seq)
+                    except Exception as exc:  # that request's failure only
+                        self._fail([seq], exc)
+                        if seq in self.rows:
+                            self._drop_rows([seq])
             elif self.rows:
-                self._decode()
+                try:
+                    self._decode()
+                except Exception as exc:  # the batch's forward pass broke: its requests fail
+                    self._fail(list(self.rows), exc)
+                    self.rows.clear()
+                    self.batch = KVBatch(self.model.config, self.model.device)
         dt = time.perf_counter() - t0
         self.stats.busy_s += dt
 
@@ -352,12 +373,17 @@ class Engine:
             use_cache=True,
         )
         logits = out.logits[:, -1] + self._bias
-        ended = []
+        ended, failed = [], []
         for i, seq in enumerate(rows):
             seq.kv_len += 1
-            if self._emit(seq, logits[i]):
-                ended.append(seq)
-        self._drop_rows(ended)
+            try:
+                if self._emit(seq, logits[i]):
+                    ended.append(seq)
+            except Exception as exc:  # sampling this one broke: it fails, the others go on
+                failed.append((seq, exc))
+        for seq, exc in failed:
+            self._fail([seq], exc)
+        self._drop_rows(ended + [seq for seq, _ in failed])
         dt = time.perf_counter() - t0
         st = self.stats
         st.steps += 1

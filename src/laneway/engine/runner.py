@@ -19,6 +19,7 @@ from laneway.generation import Checkpoint, Job
 
 T = TypeVar("T")
 IDLE_POLL_S = 0.5
+MAX_BROKEN_STEPS = 3  # steps in a row failing as a whole before the engine counts as down
 
 
 class EngineRunner:
@@ -84,13 +85,17 @@ class EngineRunner:
 
     def _loop(self) -> None:
         engine = self.engine
+        broken = 0  # steps in a row that failed as a whole
         while self._drain(block=not engine.has_work):
             if not engine.has_work:
                 continue
             try:
                 engine.step()
-            except Exception as exc:  # the model broke: fail every job, stop taking work
-                self.error = exc
-                self._closed = True
+                broken = 0
+            except Exception as exc:  # outside any one request: every job here fails, once
+                broken += 1
                 engine.fail_all(exc)
-                return
+                if broken >= MAX_BROKEN_STEPS:  # the engine itself is broken: stop taking work
+                    self.error = exc
+                    self._closed = True
+                    return

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laneway.batch import results
-from laneway.batch.validate import ENDPOINTS, validate_input
+from laneway.batch.validate import ENDPOINTS, Validated, validate_input
 from laneway.errors import Deferred, GenerationFailed, RequestError
 from laneway.generation import RESUME_NONE
 from laneway.protocol.requests import parse_request
@@ -48,6 +48,7 @@ from laneway.store.base import (
 
 log = logging.getLogger("laneway.batches")
 
+DRIVER_RETRY_MAX_S = 300.0  # the longest wait before a failed driver runs again
 MAX_LISTED_ERRORS = 1000  # validation errors listed in the batch object (the error file has all)
 MAX_RETRY_AFTER_S = 30.0
 RETRY_FAILED_S = 1.0  # back-off before running a line again after a worker failure
@@ -85,6 +86,8 @@ class BatchRunner:
         slots = sum(w.capacity().slots for w in runtime.workers.values())
         self.max_in_flight = self.cfg.max_in_flight or max(8, 2 * slots)
         self._drivers: dict[str, _Driver] = {}
+        self._failures: dict[str, int] = {}  # batch -> driver failures in a row
+        self._retry_at: dict[str, float] = {}  # batch -> when its failed driver may run again
         self._housekeeper: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -120,8 +123,8 @@ class BatchRunner:
         metrics.batch_running.set(sum(len(d.running) for d in self._drivers.values()))
 
     def track(self, batch_id: str) -> None:
-        """Drive ``batch_id`` (if no driver does yet)."""
-        if self.closed or batch_id in self._drivers:
+        """Drive ``batch_id`` (if no driver does yet, and it is not waiting to be tried again)."""
+        if self.closed or batch_id in self._drivers or self._retry_at.get(batch_id, 0.0) > self.clock():
             return
         d = _Driver(batch_id)
         self._drivers[batch_id] = d
@@ -139,7 +142,25 @@ class BatchRunner:
         if self._drivers.get(d.batch_id) is d:
             del self._drivers[d.batch_id]
         if not task.cancelled() and task.exception() is not None:
-            log.error("batch %s: driver failed", d.batch_id, exc_info=task.exception())
+            # housekeeping tries it again, each time after twice as long (a store that is
+            # briefly unwritable), logging the traceback once
+            failures = self._failures.get(d.batch_id, 0) + 1
+            self._failures[d.batch_id] = failures
+            delay = min(DRIVER_RETRY_MAX_S, self.cfg.poll_s * 2**failures)
+            self._retry_at[d.batch_id] = self.clock() + delay
+            if failures == 1:
+                log.error("batch %s: driver failed", d.batch_id, exc_info=task.exception())
+            else:
+                log.error(
+                    "batch %s: driver failed again (%d times): %r; next try in %.0f s",
+                    d.batch_id,
+                    failures,
+                    task.exception(),
+                    delay,
+                )
+        else:
+            self._failures.pop(d.batch_id, None)
+            self._retry_at.pop(d.batch_id, None)
 
     async def _housekeeping(self) -> None:
         renewed = self.clock()
@@ -211,9 +232,14 @@ class BatchRunner:
             ]
             await self.store.fail_batch(b.id, errors, None, now)
             return await self._reread(b)
-        checked = await asyncio.to_thread(
-            validate_input, content, b.endpoint, self.rt.config, self.rt.support
-        )
+        try:
+            checked = await asyncio.to_thread(
+                validate_input, content, b.endpoint, self.rt.config, self.rt.support
+            )
+        except Exception as exc:  # a file that breaks the checker fails its batch, not the runner
+            log.exception("batch %s: validation failed", b.id)
+            checked = Validated()
+            checked.bad(None, "validation_error", f"the input file could not be validated: {exc!r}")
         if checked.errors:
             lines = [
                 results.unanswered(checked.custom_ids.get(e["line"]), e["code"], e["message"], e["line"])
