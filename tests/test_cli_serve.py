@@ -55,6 +55,14 @@ def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "workers.w0" in line
 
 
+def test_a_damaged_store_is_one_line_at_start(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "laneway.db").write_bytes(b"")  # e.g. a disk that filled up, a bad copy
+    line = error_line(capsys, ["serve", "--data-dir", str(tmp_path), "--port", "0"])
+    assert "laneway.db is empty" in line
+    (tmp_path / "laneway.db").write_bytes(b"not a database" * 500)
+    assert "laneway.db cannot be used" in error_line(capsys, ["serve", "--data-dir", str(tmp_path)])
+
+
 def test_serve_starts_answers_and_stops(tmp_path: Path) -> None:
     cfg = tmp_path / "sim.toml"
     cfg.write_text(SIM_CONFIG.format(data=tmp_path / "data"), encoding="utf-8")

@@ -240,3 +240,44 @@ def test_a_store_of_a_newer_version_is_refused(tmp_path: Path) -> None:
     raw.execute("PRAGMA user_version=2")
     raw.close()
     SQLiteDB(tmp_path).close()  # the refusal let the data directory's lock go
+
+
+# ---------------------------------------------------------------------- a damaged or foreign file
+
+
+def _filled(data_dir: Path, n: int = 400) -> Path:
+    db = SQLiteDB(data_dir)
+    for i in range(n):
+        db.put_file(FileRecord(f"file-{i}", "t", "batch", "x.jsonl", 2000, 1), b"x" * 2000)
+    db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return data_dir / "laneway.db"
+
+
+def test_a_new_store_is_private_to_its_owner(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    SQLiteDB(data).close()
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert (data / "laneway.db").stat().st_mode & 0o777 == 0o600
+    assert not (data / "laneway.db.new").exists()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage pages", "not sqlite"])
+def test_a_damaged_store_is_refused_in_one_line_never_started_empty(tmp_path: Path, damage: str) -> None:
+    path = _filled(tmp_path)
+    raw = path.read_bytes()
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 3])
+    elif damage == "garbage pages":
+        path.write_bytes(raw[:8192] + bytes(range(256)) * 64 + raw[8192 + 16384 :])
+    else:
+        path.write_bytes(b"hello, this is not a database\n" * 200)
+    with pytest.raises(StoreError) as info:
+        SQLiteDB(tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and "move it away" in message
+    assert path.stat().st_size == len(path.read_bytes())  # left as it was for the user to look at
+    path.unlink()
+    SQLiteDB(tmp_path).close()  # the lock was let go: with the file moved away, it starts

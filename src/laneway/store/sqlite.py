@@ -52,40 +52,99 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
     return BatchRecord(*values)
 
 
+def _has_wal(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
+
+
+def _create(path: Path) -> None:
+    """A new, empty store at ``path``: made beside it (owner-only) and renamed into place,
+    so that a crash never leaves a half-made one."""
+    new = path.with_name(path.name + ".new")
+    new.unlink(missing_ok=True)
+    os.close(os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    conn = sqlite3.connect(new, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for stmt in q.CREATE:
+            conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version={q.SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    fd = os.open(new, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(new, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 class SQLiteDB:
     """The store's operations, synchronous, on one connection (use from one thread at a time)."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: other tenants' lines
+            self._lock = os.open(data_dir / q.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}") from None
         self.path = data_dir / q.DB_NAME
-        self._lock = os.open(data_dir / q.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._lock)
             raise StoreError(f"another laneway server is using the data directory {data_dir}") from None
         try:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            for pragma in q.PRAGMAS:
-                self.conn.execute(pragma)
-            with self._tx():
-                version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > q.SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{self.path} was written by a newer laneway (store version {version}; "
-                        f"this one reads up to {q.SCHEMA_VERSION})"
-                    )
-                for stmt in q.CREATE:
-                    self.conn.execute(stmt)
-                for old in range(version or q.SCHEMA_VERSION, q.SCHEMA_VERSION):  # none for a new store
-                    for stmt in q.MIGRATIONS[old]:
-                        self.conn.execute(stmt)
-                self.conn.execute(f"PRAGMA user_version={q.SCHEMA_VERSION}")
-                # we hold the lock: whatever is still running was orphaned by a crash
-                self.recovered = self.conn.execute(q.RELEASE_ALL).rowcount
+            self._open()
+        except sqlite3.Error as exc:
+            os.close(self._lock)
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            raise StoreError(
+                f"{self.path} cannot be used ({exc}); restore it from a backup, or move it "
+                "away to start with an empty store"
+            ) from None
         except BaseException:
             os.close(self._lock)
             raise
+
+    def _open(self) -> None:
+        if not self.path.exists():
+            _create(self.path)
+        elif self.path.stat().st_size == 0 and not _has_wal(self.path):
+            # (laneway makes a new store whole, then renames it into place: an empty
+            # file is something else, or a store that was lost; never start on it silently)
+            raise StoreError(
+                f"{self.path} is empty (0 bytes), not a laneway store; move it away to start "
+                "with an empty store, or restore it from a backup"
+            )
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        for pragma in q.PRAGMAS:
+            self.conn.execute(pragma)
+        problems = [row[0] for row in self.conn.execute("PRAGMA quick_check(1)")]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError("damaged: " + " ".join(" ".join(problems).split()))
+        with self._tx():
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > q.SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} was written by a newer laneway (store version {version}; "
+                    f"this one reads up to {q.SCHEMA_VERSION})"
+                )
+            for stmt in q.CREATE:
+                self.conn.execute(stmt)
+            for old in range(version or q.SCHEMA_VERSION, q.SCHEMA_VERSION):  # none for a new store
+                for stmt in q.MIGRATIONS[old]:
+                    self.conn.execute(stmt)
+            self.conn.execute(f"PRAGMA user_version={q.SCHEMA_VERSION}")
+            # we hold the lock: whatever is still running was orphaned by a crash
+            self.recovered = self.conn.execute(q.RELEASE_ALL).rowcount
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
