@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import resource
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -14,6 +15,7 @@ import uvicorn
 from laneway.api import create_app
 from laneway.backends.base import Worker
 from laneway.config import ServerConfig, WorkerConfig
+from laneway.connections import uvicorn_options
 from laneway.runtime import Runtime
 
 START_TIMEOUT_S = 60.0
@@ -50,7 +52,16 @@ def sim_config(
 @contextlib.contextmanager
 def live_server(config: ServerConfig, workers: Mapping[str, Worker] | None = None) -> Iterator[LiveServer]:
     app = create_app(config, workers)
-    cfg = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="none")
+    limits = uvicorn_options(
+        config.header_timeout_s,
+        config.body_timeout_s,
+        config.keep_alive_s,
+        config.max_connections,
+        resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    )
+    cfg = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="none", **limits
+    )
     server = uvicorn.Server(cfg)
     thread = threading.Thread(target=server.run, name="laneway-test-server", daemon=True)
     thread.start()

@@ -93,6 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from laneway.api import create_app
+    from laneway.connections import raise_fd_limit, uvicorn_options
     from laneway.runtime import build_workers
     from laneway.shutdown import LanewayServer
     from laneway.store import SQLiteStore, StoreError
@@ -102,6 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise ServeError(str(exc)) from None
     note = check_exposure(config, args.insecure)
+    fd_limit = raise_fd_limit()
     try:
         store = asyncio.run(SQLiteStore.open(config.data_dir))
     except StoreError as exc:
@@ -133,8 +135,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
     app = create_app(config, workers, store)
+    limits = uvicorn_options(
+        config.header_timeout_s, config.body_timeout_s, config.keep_alive_s, config.max_connections, fd_limit
+    )
     server = LanewayServer(
-        uvicorn.Config(app, log_level="info", access_log=args.access_log, lifespan="on", ws="none"),
+        uvicorn.Config(app, log_level="info", access_log=args.access_log, lifespan="on", ws="none", **limits),
         app,
         config.shutdown_grace_s,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laneway.api.errors import error_json
@@ -39,6 +40,8 @@ class Guard:
 
         try:
             await self.app(scope, receive, watched)
+        except ClientDisconnect:  # the client left (or was closed) while its body arrived
+            return
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not started:

@@ -71,6 +71,10 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
         probe_interval_s=server.float("probe_interval_s", base.probe_interval_s, positive=True),
         unavailable_hold_s=_hold(server, base.unavailable_hold_s),
+        header_timeout_s=_seconds(server, "header_timeout_s", base.header_timeout_s),
+        body_timeout_s=_seconds(server, "body_timeout_s", base.body_timeout_s),
+        keep_alive_s=_seconds(server, "keep_alive_s", base.keep_alive_s),
+        max_connections=server.int("max_connections", base.max_connections, low=16),
         workers=workers,
         aliases=aliases,
         scheduler=sched_cfg,
@@ -82,6 +86,13 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     server.done()
     top.done()
     return config
+
+
+def _seconds(server: Table, key: str, default: float) -> float:
+    value = server.float(key, default, positive=True)
+    if value is None:
+        raise ConfigError(f"{server.key(key)}: expected a number of seconds above 0")
+    return float(value)
 
 
 def _hold(server: Table, default: float) -> float:

@@ -98,6 +98,13 @@ class ServerConfig:
     probe_interval_s: float = 2.0  # how often each worker's health is probed
     # how long a request waits for a worker of its model to come back while none is up (0: 503 at once)
     unavailable_hold_s: float = 3.0
+    # connections (laneway.connections): a request's head and body must arrive in time, an
+    # idle keep-alive connection is closed, and open connections are capped (None: from the
+    # file-descriptor limit, which start-up raises to its maximum)
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    keep_alive_s: float = 5.0
+    max_connections: int | None = None
     workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)
     aliases: Mapping[str, str] = field(default_factory=dict)  # client model name -> served name
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -1,0 +1,188 @@
+"""Connections that cannot lock clients out: time limits and a cap.
+
+uvicorn's HTTP protocol (httptools) with three additions:
+
+- a request's head must arrive within ``header_timeout_s`` of the connection
+  opening or of its first byte (a client that connects and sends nothing, or
+  sends its headers a byte at a time, is closed); its body within
+  ``body_timeout_s`` of the head. A late request gets 408 and the connection
+  closes; keep-alive connections idle ``keep_alive_s`` close (uvicorn's own).
+- at most ``max_connections`` open at once. A new connection past the cap
+  closes the longest-idle keep-alive connection to make room; when none is
+  idle, the newcomer gets 503 with ``Retry-After`` and is closed.
+- :func:`raise_fd_limit` lifts the soft file-descriptor limit to the hard one
+  at start-up; the cap defaults to what that limit leaves (see :func:`cap_for`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+FD_RESERVE_MIN = 64  # descriptors kept for everything but client connections (files, upstreams)
+
+
+def raise_fd_limit() -> int:
+    """Lift the soft limit on open files to the hard one where allowed; the soft limit after."""
+    try:
+        import resource
+    except ImportError:  # (not on this platform)
+        return 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 16
+
+
+def cap_for(fd_limit: int) -> int:
+    """Client connections to allow under ``fd_limit`` descriptors: an eighth (at least 64) is
+    kept for the store, model files, logs and upstream connections."""
+    return max(16, fd_limit - max(FD_RESERVE_MIN, fd_limit // 8))
+
+
+_REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_LATE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+
+
+def _raw(template: bytes, message: str, type_: str, code: str) -> bytes:
+    error = {"message": message, "type": type_, "code": code, "param": None}
+    body = json.dumps({"error": error}, separators=(",", ":")).encode()
+    return template % (len(body), body)
+
+
+REFUSED = _raw(_REFUSED, "too many open connections; try again", "server_error", "too_many_connections")
+LATE = _raw(_LATE, "the request did not arrive in time", "invalid_request_error", "request_timeout")
+
+
+class Limits:
+    """The limits, shared by every connection of one server."""
+
+    def __init__(self, header_timeout_s: float, body_timeout_s: float, max_connections: int) -> None:
+        self.header_timeout_s = header_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.max_connections = max_connections
+        self.refused = 0  # connections answered 503 at the cap
+        self.evicted = 0  # idle connections closed to make room
+        self.timed_out = 0  # requests that did not arrive in time
+
+
+def protocol_with(limits: Limits) -> type[asyncio.Protocol]:
+    """The HTTP protocol class for uvicorn's ``http=`` with ``limits``."""
+
+    class Guarded(GuardedProtocol):
+        pass
+
+    Guarded.limits = limits
+    return Guarded
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    limits: Limits
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._reading = False  # a request's head or body is arriving
+        self._idle_since = time.monotonic()
+
+    # a request's head, then its body, on a clock
+    def _arm(self, seconds: float) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(seconds, self._late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        self.limits.timed_out += 1
+        if self._reading and not self._app_started():  # (one that never began a request: closed)
+            self.transport.write(LATE)
+        self.transport.close()
+
+    def _app_started(self) -> bool:
+        return self.cycle is not None and getattr(self.cycle, "response_started", False)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        limits = self.limits
+        if len(self.connections) > limits.max_connections and not self._make_room():
+            limits.refused += 1
+            transport.write(REFUSED)
+            transport.close()
+            return
+        self._arm(limits.header_timeout_s)  # the first request's head, from now
+
+    def _make_room(self) -> bool:
+        """Close the longest-idle keep-alive connection; ``False`` if none is idle."""
+        idle = [
+            c
+            for c in self.connections
+            if c is not self and isinstance(c, GuardedProtocol) and c._idle() and not c.transport.is_closing()
+        ]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c._idle_since)
+        oldest.transport.close()
+        self.connections.discard(oldest)
+        self.limits.evicted += 1
+        return True
+
+    def _idle(self) -> bool:
+        return not self._reading and (self.cycle is None or self.cycle.response_complete)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading = True
+        if self._deadline is None:
+            self._arm(self.limits.header_timeout_s)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._arm(self.limits.body_timeout_s)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._reading = False
+        self._disarm()
+
+    def on_response_complete(self) -> None:
+        self._idle_since = time.monotonic()
+        super().on_response_complete()
+
+
+def uvicorn_options(
+    header_timeout_s: float,
+    body_timeout_s: float,
+    keep_alive_s: float,
+    max_connections: int | None,
+    fd_limit: int,
+) -> dict[str, Any]:
+    """The ``uvicorn.Config`` keywords that put these limits on a server."""
+    cap = max_connections if max_connections is not None else cap_for(fd_limit)
+    limits = Limits(header_timeout_s, body_timeout_s, cap)
+    return {"http": protocol_with(limits), "timeout_keep_alive": keep_alive_s, "backlog": 2048}

@@ -1,0 +1,123 @@
+"""Idle and slow connections are timed out and capped: they cannot lock new clients out."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from laneway.connections import cap_for, raise_fd_limit
+from live_server import LiveServer, live_server, sim_config
+
+HEAD = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+@pytest.fixture
+def server(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[LiveServer]:
+    config = replace(sim_config(tmp_path), header_timeout_s=0.5, body_timeout_s=0.8, max_connections=20)
+    with caplog.at_level(logging.WARNING), live_server(config) as s:
+        yield s
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+def _connect(server: LiveServer) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=5)
+    return s
+
+
+def _answer(s: socket.socket, timeout: float = 5.0) -> bytes:
+    """What the server sends until it closes the connection (or ``timeout``)."""
+    s.settimeout(timeout)
+    got = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            part = s.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            break
+        if not part:
+            break
+        got += part
+    return got
+
+
+def test_silent_slow_head_and_slow_body_connections_are_closed(server: LiveServer) -> None:
+    silent, head, body = _connect(server), _connect(server), _connect(server)
+    try:
+        head.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")  # ... and the rest never
+        body.sendall(HEAD + b"content-length: 100\r\n\r\n" + b'{"model": ')  # 10 of 100 bytes
+        t0 = time.monotonic()
+        assert _answer(silent) == b""
+        assert _answer(head).startswith(b"HTTP/1.1 408 ")
+        answer = _answer(body)
+        took = time.monotonic() - t0
+        assert answer.startswith(b"HTTP/1.1 408 ") and b'"code":"request_timeout"' in answer
+        assert 0.4 < took < 4.0
+    finally:
+        for s in (silent, head, body):
+            s.close()
+    r = httpx.post(server.base_url + "/completions", json={"model": "sim", "prompt": "x", "max_tokens": 2})
+    assert r.status_code == 200
+
+
+def _healthz(s: socket.socket) -> bytes:
+    s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+    s.settimeout(5)
+    got = b""
+    while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+        part = s.recv(65536)
+        if not part:
+            break
+        got += part
+    return got
+
+
+def test_idle_keep_alive_connections_make_room_and_busy_ones_get_a_503(server: LiveServer) -> None:
+    idle: list[socket.socket] = []
+    busy: list[socket.socket] = []
+    try:
+        answers = []
+        for _ in range(60):  # three times the cap, each kept alive after its request
+            idle.append(_connect(server))
+            answers.append(_healthz(idle[-1]))
+        assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers)  # the longest idle made room
+        with httpx.Client(timeout=5) as c:
+            assert c.get(server.url + "/healthz").status_code == 200
+        for _ in range(25):  # past the cap, every one in the middle of a request
+            s = _connect(server)
+            s.sendall(HEAD + b"content-length: 100\r\n\r\n{")
+            busy.append(s)
+        newcomer = _connect(server)
+        try:
+            got = _answer(newcomer, 0.5)
+            assert got.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in got.lower()
+        finally:
+            newcomer.close()
+        answers = [_answer(s, 0.01) for s in busy]  # (all sent by now)
+        assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 5  # those past the cap
+        time.sleep(1.0)  # the slow bodies time out (0.8 s)
+        with httpx.Client(timeout=5) as c:
+            assert c.get(server.url + "/healthz").status_code == 200
+    finally:
+        for s in idle + busy:
+            s.close()
+
+
+def test_the_descriptor_limit_is_raised_and_the_cap_left_below_it() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        assert raise_fd_limit() == (hard if hard != resource.RLIM_INFINITY else 1 << 16)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert cap_for(1024) == 896 and cap_for(256) == 192 and cap_for(100_000) == 87_500
