@@ -110,11 +110,9 @@ def test_cancel_frees_the_slot_and_drops_queued_work() -> None:
 def test_queue_timeout_is_a_503_with_an_estimate() -> None:
     classes = ClassTable()
     p2 = replace(classes[2], timeout_s=0.1)
-    cfg = config(
-        scheduler=replace(
-            ServerConfig().scheduler, classes=ClassTable((*classes.classes[:2], p2, classes[3]))
-        )
-    )
+    table = ClassTable((*classes.classes[:2], p2, classes[3]))
+    # (without the bound by the expected wait, which refuses such a request at once: below)
+    cfg = config(scheduler=replace(ServerConfig().scheduler, classes=table, max_wait_s=None))
 
     async def body(rt: Runtime, worker: SimulatedWorker) -> None:
         long = rt.submit(job("long", 1000), 3)
@@ -126,6 +124,30 @@ def test_queue_timeout_is_a_503_with_an_estimate() -> None:
         assert err.status == 503 and err.code == "queue_timeout"
         assert err.retry_after_s >= 1.0 and err.estimated_wait_s >= 0.0
         assert rt.metrics.rejections.labels("queue_timeout")._value.get() == 1
+
+    run_with(cfg, 100.0, body)
+
+
+def test_an_arrival_expected_to_wait_past_its_limit_is_refused_at_once() -> None:
+    classes = ClassTable()
+    p2 = replace(classes[2], timeout_s=0.5)
+    table = ClassTable((*classes.classes[:2], p2, classes[3]))
+    cfg = config(scheduler=replace(ServerConfig().scheduler, classes=table, max_wait_s=2.0))
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        long = rt.submit(job("long", 1000), 3)  # 10 s on the only slot
+        await until(lambda: long.phase is Phase.RUNNING)
+        for cls, code, limit in (
+            (2, "queue_timeout", "queue timeout (0.5 s)"),
+            (3, "overloaded", "limit (2 s)"),
+        ):
+            with pytest.raises(Unavailable) as info:
+                rt.submit(job(f"w{cls}"), cls)
+            err = info.value
+            assert err.status == 503 and err.code == code and limit in err.message
+            assert err.estimated_wait_s > 2.0 and err.retry_after_s == err.estimated_wait_s
+        assert rt.submit(job("p0"), 0).phase is Phase.QUEUED  # P0 may preempt: its wait is short
+        assert long.phase is Phase.RUNNING or long.phase is Phase.STOPPING
 
     run_with(cfg, 100.0, body)
 
@@ -201,3 +223,20 @@ def test_a_request_s_size_is_its_estimate_before_its_class_has_history() -> None
         assert rt.sizing.decode_tokens_s["sim"] > 0
 
     run_with(config(), 500.0, body)
+
+
+def test_requests_past_the_bytes_held_get_a_503_until_others_end() -> None:
+    cfg = config(max_queued_bytes=3 << 20)
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        first = rt.submit(job("a", 10), 3, size=2 << 20)
+        assert rt.held_bytes == 2 << 20
+        with pytest.raises(Unavailable) as info:
+            rt.submit(job("b", 10), 0, size=2 << 20)
+        assert info.value.code == "overloaded" and "limit 3 MiB" in info.value.message
+        await first.result()
+        assert rt.held_bytes == 0
+        await rt.submit(job("c", 10), 0, size=2 << 20).result()
+        assert rt.held_bytes == 0
+
+    run_with(cfg, 1000.0, body)

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from laneway.api.errors import request_error
-from laneway.api.params import authenticate, priority, read_json
+from laneway.api.params import authenticate, priority, read_json_sized
 from laneway.api.streaming import DisconnectWatch, EventStream
 from laneway.errors import RequestError
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Delta, Done
@@ -57,7 +57,7 @@ async def _complete(request: Request, kind: str) -> Response:
     runtime: Runtime = request.app.state.runtime
     config = runtime.config
     tenant = authenticate(request, config)
-    body = await read_json(request, config.max_body_bytes)
+    body, size = await read_json_sized(request, config.max_body_bytes)
     parsed = parse_request(body, kind, config, runtime.support)
     cls = priority(body, request.headers, tenant, config)
     job = parsed.job
@@ -67,6 +67,7 @@ async def _complete(request: Request, kind: str) -> Response:
         tenant=tenant.name if tenant is not None else None,
         preemptible=parsed.preemptible,
         deltas=parsed.stream,  # a whole answer needs only the Done, which holds all of it
+        size=size,
     )
     shape = Shape(kind, job.id, job.model, int(time.time()))
     watch = DisconnectWatch(request.receive, lambda: runtime.cancel(ticket))

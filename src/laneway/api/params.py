@@ -19,6 +19,11 @@ PRIORITY_HEADER = "x-laneway-priority"
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object; 413 past ``limit`` bytes, 400 if it is not JSON."""
+    return (await read_json_sized(request, limit))[0]
+
+
+async def read_json_sized(request: Request, limit: int) -> tuple[dict[str, Any], int]:
+    """:func:`read_json`, and the body's size in bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the request body is {declared} bytes; the limit is {limit}")
@@ -32,7 +37,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     body = json_input.loads(b"".join(chunks))
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
-    return body
+    return body, size
 
 
 def authenticate(request: Request, config: ServerConfig) -> TenantConfig | None:

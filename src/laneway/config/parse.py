@@ -17,6 +17,7 @@ from laneway.config.fields import Table
 from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
     DEFAULT_SERVICE_TIERS,
+    SERVER_SCHEDULER,
     TOKEN_ID_DIALECTS,
     WORKER_TYPES,
     BatchConfig,
@@ -75,6 +76,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         body_timeout_s=_seconds(server, "body_timeout_s", base.body_timeout_s),
         keep_alive_s=_seconds(server, "keep_alive_s", base.keep_alive_s),
         max_connections=server.int("max_connections", base.max_connections, low=16),
+        max_queued_bytes=server.int("max_queued_bytes", base.max_queued_bytes, low=1 << 20),
         workers=workers,
         aliases=aliases,
         scheduler=sched_cfg,
@@ -186,7 +188,7 @@ def _classes(table: Table) -> ClassTable:
 
 
 def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
-    base = SchedulerConfig()
+    base = SERVER_SCHEDULER
     costs_t = table.table("costs")
     cost_base = CostModel()
     costs = CostModel(
@@ -205,6 +207,7 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
         drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
         max_preemptions=table.int("max_preemptions", base.max_preemptions, low=0),
         max_queued_total=table.int("max_queued_total", base.max_queued_total, low=1),
+        max_wait_s=table.float("max_wait_s", base.max_wait_s, positive=True),
         costs=costs,
         default_service_s=table.float("default_service_s", base.default_service_s, positive=True),
     )

@@ -84,6 +84,11 @@ class BatchConfig:
     poll_s: float = 1.0  # how often the runner looks for batches and status changes it was not told of
 
 
+# the server's scheduler defaults, where a bare SchedulerConfig (the simulator's) bounds
+# nothing: a flood is shed with 503 + Retry-After rather than queued without end
+SERVER_SCHEDULER = SchedulerConfig(max_queued_total=10_000, max_wait_s=120.0)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -105,9 +110,11 @@ class ServerConfig:
     body_timeout_s: float = 60.0
     keep_alive_s: float = 5.0
     max_connections: int | None = None
+    # bytes of clients' requests held (queued or running) past which new ones get 503
+    max_queued_bytes: int = 256 << 20
     workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)
     aliases: Mapping[str, str] = field(default_factory=dict)  # client model name -> served name
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    scheduler: SchedulerConfig = field(default_factory=lambda: SERVER_SCHEDULER)
     tenants: tuple[TenantConfig, ...] = ()
     alert_wait_s: tuple[float | None, ...] = DEFAULT_ALERT_WAIT_S
     service_tiers: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SERVICE_TIERS))

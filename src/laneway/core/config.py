@@ -25,6 +25,11 @@ class SchedulerConfig:
     - ``max_preemptions``: a request preempted this often runs to the end.
     - ``max_queued_total``: above it, arrivals shed the newest queued request
       of the least urgent class below theirs (or are refused if there is none).
+    - ``max_wait_s``: an arrival whose expected wait is past its queue timeout
+      (its own, else its class's, else this) is refused at once as
+      ``overloaded``, with that estimate as its retry time, rather than queued
+      to time out or to outlast its client. ``None``: no bound by the wait
+      (the server's default is 120 s: see ``laneway.config``).
     - ``mlfq_slice_s`` / ``mlfq_levels``: time slice of the first feedback
       level (doubling per level) and the number of levels; ``mlfq_boost_s``:
       a demoted request waiting this long rises one level (no starvation).
@@ -37,6 +42,7 @@ class SchedulerConfig:
     drain_cap_s: float = 30.0
     max_preemptions: int = 3
     max_queued_total: int | None = None
+    max_wait_s: float | None = None
     costs: CostModel = field(default_factory=CostModel)
     tenants: Mapping[str, TenantPolicy] = field(default_factory=dict)
     default_tenant: TenantPolicy | None = None
@@ -56,6 +62,8 @@ class SchedulerConfig:
             raise ConfigError("max_preemptions: must be >= 0")
         if self.max_queued_total is not None and self.max_queued_total < 1:
             raise ConfigError("max_queued_total: must be >= 1")
+        if self.max_wait_s is not None and not self.max_wait_s > 0:
+            raise ConfigError("max_wait_s: must be > 0 (or none)")
         if self.mlfq_boost_s is not None and self.mlfq_boost_s <= 0:
             raise ConfigError("mlfq_boost_s: must be > 0 (or none)")
         if self.mlfq_slice_s <= 0 or self.mlfq_levels < 1:

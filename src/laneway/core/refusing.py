@@ -7,6 +7,8 @@ retry would face.
 
 from __future__ import annotations
 
+import math
+
 from laneway.core.decisions import Decision, Reject
 from laneway.core.errors import InvalidTransition
 from laneway.core.request import Request, State, transition
@@ -38,6 +40,24 @@ class Refusing:
     def _queue_full(self, req: Request, now: float) -> Reject | None:
         """Queue bounds: refuse ``req``, or shed less urgent work to make room."""
         cls = req.cls
+        limits = self._wait_limits
+        if limits is not None:
+            timeout = req.timeout_s if req.timeout_s is not None else self.classes[cls].timeout_s
+            limit = timeout if timeout is not None else limits[cls]
+            if limit is not None:
+                est = self.estimate_wait(req.priority, req.model, now, req.est_service_s)
+                # (an infinite estimate: no worker is up; the runtime holds such requests)
+                if limit < est < math.inf:
+                    name = self.classes[cls].name
+                    if timeout is not None:  # it would only time out in the queue
+                        why = (
+                            f"the expected wait ({est:.0f} s) is past the {name} queue timeout ({limit:g} s)"
+                        )
+                        return self._refuse(req, "queue_timeout", why, now=now)
+                    why = (
+                        f"overloaded: the expected wait ({est:.0f} s) is past the {name} limit ({limit:g} s)"
+                    )
+                    return self._refuse(req, "overloaded", why, now=now)
         bound = self._max_queued[cls]
         if bound is not None and self.lanes.class_count[cls] >= bound:
             name = self.classes[cls].name

@@ -91,6 +91,7 @@ class Scheduler(
         "_shares",
         "_slices",
         "_victims",
+        "_wait_limits",
         "_weights",
         "admission",
         "arrivals",
@@ -165,6 +166,13 @@ class Scheduler(
         self._max_queued_total = cfg.max_queued_total
         # whether any queue bound applies (submit checks them only then)
         self._bounded = cfg.max_queued_total is not None or any(b is not None for b in self._max_queued)
+        # class -> the expected wait past which an arrival is refused (None: unbounded)
+        self._wait_limits: tuple[float | None, ...] | None = (
+            tuple(c.timeout_s if c.timeout_s is not None else cfg.max_wait_s for c in cfg.classes.classes)
+            if cfg.max_wait_s is not None
+            else None
+        )
+        self._bounded = self._bounded or self._wait_limits is not None
         # whether a request without a tenant or a model still needs _admit
         self._gated = self._check_every or self._bounded
         self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]

@@ -113,7 +113,8 @@ class WorkerEvents:
 
     def _end(self: Runtime, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
         ticket.phase = Phase.ENDED
-        self.tickets.pop(ticket.id, None)
+        if self.tickets.pop(ticket.id, None) is not None:
+            self.held_bytes -= ticket.size
         self.metrics.ended[ticket.class_name, outcome].inc()
         ticket.put(item)
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
-from laneway.errors import GenerationFailed, RequestError
+from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job
 from laneway.protocol.requests import Support
 from laneway.runtime.alerts import QueueWaitAlerts
@@ -79,6 +79,7 @@ class Runtime(WorkerEvents):
         self.recovery = Recovery(self)
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
+        self.held_bytes = 0  # of the clients' requests in tickets (ServerConfig.max_queued_bytes)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_pending = False
         self._timer: asyncio.TimerHandle | None = None
@@ -135,13 +136,26 @@ class Runtime(WorkerEvents):
         preemptible: bool = True,
         timeout_s: float | None = None,
         deltas: bool = True,
+        size: int = 0,
     ) -> Ticket:
         """Queue ``job``; raise the :class:`RequestError` of a refusal.
 
         ``deltas=False``: the ticket gives only the ``Done`` (with all the text), not each ``Delta``.
+        ``size``: the bytes of the client's request, counted against ``max_queued_bytes`` while
+        it lives (0: not counted; batch lines are bounded by the runner's lines in flight).
         """
         if self.closed:
             raise shutting_down()
+        if size and self.held_bytes + size > self.config.max_queued_bytes:
+            self.metrics.count_rejection("overloaded")
+            wait = self.estimate_wait(priority, job.model)
+            raise Unavailable(
+                f"the server holds {self.held_bytes >> 20} MiB of requests (limit "
+                f"{self.config.max_queued_bytes >> 20} MiB)",
+                code="overloaded",
+                retry_after_s=max(1.0, wait if wait < math.inf else 1.0),
+                estimated_wait_s=wait if wait < math.inf else None,
+            )
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
             raise self.prober.unavailable(job.model)
@@ -165,8 +179,9 @@ class Runtime(WorkerEvents):
             self.metrics.count_rejection(refused.reason)
             raise error_for(refused)
         ticket = Ticket(
-            job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas
+            job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas, size=size
         )
+        self.held_bytes += size
         self.tickets[job.id] = ticket
         self.alerts.watch(ticket, now)
         if not serving:

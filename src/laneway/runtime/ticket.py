@@ -54,6 +54,7 @@ class Ticket:
     resume: str = "checkpoint"  # how a preemption resumes it on its worker (laneway.resume)
     reported: int = 0  # tokens at the last progress report to the scheduler
     deltas: bool = True  # whether the reader wants each Delta (else only the end)
+    size: int = 0  # bytes of the client's request (Runtime.held_bytes)
     _items: deque[Item] = field(default_factory=deque)
     _waiter: asyncio.Future[None] | None = None
 
