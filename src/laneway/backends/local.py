@@ -247,7 +247,11 @@ class LocalWorker:
             self._taken.wait(HOLD_AFTER_PREEMPT_S)
 
     async def cancel(self, job_id: str) -> None:
-        for engine_id in self._engine_ids(job_id):
+        ids = self._engine_ids(job_id)
+        # its slot is free from now (the scheduler counts it so): the engine, which has
+        # room for every choice of every slot, ends it before the next job it is given
+        self._live.pop(job_id, None)
+        for engine_id in ids:
             await asyncio.wrap_future(self._runner.cancel(engine_id))
 
     def discard(self, checkpoint: Checkpoint) -> None:
