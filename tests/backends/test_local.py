@@ -12,7 +12,7 @@ from laneway.backends.base import Worker, stream
 from laneway.backends.local import LocalWorker
 from laneway.engine.models import load_model
 from laneway.errors import ContextTooLong
-from laneway.generation import Delta, Done, Event, Job, SamplingParams, Stopped
+from laneway.generation import Delta, Done, Event, Failed, Job, SamplingParams, Stopped
 
 GREEDY = SamplingParams(max_tokens=60, temperature=0.0)
 
@@ -106,6 +106,39 @@ def test_several_choices_run_as_one_job_and_resume_together(tiny, tmp_path: Path
             assert (
                 ev.usage.completion_tokens == 120 and ev.usage.prompt_tokens == singles[0].usage.prompt_tokens
             )
+        finally:
+            await worker.close()
+
+    asyncio.run(main())
+
+
+def test_an_engine_that_broke_is_started_again_by_the_health_probe(
+    tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        worker = await LocalWorker.create("w0", tiny, slots=2, data_dir=tmp_path)
+        try:
+            engine = worker.engine
+            real = engine.step
+
+            def broken() -> None:
+                raise RuntimeError("device lost")
+
+            monkeypatch.setattr(engine, "step", broken)
+            for i in range(3):  # three steps in a row fail as a whole: the engine stops
+                got = [e async for e in stream(worker, Job(f"j{i}", "builtin:tiny", GREEDY, prompt="x"))]
+                assert isinstance(got[-1], Failed) and "device lost" in str(got[-1].error)
+            deadline = time.monotonic() + 10
+            while worker._runner.alive:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            assert worker.capacity().busy == 0
+            monkeypatch.setattr(engine, "step", real)
+            health = await worker.health()
+            assert not health.ok and "device lost" in health.detail  # this probe found it stopped
+            assert (await worker.health()).ok  # ... and started it again: the next one finds it well
+            again = [e async for e in stream(worker, Job("k", "builtin:tiny", GREEDY, prompt="hello"))]
+            assert isinstance(again[-1], Done) and again[-1].usage.completion_tokens == 60
         finally:
             await worker.close()
 

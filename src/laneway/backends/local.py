@@ -9,6 +9,7 @@ preemption checkpoints every choice still running.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +50,8 @@ ENGINE_FEATURES = frozenset(
         "token_ids",
     }
 )
+
+log = logging.getLogger("laneway.backends")
 
 
 def choice_seed(seed: int | None, index: int) -> int | None:
@@ -135,6 +138,7 @@ class LocalWorker:
         self.slots = slots or engine.slots
         self.model = engine.model.name
         self._runner = EngineRunner(engine, name)
+        self._closing = False
         self._taken = threading.Event()  # set when a request was sent to the engine
         self._live: dict[str, _Choices | None] = {}  # jobs here (with their choices where n > 1)
 
@@ -262,7 +266,14 @@ class LocalWorker:
 
     async def health(self) -> Health:
         if not self._runner.alive:
-            return Health(False, f"engine stopped: {self._runner.error}")
+            # the engine stopped after failing step after step: start it again (its jobs
+            # have all failed); the next probe says whether it works now
+            error = self._runner.error
+            if not self._closing:
+                self._live.clear()
+                self._runner = EngineRunner(self.engine, self.name)
+                log.warning("worker %s: the engine stopped (%s); started again", self.name, error)
+            return Health(False, f"engine stopped: {error}")
         stats = self.engine.stats
         return Health(
             True,
@@ -271,6 +282,7 @@ class LocalWorker:
         )
 
     async def close(self) -> None:
+        self._closing = True
         await asyncio.to_thread(self._runner.close)
 
     def _check_alive(self) -> None:

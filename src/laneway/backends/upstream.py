@@ -346,4 +346,6 @@ def _error_from(status: int, raw: bytes, name: str) -> Exception:
         return PayloadTooLarge(text)
     if 400 <= status < 500 and status not in (401, 403, 408, 429):
         return InvalidRequest(text)
-    return UpstreamUnavailable(f"{text} (HTTP {status})")
+    # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
+    fault = status in (429, 502, 503, 504) or status < 400
+    return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)

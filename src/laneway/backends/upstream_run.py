@@ -25,9 +25,18 @@ from laneway.protocol.assemble import Assembly
 
 
 class UpstreamUnavailable(BackendError):
-    """The upstream could not be reached, stalled, or answered 429/5xx; another worker may do."""
+    """The upstream could not be reached, stalled, or answered 429/5xx; another worker may do.
+
+    ``worker_fault``: whether it says the worker is unwell (it is taken out of placement
+    until a probe succeeds). An upstream that *answered* 500 (or another 5xx but 502–504)
+    is up: that is one request's failure, which must not take the worker away from others.
+    """
 
     retryable = True
+
+    def __init__(self, message: str, *, worker_fault: bool = True) -> None:
+        super().__init__(message)
+        self.worker_fault = worker_fault
 
 
 @dataclass(eq=False)

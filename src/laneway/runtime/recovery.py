@@ -2,7 +2,9 @@
 
 When a worker fails a request with a retryable error (an upstream that cannot
 be reached, stalled, or answered 429/5xx), the worker is taken out of
-placement until a probe finds it healthy again (:mod:`laneway.runtime.probes`).
+placement until a probe finds it healthy again (:mod:`laneway.runtime.probes`),
+unless the error says the worker is well (an upstream that answered 500: that
+request's failure only).
 If the request streamed nothing yet, it goes back to the head of its queue
 (it keeps its arrival) and runs on whichever worker the scheduler picks next,
 at most :data:`MAX_RETRIES` times; with no worker for its model up, it is
@@ -39,7 +41,7 @@ class Recovery:
             return False
         rt = self.rt
         worker = ticket.worker
-        if worker is not None:
+        if worker is not None and getattr(error, "worker_fault", True):
             rt.prober.take_out(worker, str(error))
         if ticket.tokens > 0 or ticket.retries >= MAX_RETRIES:
             return False

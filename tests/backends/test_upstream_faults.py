@@ -1,0 +1,101 @@
+"""Whose failure is it? An upstream that answers 500 to one request is up: that request
+fails (after its retries), the worker stays in placement for everyone else. One that
+answers 503 (or cannot be reached) is out until a probe finds it well again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from laneway.config import ServerConfig, WorkerConfig
+from live_server import live_server
+
+
+def fake_upstream(calls: list[str]) -> Starlette:
+    """An OpenAI-like server of one model: prompts holding "poison" get a 500, "busy" a 503."""
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: Request) -> Response:
+        body = json.loads(await request.body())
+        prompt = str(body.get("prompt"))
+        calls.append(prompt)
+        if "poison" in prompt:
+            return JSONResponse({"error": {"message": "the engine choked on it"}}, status_code=500)
+        if "busy" in prompt:
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+
+        async def chunks() -> Iterator[bytes]:  # type: ignore[misc]
+            for word in ("a", " b"):
+                chunk = {
+                    "id": "c",
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [{"index": 0, "text": word, "finish_reason": None, "logprobs": None}],
+                }
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            last = {
+                "id": "c",
+                "object": "text_completion",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "text": "", "finish_reason": "length", "logprobs": None}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+            }
+            yield f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")  # type: ignore[arg-type]
+
+    return Starlette(
+        routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])]
+    )
+
+
+@contextlib.contextmanager
+def serving(app: Starlette) -> Iterator[str]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws="none"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: Path) -> None:
+    calls: list[str] = []
+    with serving(fake_upstream(calls)) as url:
+        worker = WorkerConfig(
+            "up", type="upstream", url=url, model="m", served_name="m", slots=2, token_ids="none"
+        )
+        cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path, probe_interval_s=60.0)
+        with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
+            ok = {"model": "m", "prompt": "fine", "max_tokens": 2}
+            assert c.post("/completions", json=ok).status_code == 200
+            r = c.post("/completions", json={**ok, "prompt": "poison"})
+            assert r.status_code == 502 and "choked" in r.json()["error"]["message"]
+            assert server.runtime.recovery.down == set()  # it answered: it is up
+            for _ in range(3):  # and serves the next ones at once
+                assert c.post("/completions", json=ok).status_code == 200
+            r = c.post("/completions", json={**ok, "prompt": "busy"})
+            assert r.status_code == 503
+            assert server.runtime.recovery.down == {"up"}  # out until a probe (60 s here)
