@@ -61,9 +61,8 @@ def validate_input(
             continue
         try:
             obj = json_input.loads(raw, "the line")
-        except BadJSON as exc:
-            where = f" (at {exc.param})" if exc.param else ""
-            out.bad(number, "invalid_json_line", exc.message + where, exc.param)
+        except BadJSON as exc:  # (its message names the place; param too)
+            out.bad(number, "invalid_json_line", exc.message, exc.param)
             continue
         if not isinstance(obj, dict):
             out.bad(number, "invalid_json_line", "each line must be a JSON object")
