@@ -148,7 +148,7 @@ def patched(spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def raw_spec(request: pytest.FixtureRequest) -> dict[str, Any]:
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # (none with -p no:cacheprovider)
     cache_dir = cache.mkdir("openai-openapi") if cache is not None else None
     return openapi_subset.load_subset(cache_dir=cache_dir)
 
