@@ -7,6 +7,7 @@ those tests are not collected, and the report header says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def pytest_report_header(config: pytest.Config) -> str:
     venv = config.getoption("--vllm")
     return f"vLLM tests: {'with ' + venv if venv else 'not run (give --vllm VENV --vllm-model DIR)'}"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``redis-server`` on 127.0.0.1 for the session (``.ci/run`` installs it); each
+    test keeps to keys of its own (a prefix), so tests never see one another's."""
+    from laneway.testing import redis_process
+
+    with redis_process(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url

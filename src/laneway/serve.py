@@ -96,7 +96,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from laneway.connections import raise_fd_limit, uvicorn_options
     from laneway.runtime import build_workers
     from laneway.shutdown import LanewayServer
-    from laneway.store import SQLiteStore, StoreError
+    from laneway.store import StoreError, open_store
 
     try:
         config = resolve(args)
@@ -105,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     note = check_exposure(config, args.insecure)
     fd_limit = raise_fd_limit()
     try:
-        store = asyncio.run(SQLiteStore.open(config.data_dir))
+        store = asyncio.run(open_store(config))
     except StoreError as exc:
         raise ServeError(str(exc)) from None
     try:
@@ -128,6 +128,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if config.cluster is not None:
+        print(
+            f"laneway: replica {config.cluster.replica}: files and batches shared in Redis at "
+            f"{config.cluster.redis_url}",
+            file=sys.stderr,
+            flush=True,
+        )
     if store.db.recovered:
         print(
             f"laneway: {store.db.recovered} batch lines left running by the last run will run again",

@@ -294,3 +294,53 @@ def vllm_process(
         yield server
     finally:
         server.stop()
+
+
+class RedisProcess:
+    """``redis-server`` on 127.0.0.1 (a free port), its data (append-only file on, as laneway
+    asks of a production Redis) in ``data_dir``; ready once it answers PING."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        args = [exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(data_dir)]
+        args += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no"]
+        self._log = (data_dir / "redis.log").open("ab")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._pong():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not start (see {data_dir / 'redis.log'})")
+            time.sleep(0.02)
+
+    def _pong(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+@contextlib.contextmanager
+def redis_process(data_dir: Path) -> Iterator[RedisProcess]:
+    r = RedisProcess(data_dir)
+    try:
+        yield r
+    finally:
+        r.stop()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +23,7 @@ from laneway.store import (
     SQLiteStore,
     StoreError,
 )
+from laneway.store.redis_db import RedisDB
 
 LEASE = 30.0
 
@@ -36,9 +40,14 @@ def started(db: SQLiteDB, n: int, bid: str = "batch_1") -> None:
     assert db.start_batch(bid, lines, 101)
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> SQLiteDB:
-    d = SQLiteDB(tmp_path)
+@pytest.fixture(params=["sqlite", "redis"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLiteDB]:
+    """The embedded store and the shared one behave the same: both run these tests."""
+    if request.param == "sqlite":
+        d: Any = SQLiteDB(tmp_path)
+    else:
+        url = request.getfixturevalue("redis_url")
+        d = RedisDB(url, prefix=f"test:{uuid.uuid4().hex[:8]}:")
     yield d
     d.close()
 
@@ -103,15 +112,18 @@ def test_expired_lease_is_claimable_and_the_stale_owner_loses(db: SQLiteDB) -> N
 
 def test_one_result_per_custom_id_in_the_schema(db: SQLiteDB) -> None:
     db.create_batch(batch())
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
         db.start_batch("batch_1", [NewLine(1, "same", "{}"), NewLine(2, "same", "{}")], 101)
     b = db.get_batch("batch_1")
     assert b is not None and b.status is BatchStatus.VALIDATING  # nothing of it was kept
     started(db, 1, "batch_2")
     db.claim("batch_2", "A", 1, LEASE, 1.0)
     assert db.finish("batch_2", 1, "A", True, "first")
-    with pytest.raises(sqlite3.IntegrityError, match="written once"):
-        db.conn.execute("UPDATE batch_lines SET result = 'second' WHERE batch_id = 'batch_2'")
+    assert not db.finish("batch_2", 1, "A", True, "second")
+    assert db.lines("batch_2")[0].result == "first"
+    if isinstance(db, SQLiteDB):  # (and the schema itself refuses a second one)
+        with pytest.raises(sqlite3.IntegrityError, match="written once"):
+            db.conn.execute("UPDATE batch_lines SET result = 'second' WHERE batch_id = 'batch_2'")
 
 
 def test_finalize_writes_files_in_line_order(db: SQLiteDB) -> None:

@@ -4,12 +4,17 @@ claims, finishes, releases, lease expiries and crashes of several runners."""
 from __future__ import annotations
 
 import tempfile
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laneway.store import BatchRecord, BatchStatus, LineState, NewLine, Outputs, SQLiteDB
+from laneway.store.redis_db import RedisDB
 
 LEASE = 10.0
 OWNERS = ("A", "B", "C")
@@ -23,12 +28,25 @@ op = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.fixture(params=["sqlite", "redis"])
+def open_store(request: pytest.FixtureRequest) -> Callable[[Path, str], Any]:
+    """Opens the store under test: SQLite in a directory, or Redis under a key prefix (a
+    \"crash\" of a Redis store only drops the connection: the lines stay leased)."""
+    if request.param == "sqlite":
+        return lambda path, key: SQLiteDB(path)
+    url = request.getfixturevalue("redis_url")
+    return lambda path, key: RedisDB(url, prefix=f"prop:{key}:")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 8), ops=st.lists(op, max_size=40))
-def test_every_line_ends_exactly_once(n: int, ops: list[tuple[str, str, object]]) -> None:
+def test_every_line_ends_exactly_once(
+    open_store: Callable[[Path, str], Any], n: int, ops: list[tuple[str, str, object]]
+) -> None:
+    key = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         path = Path(d)
-        db = SQLiteDB(path)
+        db = open_store(path, key)
         db.create_batch(BatchRecord("b", "", "/v1/completions", "f", "24h", 2, BatchStatus.VALIDATING, 0, 9))
         db.start_batch("b", [NewLine(i + 1, f"c{i}", "{}") for i in range(n)], 0)
         now = 0.0
@@ -49,7 +67,7 @@ def test_every_line_ends_exactly_once(n: int, ops: list[tuple[str, str, object]]
                     now += LEASE + 1
                 elif name == "crash":  # the process dies: the store is reopened, the runner forgets
                     db.close()
-                    db = SQLiteDB(path)
+                    db = open_store(path, key)
                     held = {o: [] for o in OWNERS}
                 now += 0.1
             # a fresh runner drains whatever is left

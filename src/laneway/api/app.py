@@ -23,7 +23,7 @@ from laneway.config.schema import ServerConfig
 from laneway.errors import RequestError
 from laneway.runtime import CHECKPOINTS, Runtime, build_workers
 from laneway.runtime.batches import BatchRunner
-from laneway.store import SQLiteStore, Store
+from laneway.store import Store, open_store
 
 ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
@@ -64,7 +64,7 @@ def create_app(
         await runtime.calibrate()
         await runtime.start()
         try:
-            opened = store if store is not None else await SQLiteStore.open(config.data_dir)
+            opened = store if store is not None else await open_store(config)
         except BaseException:
             await runtime.close()
             raise

@@ -7,6 +7,8 @@ message that starts with the key (``workers[1].slots: must be >= 1, got 0``).
 
 from __future__ import annotations
 
+import os
+import socket
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +23,7 @@ from laneway.config.schema import (
     TOKEN_ID_DIALECTS,
     WORKER_TYPES,
     BatchConfig,
+    ClusterConfig,
     ServerConfig,
     TenantConfig,
     WorkerConfig,
@@ -84,6 +87,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         alert_wait_s=_alerts(top.table("alerts"), names),
         service_tiers=_tiers(top.table("service_tiers"), names),
         batches=_batches(top.table("batches"), names),
+        cluster=_cluster(top.table("cluster")),
     )
     server.done()
     top.done()
@@ -102,6 +106,22 @@ def _hold(server: Table, default: float) -> float:
     if value is None:
         raise ConfigError(f"{server.key('unavailable_hold_s')}: expected a number of seconds (0: no hold)")
     return float(value)
+
+
+def _cluster(t: Table) -> ClusterConfig | None:
+    url = t.str("redis_url", None)
+    if url is None:
+        t.done()
+        return None
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("redis", "rediss", "unix") or not (parsed.hostname or parsed.path):
+        raise ConfigError(f"{t.key('redis_url')}: expected redis://HOST:PORT/DB, got {url!r}")
+    replica = t.str("replica", f"{socket.gethostname()}-{os.getpid()}")
+    if not replica or any(c.isspace() for c in replica):
+        raise ConfigError(f"{t.key('replica')}: expected a name without spaces, got {replica!r}")
+    out = ClusterConfig(url, replica, t.str("key_prefix", ClusterConfig.key_prefix))
+    t.done()
+    return out
 
 
 def _batches(t: Table, names: tuple[str, ...]) -> BatchConfig:

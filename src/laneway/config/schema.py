@@ -84,6 +84,15 @@ class BatchConfig:
     poll_s: float = 1.0  # how often the runner looks for batches and status changes it was not told of
 
 
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``[cluster]``: replicas sharing state in Redis (absent: one process, nothing shared)."""
+
+    redis_url: str  # redis://HOST:PORT/DB (or rediss://)
+    replica: str  # this replica's name (default: host name and process id)
+    key_prefix: str = "laneway:"  # every key laneway writes starts with it
+
+
 # the server's scheduler defaults, where a bare SchedulerConfig (the simulator's) bounds
 # nothing: a flood is shed with 503 + Retry-After rather than queued without end
 SERVER_SCHEDULER = SchedulerConfig(max_queued_total=10_000, max_wait_s=120.0)
@@ -119,6 +128,7 @@ class ServerConfig:
     alert_wait_s: tuple[float | None, ...] = DEFAULT_ALERT_WAIT_S
     service_tiers: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SERVICE_TIERS))
     batches: BatchConfig = field(default_factory=BatchConfig)
+    cluster: ClusterConfig | None = None
 
     @property
     def auth(self) -> bool:

@@ -15,7 +15,7 @@ from laneway.store.base import (
     Store,
 )
 from laneway.store.sqlite import SQLiteDB, StoreError
-from laneway.store.sqlite_store import SQLiteStore
+from laneway.store.sqlite_store import RedisStore, SQLiteStore, ThreadedStore, open_store
 
 __all__ = [
     "ACTIVE",
@@ -29,8 +29,11 @@ __all__ = [
     "LineView",
     "NewLine",
     "Outputs",
+    "RedisStore",
     "SQLiteDB",
     "SQLiteStore",
     "Store",
     "StoreError",
+    "ThreadedStore",
+    "open_store",
 ]

@@ -1,6 +1,7 @@
-"""The :class:`~laneway.store.base.Store` over :class:`~laneway.store.sqlite.SQLiteDB`,
-run on one dedicated thread so the event loop never waits on the disk (one
-connection, one thread: every statement is serialized, which is what SQLite
+"""The :class:`~laneway.store.base.Store` over a synchronous store (SQLite's
+:class:`~laneway.store.sqlite.SQLiteDB`, Redis's :class:`~laneway.store.redis_db.RedisDB`),
+run on one dedicated thread so the event loop never waits on the disk or the network
+(one connection, one thread: every statement is serialized, which is what SQLite
 wants anyway)."""
 
 from __future__ import annotations
@@ -26,16 +27,12 @@ from laneway.store.sqlite import SQLiteDB
 T = TypeVar("T")
 
 
-class SQLiteStore:
-    """The :class:`~laneway.store.base.Store` over :class:`SQLiteDB`, on a thread of its own."""
+class ThreadedStore:
+    """The :class:`~laneway.store.base.Store` over a synchronous one, on a thread of its own."""
 
-    def __init__(self, db: SQLiteDB) -> None:
+    def __init__(self, db: Any) -> None:
         self.db = db
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laneway-store")
-
-    @classmethod
-    async def open(cls, data_dir: Path) -> SQLiteStore:
-        return cls(await asyncio.to_thread(SQLiteDB, data_dir))
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -129,3 +126,30 @@ class SQLiteStore:
     async def close(self) -> None:
         await self._call(self.db.close)
         self._pool.shutdown(wait=True)
+
+
+class SQLiteStore(ThreadedStore):
+    """The embedded store: SQLite in the data directory."""
+
+    @classmethod
+    async def open(cls, data_dir: Path) -> SQLiteStore:
+        return cls(await asyncio.to_thread(SQLiteDB, data_dir))
+
+
+class RedisStore(ThreadedStore):
+    """The shared store of several replicas: Redis (AOF on), keys under ``prefix``."""
+
+    @classmethod
+    async def open(cls, url: str, prefix: str = "laneway:") -> RedisStore:
+        from laneway.store.redis_db import RedisDB  # (redis is needed only with a cluster)
+
+        return cls(await asyncio.to_thread(RedisDB, url, prefix))
+
+
+async def open_store(config: Any) -> ThreadedStore:
+    """The store of ``config`` (a :class:`~laneway.config.ServerConfig`): Redis's when it names
+    a ``[cluster]``, else SQLite's in its data directory."""
+    cluster = config.cluster
+    if cluster is not None:
+        return await RedisStore.open(cluster.redis_url, cluster.key_prefix)
+    return await SQLiteStore.open(config.data_dir)
