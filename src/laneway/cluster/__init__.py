@@ -1,0 +1,1 @@
+"""Several replicas as one service: leadership (:mod:`lease`) and what they share in Redis."""

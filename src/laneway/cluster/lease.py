@@ -1,0 +1,182 @@
+"""Leadership among replicas: one lease in Redis, with a fencing token.
+
+The lease is the key ``PREFIX leader`` holding ``REPLICA|TOKEN``, set with
+``SET NX PX`` semantics and renewed by its holder (a Lua script compares the
+value first, so only the holder renews or releases it). Each acquisition takes
+the next number of ``PREFIX leader:epoch``: that number is the fencing token.
+
+A leader's every write goes through :meth:`Lease.fenced`: a Lua script that
+runs the write only while the epoch still equals the leader's token. A leader
+that stalled past its lease while another took over has an older token, and
+its writes are refused — two leaders never both write, even if both believe
+they lead for a moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+log = logging.getLogger("laneway.cluster")
+
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+
+class NotLeader(Exception):
+    """A fenced write was refused: another replica holds the lease now."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    replica: str
+    token: int
+
+
+class Lease:
+    """One replica's view of the leader lease."""
+
+    def __init__(self, client: aioredis.Redis, prefix: str, replica: str, ttl_s: float = 3.0) -> None:
+        if "|" in replica:
+            raise ValueError("a replica name may not contain '|'")
+        self.r = client
+        self.key = prefix + "leader"
+        self.epoch_key = prefix + "leader:epoch"
+        self.replica = replica
+        self.ttl_ms = max(1, round(ttl_s * 1000))
+        self.token: int | None = None  # ours while we believe we lead
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    @property
+    def value(self) -> str:
+        return f"{self.replica}|{self.token}"
+
+    async def acquire(self) -> int | None:
+        """Take the lease if nobody holds it; our fencing token, or ``None``."""
+        token = int(await self._acquire(keys=[self.key, self.epoch_key], args=[self.replica, self.ttl_ms]))
+        self.token = token or None
+        return self.token
+
+    async def renew(self) -> bool:
+        """Extend our lease; ``False`` (and we no longer lead) if it is not ours any more."""
+        if self.token is None:
+            return False
+        if int(await self._renew(keys=[self.key], args=[self.value, self.ttl_ms])):
+            return True
+        self.token = None
+        return False
+
+    async def release(self) -> None:
+        if self.token is not None:
+            await self._release(keys=[self.key], args=[self.value])
+            self.token = None
+
+    async def holder(self) -> Holder | None:
+        raw = await self.r.get(self.key)
+        if raw is None:
+            return None
+        replica, _, token = raw.decode().rpartition("|")
+        return Holder(replica, int(token))
+
+    def fenced(self, body: str) -> Callable[[Sequence[str], Sequence[Any]], Awaitable[Any]]:
+        """A write that runs only under our token: ``body`` is Lua using ``KEYS``/``ARGV``
+        after the first of each (the epoch key and our token), and its result is returned.
+        Calling it raises :class:`NotLeader` once the epoch moved on."""
+        script = self.r.register_script(
+            "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {err = 'not leader'} end\n"
+            "local KEYS, ARGV = {unpack(KEYS, 2)}, {unpack(ARGV, 2)}\n" + body
+        )
+
+        async def run(keys: Sequence[str], args: Sequence[Any]) -> Any:
+            if self.token is None:
+                raise NotLeader(f"{self.replica} does not lead")
+            try:
+                return await script(keys=[self.epoch_key, *keys], args=[self.token, *args])
+            except aioredis.ResponseError as exc:
+                if "not leader" in str(exc):
+                    self.token = None
+                    raise NotLeader(f"{self.replica} lost the lease") from None
+                raise
+
+        return run
+
+
+class Campaign:
+    """Keeps trying for the lease and, while held, renews it; calls ``on_lead(token)`` on
+    becoming leader and ``on_lose()`` on losing it (renewal refused or Redis unreachable
+    for longer than the lease)."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        on_lead: Callable[[int], Awaitable[None]],
+        on_lose: Callable[[], Awaitable[None]],
+        every_s: float | None = None,
+    ) -> None:
+        self.lease = lease
+        self.on_lead = on_lead
+        self.on_lose = on_lose
+        self.every_s = every_s if every_s is not None else lease.ttl_ms / 3000
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.lease.token is not None:
+            with contextlib.suppress(Exception):
+                await self.lease.release()
+            await self.on_lose()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        renewed = loop.time()
+        while True:
+            try:
+                if self.lease.token is None:
+                    token = await self.lease.acquire()
+                    if token is not None:
+                        renewed = loop.time()
+                        log.info("replica %s leads (fencing token %d)", self.lease.replica, token)
+                        await self.on_lead(token)
+                elif await self.lease.renew():
+                    renewed = loop.time()
+                else:
+                    log.warning("replica %s lost the lease", self.lease.replica)
+                    await self.on_lose()
+            except (aioredis.RedisError, OSError) as exc:
+                if self.lease.token is not None and loop.time() - renewed > self.lease.ttl_ms / 1000:
+                    self.lease.token = None
+                    log.warning(
+                        "replica %s: Redis unreachable past the lease (%s); not leading",
+                        self.lease.replica,
+                        exc,
+                    )
+                    await self.on_lose()
+            await asyncio.sleep(self.every_s)

@@ -1,0 +1,118 @@
+"""The lease and its fencing token, model-checked against a real Redis: whatever the
+interleaving of acquisitions, renewals, expiries and stale leaders, a write is accepted
+only from the latest holder, so two leaders never both write."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from laneway.cluster.lease import Campaign, Lease, NotLeader
+
+NAMES = ("a", "b", "c")
+op = st.one_of(
+    st.tuples(st.just("acquire"), st.sampled_from(NAMES)),
+    st.tuples(st.just("renew"), st.sampled_from(NAMES)),
+    st.tuples(st.just("write"), st.sampled_from(NAMES)),
+    st.tuples(st.just("release"), st.sampled_from(NAMES)),
+    st.tuples(st.just("expire"), st.just("")),  # the holder stalls past its lease
+)
+WRITE = "redis.call('RPUSH', KEYS[1], ARGV[1]) return redis.call('LLEN', KEYS[1])"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(op, max_size=40))
+def test_only_the_latest_holder_writes(redis_url: str, ops: list[tuple[str, str]]) -> None:
+    async def run() -> None:
+        prefix = f"lease:{uuid.uuid4().hex[:8]}:"
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            leases = {n: Lease(client, prefix, n, ttl_s=30) for n in NAMES}
+            writes = {n: leases[n].fenced(WRITE) for n in NAMES}
+            epoch = 0  # the model: the latest token given out, and whether the lease is held
+            held_by: str | None = None
+            accepted: list[tuple[str, int]] = []
+            for name, who in ops:
+                lease = leases.get(who)
+                if name == "acquire":
+                    token = await lease.acquire()  # type: ignore[union-attr]
+                    if held_by is None:
+                        epoch += 1
+                        assert token == epoch
+                        held_by = who
+                    else:
+                        assert token is None
+                elif name == "renew":
+                    ok = await lease.renew()  # type: ignore[union-attr]
+                    assert ok == (held_by == who and lease.token == epoch)  # type: ignore[union-attr]
+                elif name == "release":
+                    mine = held_by == who and lease.token == epoch  # type: ignore[union-attr]
+                    await lease.release()  # type: ignore[union-attr]
+                    if mine:
+                        held_by = None
+                elif name == "expire":
+                    await client.delete(prefix + "leader")
+                    held_by = None  # (its holder may still believe it leads)
+                else:
+                    token = lease.token  # type: ignore[union-attr]
+                    try:
+                        await writes[who]([prefix + "log"], [f"{who}:{token}"])
+                    except NotLeader:
+                        assert token != epoch  # refused: only a stale (or no) token
+                    else:
+                        assert token == epoch  # accepted: only the latest holder's token
+                        accepted.append((who, token))
+            tokens = [t for _, t in accepted]
+            assert tokens == sorted(tokens)  # no write of an older leader after a newer one's
+            logged = [x.decode() for x in await client.lrange(prefix + "log", 0, -1)]
+            assert logged == [f"{w}:{t}" for w, t in accepted]
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_standby_leads_within_the_lease_after_the_leader_stops_renewing(redis_url: str) -> None:
+    async def run() -> None:
+        prefix = f"campaign:{uuid.uuid4().hex[:8]}:"
+        client = aioredis.Redis.from_url(redis_url)
+        events: list[tuple[str, str, float]] = []
+        loop = asyncio.get_running_loop()
+
+        def campaign(name: str) -> Campaign:
+            async def lead(token: int) -> None:
+                events.append(("lead", name, loop.time()))
+
+            async def lose() -> None:
+                events.append(("lose", name, loop.time()))
+
+            return Campaign(Lease(client, prefix, name, ttl_s=0.6), lead, lose, every_s=0.1)
+
+        try:
+            a, b = campaign("a"), campaign("b")
+            a.start()
+            await asyncio.sleep(0.3)
+            b.start()
+            await asyncio.sleep(0.5)
+            assert [e[:2] for e in events] == [("lead", "a")]
+            assert a._task is not None
+            a._task.cancel()  # "a" dies: it stops renewing, without releasing
+            died = loop.time()
+            for _ in range(40):
+                if any(e[:2] == ("lead", "b") for e in events):
+                    break
+                await asyncio.sleep(0.05)
+            led = next(t for kind, name, t in events if (kind, name) == ("lead", "b"))
+            assert led - died < 0.6 + 0.3  # the lease, plus one try
+            with pytest.raises(NotLeader):
+                await a.lease.fenced(WRITE)([prefix + "log"], ["late"])  # the old leader is fenced off
+            await b.close()
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
