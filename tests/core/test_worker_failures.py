@@ -91,3 +91,25 @@ def test_an_unavailable_replica_takes_no_work() -> None:
     out = [d for d in s.schedule(1.0) if isinstance(d, Dispatch)]
     assert [(d.request_id, d.worker_id) for d in out] == [("b", first)]
     s.check_invariants()
+
+
+def test_adopt_takes_in_running_requests_that_then_end_or_are_preempted_as_any() -> None:
+    s = sched(2)  # two workers of one slot
+    s.adopt(req("old-batch", 3, 0.0), "w0", 5.0)
+    s.adopt(req("old-chat", 1, 0.0), "w1", 5.0)
+    s.check_invariants()
+    assert s.free_slots == 0 and s.get("old-batch").worker == "w0"
+    with pytest.raises(LanewayError):
+        s.adopt(req("more", 3, 0.0), "w0", 5.0)  # no free slot there
+    with pytest.raises(LanewayError):
+        s.adopt(req("x", 3, 0.0), "nope", 5.0)
+    s.submit(req("new", 3, 6.0), 6.0)
+    assert s.schedule(6.0) == []  # every slot is held by the adopted
+    s.submit(req("urgent", 0, 7.0), 7.0)
+    out = s.schedule(7.0)
+    assert [(type(d), d.request_id, d.worker_id) for d in out] == [(Preempt, "old-batch", "w0")]
+    s.preempted("old-batch", 7.5, tokens_done=3, checkpoint_bytes=0)  # an adopted P3 is preempted like any
+    assert [(d.request_id, d.worker_id) for d in s.schedule(7.5)] == [("urgent", "w0")]
+    s.finished("old-chat", 8.0)
+    assert ids(s.schedule(8.0)) == ["old-batch"]  # (it waited longer than "new")
+    s.check_invariants()

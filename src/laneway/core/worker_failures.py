@@ -1,4 +1,5 @@
-"""Workers that fail: requeueing what they could not run, taking them out of placement.
+"""Workers that fail: requeueing what they could not run, taking them out of placement,
+and taking in what a scheduler that failed left running on them.
 
 A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 """
@@ -6,7 +7,7 @@ A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 from __future__ import annotations
 
 from laneway.core.errors import InvalidTransition, LanewayError
-from laneway.core.request import State
+from laneway.core.request import Request, State
 
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
@@ -49,3 +50,38 @@ class WorkerFailures:
         if w is None:
             raise LanewayError(f"unknown worker {worker_id!r}")
         self.placement.set_available(w, available)
+
+    def adopt(self, req: Request, worker_id: str, now: float) -> None:
+        """Take in ``req`` as running on ``worker_id`` already (a new scheduler rebuilding
+        the state of one that failed): it holds one of the worker's slots from ``now``,
+        counts for its tenant, and ends, is preempted or cancelled like any running request."""
+        if req.state is not State.NEW:
+            raise InvalidTransition(f"request {req.id} was already submitted")
+        if req.id in self._reqs:
+            raise LanewayError(f"request id {req.id!r} is already live")
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        take = getattr(self.placement, "take", None)
+        if take is None:
+            raise LanewayError("running requests can be taken in only with slot placement")
+        if w.free <= 0:
+            raise LanewayError(f"worker {worker_id} has no free slot for {req.id}")
+        req.seq = self._seq
+        self._seq += 1
+        cls = req.cls = req.priority
+        req.est_s = req.est_service_s if req.est_service_s is not None else self.service.mean(cls, req.model)
+        req.state = State.RUNNING
+        req.first_start_s = req.started_s = now
+        req.worker = worker_id
+        take(w)
+        w.running[req.id] = req
+        self._free -= 1
+        self._running[cls][req.id] = req
+        req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
+        self._end_sum[cls] += req.expected_end_s
+        self._changes += 1
+        self._reqs[req.id] = req
+        if req.tenant is not None:
+            self.admission.on_admit(req.tenant)
+            self.admission.on_dequeue(req.tenant)

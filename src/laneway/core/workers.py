@@ -97,6 +97,12 @@ class SlotPlacement:
             return f"no worker serving model {req.model!r} may run class rank {req.priority}"
         return None
 
+    def take(self, worker: WorkerState) -> None:
+        """Take a slot of this very worker (a request found running there)."""
+        worker.free -= 1
+        if not worker.free and worker in self._free:
+            self._free.remove(worker)
+
     def free_slot(self, worker: WorkerState) -> None:
         worker.free += 1
         if worker.free == 1 and worker.id not in self.down:
