@@ -101,10 +101,13 @@ class StandIn:
         self.served = 0  # sequences finished (tests read it)
         self.aborted = 0
         self.peak = 0  # most sequences running at once
+        self.peak_requests = 0  # most generation requests open at once (running or waiting)
 
     # ------------------------------------------------------------ scheduling
     def _admit(self, seq: _Seq) -> None:
         self.waiting.append(seq)
+        open_now = len(self.waiting) + sum(1 for s in self.running if not s.done and not s.gone)
+        self.peak_requests = max(self.peak_requests, open_now)
         self._fill()
 
     def _fill(self) -> None:
@@ -154,6 +157,10 @@ class StandIn:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        if method == "GET" and path == "/stats":  # what tests read: peaks and counts
+            stats = {"peak": self.peak, "peak_requests": self.peak_requests, "served": self.served}
+            await _json(send, 200, {**stats, "aborted": self.aborted})
+            return
         if method == "GET" and path in ("/v1/models", "/health"):
             models = {
                 "object": "list",

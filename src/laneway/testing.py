@@ -33,6 +33,7 @@ class ServeProcess:
     """
 
     def __init__(self, args: list[str], log: Path, *, ready: bool = True) -> None:
+        self.args = list(args)
         self.ready = ready
         self.log = log
         self.start = log.stat().st_size if log.exists() else 0  # this run's lines come after

@@ -62,6 +62,12 @@ def create_app(
         )
         app.state.runtime = runtime
         await runtime.calibrate()
+        node = None
+        if config.cluster is not None:  # scheduled by the cluster's leader (laneway.cluster)
+            from laneway.cluster.node import join
+
+            node = await join(runtime, config.cluster)
+        app.state.node = node
         await runtime.start()
         try:
             opened = store if store is not None else await open_store(config)
@@ -79,6 +85,8 @@ def create_app(
                 await runner.close()
                 await runtime.close()
             finally:
+                if node is not None:
+                    await node.close()
                 await opened.close()
 
     app = Starlette(

@@ -89,6 +89,11 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         batches=_batches(top.table("batches"), names),
         cluster=_cluster(top.table("cluster")),
     )
+    if config.cluster is not None and any(w.type == "local" for w in workers):
+        raise ConfigError(
+            "[cluster]: every worker of a cluster must be reachable by every replica "
+            "(type = 'upstream'); an in-process ('local') engine belongs to one process"
+        )
     server.done()
     top.done()
     return config

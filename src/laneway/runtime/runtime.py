@@ -68,6 +68,7 @@ class Runtime(WorkerEvents):
             )
             for name, worker in self.workers.items()
         ]
+        self.specs = specs
         self.sched = Scheduler(specs, config.scheduler, config.policy)
         self.support = support_of(self.workers, self.served)
         self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
@@ -247,7 +248,10 @@ class Runtime(WorkerEvents):
 
     # ------------------------------------------------------------------ decisions
     def _dispatch(self, d: Dispatch, now: float) -> None:
-        ticket = self.tickets[d.request_id]
+        ticket = self.tickets.get(d.request_id)
+        if ticket is None:  # ended here before the decision came (a scheduler in another process)
+            self.sched.finished(d.request_id, now, failed=True)
+            return
         worker = self.workers[d.worker_id]
         ticket.queue_s += now - ticket.enqueued_s
         self.alerts.check(ticket, now)
@@ -280,7 +284,9 @@ class Runtime(WorkerEvents):
             self._failed(ticket, run, GenerationFailed(f"worker {ticket.worker} could not start it: {exc}"))
 
     def _preempt(self, d: Preempt) -> None:
-        ticket = self.tickets[d.request_id]
+        ticket = self.tickets.get(d.request_id)
+        if ticket is None or ticket.phase is not Phase.RUNNING:
+            return  # (it ended, or stopped, before the decision came)
         ticket.phase = Phase.STOPPING
         self.spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
 

@@ -1,0 +1,345 @@
+"""The one scheduler of a cluster: run by whichever replica holds the lease.
+
+It reads every replica's events from ``PREFIX events`` (in order), applies
+them to one :class:`~laneway.core.Scheduler`, and writes the decisions to the
+stream of the replica that holds each request (``PREFIX dec:REPLICA``). With
+each batch it also writes, in the same fenced Lua script (so only while it
+holds the lease), the table of live requests (``PREFIX reqs``: home replica,
+class, sizes, queued or running where) and how far it has read
+(``PREFIX events:pos``). The table and the position always agree, so a
+replica that takes the lease over rebuilds the core from the table —
+queued requests in arrival order, running ones adopted on their workers — and
+goes on from the position: nothing is applied twice or lost.
+
+A replica that stops saying it lives (``PREFIX alive:REPLICA``) is taken for
+dead: its requests are cancelled in the core, which frees their slots (their
+HTTP streams to the upstreams died with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from laneway.cluster.lease import Lease, NotLeader
+from laneway.cluster.remote import ESTIMATES_EVERY_S, decode_decision, decode_request, encode_decision
+from laneway.core import (
+    Decision,
+    Dispatch,
+    InvalidTransition,
+    LanewayError,
+    Preempt,
+    Reject,
+    Scheduler,
+    UnknownRequest,
+    WorkerSpec,
+)
+from laneway.core.config import SchedulerConfig
+
+log = logging.getLogger("laneway.cluster")
+
+READ_COUNT = 300  # events applied per commit (bounded: each becomes script arguments)
+IDLE_BLOCK_MS = 200
+REAP_EVERY_S = 1.0
+
+# after the fence: KEYS reqs, pos; ARGV prefix, pos, n sets (rid, entry)..., n dels (rid)...,
+# n decisions (replica, decision)...
+_COMMIT = """
+local i = 3
+local n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]); i = i + 2 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('HDEL', KEYS[1], ARGV[i]); i = i + 1 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('XADD', ARGV[1] .. 'dec:' .. ARGV[i], 'MAXLEN', '~', 10000, '*', 'e', ARGV[i + 1]); i = i + 2
+end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+class Leader:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str,
+        replica: str,
+        specs: Sequence[WorkerSpec],
+        config: SchedulerConfig,
+        policy: str,
+        models: Sequence[str],
+        deliver: Callable[[list[Decision]], None],
+    ) -> None:
+        self.r = client
+        self.p = prefix
+        self.replica = replica
+        self.specs = list(specs)
+        self.config = config
+        self.policy = policy
+        self.models = list(models)
+        self.deliver = deliver  # decisions for this replica's own requests
+        self.core: Scheduler | None = None
+        self.lease: Lease | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._commit: Callable[..., Any] | None = None
+        self.home: dict[str, str] = {}
+        self.entries: dict[str, list[Any]] = {}  # rid -> its table entry
+        self.pos = "0-0"
+        self.led = 0  # times this replica became leader
+
+    # ------------------------------------------------------------------ the lease
+    def use(self, lease: Lease) -> None:
+        self.lease = lease
+        self._commit = lease.fenced(_COMMIT)
+
+    async def lead(self, token: int) -> None:
+        await self._rebuild()
+        self.led += 1
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def lose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        self.core = None
+
+    @property
+    def leading(self) -> bool:
+        return self.core is not None
+
+    # ------------------------------------------------------------------ rebuild
+    async def _rebuild(self) -> None:
+        now = time.time()
+        core = Scheduler(self.specs, self.config, self.policy)
+        raw = await self.r.hgetall(self.p + "reqs")
+        pos = await self.r.get(self.p + "events:pos")
+        self.pos = pos.decode() if pos is not None else "0-0"
+        self.home, self.entries = {}, {}
+        pending: list[tuple[str, list[Any]]] = []
+        rows = sorted(((k.decode(), json.loads(v)) for k, v in raw.items()), key=lambda kv: kv[1][4])
+        adopted = queued = 0
+        for rid, entry in rows:
+            req, home = decode_request(entry[:12])
+            state, worker = entry[12], entry[13]
+            self.home[rid] = home
+            if state == "r" and worker in core.workers:
+                try:
+                    core.adopt(req, worker, now)
+                    self.entries[rid] = entry
+                    adopted += 1
+                    continue
+                except LanewayError:
+                    req, home = decode_request(entry[:12])  # (a fresh one to queue instead)
+            refused = core.submit(req, now)
+            if refused is not None:
+                pending.append((home, encode_decision(refused)))
+                self.home.pop(rid, None)
+                continue
+            entry[12], entry[13] = "q", None
+            self.entries[rid] = entry
+            queued += 1
+        self.core = core
+        log.info(
+            "replica %s leads: %d requests running, %d queued, events from %s",
+            self.replica,
+            adopted,
+            queued,
+            self.pos,
+        )
+        if pending:
+            await self._write([], [rid for _, e in pending for rid in [e[1]]], pending)
+
+    # ------------------------------------------------------------------ the loop
+    async def _run(self) -> None:
+        last_reap = last_est = 0.0
+        while True:
+            core = self.core
+            assert core is not None
+            now = time.time()
+            wake = core.next_wakeup()
+            block = (
+                IDLE_BLOCK_MS if wake == math.inf else int(min(IDLE_BLOCK_MS, max(1.0, (wake - now) * 1000)))
+            )
+            try:
+                got = await self.r.xread({self.p + "events": self.pos}, count=READ_COUNT, block=block)
+            except (aioredis.RedisError, OSError) as exc:
+                log.warning("leader %s: cannot read events: %s", self.replica, exc)
+                await asyncio.sleep(0.2)
+                continue
+            now = time.time()
+            sets: dict[str, list[Any]] = {}
+            dels: set[str] = set()
+            out: list[tuple[str, list[Any]]] = []
+            moved = False
+            for _, entries in got or ():
+                for entry_id, fields in entries:
+                    self.pos = entry_id.decode()
+                    moved = True
+                    self._apply(json.loads(fields[b"e"]), now, sets, dels, out)
+            for d in core.schedule(now):
+                self._decided(d, sets, dels, out)
+            if now - last_reap >= REAP_EVERY_S:
+                last_reap = now
+                await self._reap(now, sets, dels, out)
+            if moved or sets or dels or out:
+                changed = [(rid, self.entries[rid]) for rid in sets if rid in self.entries]
+                while True:  # the core has moved on: this must be written (or the lease is lost)
+                    try:
+                        await self._write(changed, dels, out)
+                        break
+                    except NotLeader:
+                        log.warning("leader %s was fenced off: another replica leads", self.replica)
+                        self.core = None
+                        return
+                    except (aioredis.RedisError, OSError) as exc:
+                        log.warning("leader %s: cannot write its decisions: %s", self.replica, exc)
+                        await asyncio.sleep(0.1)
+            if now - last_est >= ESTIMATES_EVERY_S:
+                last_est = now
+                await self._publish(now)
+
+    def _apply(
+        self,
+        e: list[Any],
+        now: float,
+        sets: dict[str, list[Any]],
+        dels: set[str],
+        out: list[tuple[str, list[Any]]],
+    ) -> None:
+        core = self.core
+        assert core is not None
+        kind, rid = e[0], e[1]
+        try:
+            if kind == "s":
+                req, home = decode_request(e)
+                if rid in self.entries:
+                    return  # (sent twice)
+                refused = core.submit(req, now)
+                if refused is not None:
+                    out.append((home, encode_decision(refused)))
+                    return
+                self.home[rid] = home
+                self.entries[rid] = [*e, "q", None]
+                sets[rid] = self.entries[rid]
+                dels.discard(rid)
+            elif kind in ("f", "c"):
+                if kind == "f":
+                    core.finished(rid, now, failed=bool(e[2]))
+                else:
+                    core.cancel(rid, now)
+                self._forget(rid, sets, dels)
+            elif kind == "p":
+                core.preempted(rid, now, tokens_done=e[2], checkpoint_bytes=e[3], save_s=e[4])
+                self._state(rid, "q", None, sets)
+            elif kind == "q":
+                core.requeue(rid, now)
+                self._state(rid, "q", None, sets)
+            elif kind == "g":
+                core.progress(rid, int(e[2]), now)
+            elif kind == "a":
+                core.set_available(rid, bool(e[2]))
+        except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
+            if kind in ("f", "c"):
+                self._forget(rid, sets, dels)
+
+    def _forget(self, rid: str, sets: dict[str, list[Any]], dels: set[str]) -> None:
+        self.home.pop(rid, None)
+        if self.entries.pop(rid, None) is not None:
+            dels.add(rid)
+        sets.pop(rid, None)
+
+    def _state(self, rid: str, state: str, worker: str | None, sets: dict[str, list[Any]]) -> None:
+        entry = self.entries.get(rid)
+        if entry is not None:
+            entry[12], entry[13] = state, worker
+            sets[rid] = entry
+
+    def _decided(
+        self,
+        d: Decision,
+        sets: dict[str, list[Any]],
+        dels: set[str],
+        out: list[tuple[str, list[Any]]],
+    ) -> None:
+        rid = d.request_id  # type: ignore[union-attr]
+        home = self.home.get(rid)
+        if home is None:
+            return
+        if type(d) is Dispatch:
+            self._state(rid, "r", d.worker_id, sets)
+        elif type(d) is Reject:
+            self._forget(rid, sets, dels)
+        elif type(d) is not Preempt:
+            return  # (Load / Evict: GPU placement, not used by the server)
+        out.append((home, encode_decision(d)))
+
+    async def _reap(
+        self, now: float, sets: dict[str, list[Any]], dels: set[str], out: list[tuple[str, list[Any]]]
+    ) -> None:
+        """Cancel the requests of replicas that stopped saying they live."""
+        homes = sorted(set(self.home.values()) - {self.replica})
+        if not homes:
+            return
+        alive = await self.r.mget([f"{self.p}alive:{h}" for h in homes])
+        dead = {h for h, a in zip(homes, alive, strict=True) if a is None}
+        if not dead:
+            return
+        core = self.core
+        assert core is not None
+        gone = [rid for rid, h in self.home.items() if h in dead]
+        for rid in gone:
+            with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
+                core.cancel(rid, now)
+            self._forget(rid, sets, dels)
+        log.warning(
+            "replicas %s are gone: %d of their requests cancelled", ", ".join(sorted(dead)), len(gone)
+        )
+
+    async def _write(
+        self,
+        sets: Sequence[tuple[str, list[Any]]],
+        dels: Sequence[str] | set[str],
+        out: Sequence[tuple[str, list[Any]]],
+    ) -> None:
+        assert self._commit is not None
+        args: list[Any] = [self.p, self.pos, len(sets)]
+        for rid, entry in sets:
+            args += [rid, json.dumps(entry, separators=(",", ":"))]
+        args.append(len(dels))
+        args += list(dels)
+        remote = [(h, e) for h, e in out if h != self.replica]
+        args.append(len(remote))
+        for home, e in remote:
+            args += [home, json.dumps(e, separators=(",", ":"))]
+        await self._commit([self.p + "reqs", self.p + "events:pos"], args)
+        mine = [e for h, e in out if h == self.replica]
+        if mine:
+            self.deliver([decode_decision(e) for e in mine])
+
+    async def _publish(self, now: float) -> None:
+        core = self.core
+        assert core is not None
+        names = core.classes.names
+        wait: dict[str, float | None] = {}
+        for i, name in enumerate(names):
+            w = core.estimate_wait(i, None, now)
+            wait[name] = w if math.isfinite(w) else None
+            for m in self.models:
+                w = core.estimate_wait(i, m, now)
+                wait[f"{name}|{m}"] = w if math.isfinite(w) else None
+        snap = core.snapshot()
+        fig = {"wait": wait, "queued": snap.queue_depth, "running": snap.running, "leader": self.replica}
+        with contextlib.suppress(aioredis.RedisError, OSError):
+            await self.r.set(self.p + "est", json.dumps(fig), px=5000)
+            await self.r.xtrim(self.p + "events", minid=self.pos)

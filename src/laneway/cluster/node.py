@@ -1,0 +1,64 @@
+"""One replica of a cluster: its runtime's scheduler is the leader's, wherever it runs.
+
+:func:`join` puts a :class:`~laneway.cluster.remote.RemoteScheduler` in the
+runtime's place of the core, and campaigns for the lease: while this replica
+holds it, its :class:`~laneway.cluster.leader.Leader` schedules for all.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+
+from laneway.cluster.leader import Leader
+from laneway.cluster.lease import Campaign, Lease
+from laneway.cluster.remote import RemoteScheduler
+from laneway.config.schema import ClusterConfig
+
+log = logging.getLogger("laneway.cluster")
+
+LEASE_TTL_S = 3.0  # a dead leader is replaced within this (plus one try, LEASE_TTL_S / 6)
+
+
+class Node:
+    def __init__(
+        self, client: aioredis.Redis, remote: RemoteScheduler, leader: Leader, campaign: Campaign
+    ) -> None:
+        self.client = client
+        self.remote = remote
+        self.leader = leader
+        self.campaign = campaign
+
+    async def close(self) -> None:
+        await self.campaign.close()
+        await self.remote.close()
+        await self.client.aclose()
+
+
+async def join(runtime: object, cluster: ClusterConfig) -> Node:
+    """``runtime`` (a :class:`~laneway.runtime.Runtime`) schedules through the cluster's leader."""
+    from laneway.runtime import Runtime
+
+    assert isinstance(runtime, Runtime)
+    client = aioredis.Redis.from_url(cluster.redis_url, socket_timeout=10, socket_connect_timeout=10)
+    await client.ping()
+    config = runtime.config
+    remote = RemoteScheduler(client, cluster.key_prefix, cluster.replica, runtime.classes.names, runtime.kick)
+    runtime.sched = remote  # type: ignore[assignment]
+    leader = Leader(
+        client,
+        cluster.key_prefix,
+        cluster.replica,
+        runtime.specs,
+        config.scheduler,
+        config.policy,
+        runtime.models,
+        remote.deliver,
+    )
+    lease = Lease(client, cluster.key_prefix, cluster.replica, ttl_s=LEASE_TTL_S)
+    leader.use(lease)
+    campaign = Campaign(lease, leader.lead, leader.lose, every_s=LEASE_TTL_S / 6)
+    await remote.start()
+    campaign.start()
+    return Node(client, remote, leader, campaign)

@@ -1,0 +1,300 @@
+"""The scheduler as a replica's runtime sees it when another process may lead.
+
+:class:`RemoteScheduler` stands where the runtime's :class:`~laneway.core.Scheduler`
+stands in a single process, with the methods the runtime calls. Each call
+becomes an event on the Redis stream ``PREFIX events`` (sent in order, in
+pipelined batches, by one task); the leader (:mod:`laneway.cluster.leader`),
+wherever it runs, applies them to the one core and sends back the decisions
+for this replica's requests on ``PREFIX dec:REPLICA``, which :meth:`schedule`
+hands to the runtime. Admission is the leader's too: a refused request gets
+its :class:`~laneway.core.Reject` as a decision, a moment later.
+
+Estimates come from the figures the leader publishes (``PREFIX est``) a few
+times a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from laneway.core import Decision, Dispatch, Preempt, Reject, Request
+from laneway.core.stats import Snapshot
+
+log = logging.getLogger("laneway.cluster")
+
+ESTIMATES_EVERY_S = 0.25  # how often the leader publishes estimates (and a replica reads them)
+ALIVE_TTL_S = 3.0  # a replica that has not said it lives for this long is taken for dead
+
+
+def encode_request(req: Request, home: str) -> list[Any]:
+    return [
+        "s",
+        req.id,
+        home,
+        req.priority,
+        req.arrival_s,
+        req.model,
+        req.tenant,
+        req.preemptible,
+        req.timeout_s,
+        req.est_service_s,
+        req.prompt_tokens,
+        req.output_tokens,
+    ]
+
+
+def decode_request(e: list[Any]) -> tuple[Request, str]:
+    _, rid, home, priority, arrival, model, tenant, preemptible, timeout, est, prompt, output = e
+    req = Request(
+        rid,
+        priority,
+        arrival,
+        model=model,
+        tenant=tenant,
+        preemptible=preemptible,
+        timeout_s=timeout,
+        est_service_s=est,
+        prompt_tokens=prompt,
+        output_tokens=output,
+    )
+    return req, home
+
+
+def encode_decision(d: Decision) -> list[Any]:
+    if type(d) is Dispatch:
+        return ["D", d.request_id, d.worker_id, d.resume]
+    if type(d) is Preempt:
+        return ["P", d.request_id, d.worker_id, d.mode, d.for_class]
+    assert type(d) is Reject
+    return ["R", d.request_id, d.reason, d.message, d.estimated_wait_s, d.retry_after_s]
+
+
+def decode_decision(e: list[Any]) -> Decision:
+    kind = e[0]
+    if kind == "D":
+        return Dispatch(e[1], e[2], e[3])
+    if kind == "P":
+        return Preempt(e[1], e[2], e[3], e[4])
+    return Reject(e[1], e[2], e[3], _inf(e[4]), _inf(e[5]))
+
+
+def _inf(v: float | None) -> float:
+    return math.inf if v is None else float(v)
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+class RemoteScheduler:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str,
+        replica: str,
+        class_names: tuple[str, ...],
+        kick: Callable[[], None],
+    ) -> None:
+        self.r = client
+        self.p = prefix
+        self.replica = replica
+        self.names = class_names
+        self.kick = kick
+        self.events_key = prefix + "events"
+        self.decisions_key = f"{prefix}dec:{replica}"
+        self._out: list[list[Any]] = []
+        self._wake = asyncio.Event()
+        self._inbox: list[Decision] = []
+        self._mine: set[str] = set()  # live requests of this replica
+        self._estimates: dict[str, float | None] = {}
+        self._queued: dict[str, int] = {}
+        self._running: dict[str, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.live_leader: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        last = await self.r.xrevrange(self.decisions_key, count=1)
+        start_id = last[0][0].decode() if last else "0-0"
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._send()),
+            loop.create_task(self._receive(start_id)),
+            loop.create_task(self._heartbeat()),
+        ]
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._out:
+            with contextlib.suppress(Exception):
+                await self._flush()
+
+    # ------------------------------------------------------------------ the core's surface
+    def _emit(self, event: list[Any]) -> None:
+        self._out.append(event)
+        self._wake.set()
+
+    def submit(self, req: Request, now: float) -> Reject | None:
+        req.arrival_s = time.time()  # (the cluster's clock: every replica's wall clock)
+        self._mine.add(req.id)
+        self._emit(encode_request(req, self.replica))
+        return None  # admitted or refused by the leader: a decision comes back
+
+    def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
+        self._mine.discard(request_id)
+        self._emit(["f", request_id, failed])
+
+    def preempted(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        tokens_done: int | None = None,
+        checkpoint_bytes: int | None = None,
+        save_s: float | None = None,
+    ) -> None:
+        self._emit(["p", request_id, tokens_done, checkpoint_bytes, save_s])
+
+    def cancel(self, request_id: str, now: float) -> bool:
+        live = request_id in self._mine
+        self._mine.discard(request_id)
+        self._emit(["c", request_id])
+        return live
+
+    def requeue(self, request_id: str, now: float) -> None:
+        self._emit(["q", request_id])
+
+    def progress(self, request_id: str, tokens: int, now: float) -> None:
+        self._emit(["g", request_id, tokens])
+
+    def set_available(self, worker_id: str, available: bool) -> None:
+        self._emit(["a", worker_id, available])
+
+    def withdraw(
+        self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
+    ) -> Reject:
+        """Refused here (no worker of its model is up): the leader forgets it."""
+        self.cancel(request_id, now)
+        return Reject(request_id, reason, message, retry_after_s, retry_after_s)
+
+    def deliver(self, decisions: list[Decision]) -> None:
+        """Decisions of the leader running in this very process (no round trip)."""
+        for d in decisions:
+            if type(d) is Reject:
+                self._mine.discard(d.request_id)
+        self._inbox += decisions
+        self.kick()
+
+    def schedule(self, now: float) -> list[Decision]:
+        out, self._inbox = self._inbox, []
+        return out
+
+    def next_wakeup(self) -> float:
+        return math.inf  # (timers are the leader's)
+
+    def estimate_wait(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> float:
+        got = self._estimates.get(f"{self.names[cls]}|{model or ''}", self._estimates.get(self.names[cls]))
+        return math.inf if got is None else got
+
+    def available_for(self, model: str | None) -> bool:
+        return True
+
+    @property
+    def queued(self) -> int:
+        return sum(self._queued.values())
+
+    @property
+    def live(self) -> int:
+        return len(self._mine)
+
+    def snapshot(self) -> Snapshot:
+        n = dict.fromkeys(self.names, 0)
+        return Snapshot(
+            queue_depth={**n, **self._queued},
+            running={**n, **self._running},
+            slots_total=0,
+            slots_free=0,
+            submitted=0,
+            dispatched=0,
+            drains=0,
+            completed=n,
+            preemptions=n,
+            rejections={},
+            model_loads=0,
+        )
+
+    # ------------------------------------------------------------------ plumbing
+    async def _flush(self) -> None:
+        batch, self._out = self._out, []
+        pipe = self.r.pipeline(transaction=False)
+        for e in batch:
+            pipe.xadd(self.events_key, {"e": json.dumps(e, separators=(",", ":"))})
+        await pipe.execute()
+
+    async def _send(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._out:
+                try:
+                    await self._flush()
+                except (aioredis.RedisError, OSError) as exc:
+                    log.warning("replica %s: cannot send events to the leader: %s", self.replica, exc)
+                    await asyncio.sleep(0.2)
+
+    async def _receive(self, last: str) -> None:
+        loop = asyncio.get_running_loop()
+        read_est = 0.0
+        while True:
+            try:
+                got = await self.r.xread(
+                    {self.decisions_key: last}, count=500, block=int(ESTIMATES_EVERY_S * 1000)
+                )
+                for _, entries in got or ():
+                    for entry_id, fields in entries:
+                        last = entry_id.decode()
+                        d = decode_decision(json.loads(fields[b"e"]))
+                        if type(d) is Reject:
+                            self._mine.discard(d.request_id)
+                        self._inbox.append(d)
+                if self._inbox:
+                    self.kick()
+                if loop.time() - read_est >= ESTIMATES_EVERY_S:
+                    read_est = loop.time()
+                    await self._read_estimates()
+            except asyncio.CancelledError:
+                raise
+            except (aioredis.RedisError, OSError) as exc:
+                log.warning("replica %s: cannot read decisions: %s", self.replica, exc)
+                await asyncio.sleep(0.2)
+
+    async def _read_estimates(self) -> None:
+        raw = await self.r.get(self.p + "est")
+        if raw is None:
+            return
+        fig = json.loads(raw)
+        self._estimates = {k: v for k, v in fig.get("wait", {}).items()}
+        self._queued = fig.get("queued", {})
+        self._running = fig.get("running", {})
+        self.live_leader = fig.get("leader")
+
+    async def _heartbeat(self) -> None:
+        while True:
+            with contextlib.suppress(aioredis.RedisError, OSError):
+                await self.r.set(f"{self.p}alive:{self.replica}", "1", px=int(ALIVE_TTL_S * 1000))
+            await asyncio.sleep(ALIVE_TTL_S / 3)
