@@ -236,10 +236,25 @@ class UpstreamWorker:
             raise
         except RequestError as exc:
             self._end(run, Failed(run.job.id, exc))
-        except HttpError as exc:
-            self._end(run, Failed(run.job.id, UpstreamUnavailable(f"upstream {self.name}: {exc}")))
+        except HttpError as exc:  # the upstream died or stalled: the run may go on elsewhere
+            err = UpstreamUnavailable(f"upstream {self.name}: {exc}")
+            err.checkpoint = self._resumable(run)
+            self._end(run, Failed(run.job.id, err))
+        except UpstreamUnavailable as exc:
+            if exc.worker_fault:
+                exc.checkpoint = self._resumable(run)
+            self._end(run, Failed(run.job.id, exc))
         except BackendError as exc:
             self._end(run, Failed(run.job.id, exc))
+
+    def _resumable(self, run: Run) -> Checkpoint | None:
+        """Where a run that failed part-way stopped, for another worker to go on from (as a
+        preempted one would); ``None`` when it streamed nothing or may only restart."""
+        if run.tokens + run.run_tokens == 0 or run.held or self.resume_method(run.job) in ("restart", "none"):
+            return None
+        run.stopped()
+        how = "token_ids" if run.out_ids is not None and run.prompt_ids is not None else "text"
+        return Checkpoint(run.job, how, run.tokens, run.text, 0, 0.0, _State(run))
 
     async def _embed(self, run: Run) -> None:
         path, body = self._body(run)

@@ -20,7 +20,7 @@ from laneway.backends.base import Sink
 from laneway.backends.continuation import as_chat_chunk
 from laneway.backends.http import Exchange
 from laneway.errors import BackendError
-from laneway.generation import CHAT, COMPLETION, Delta, Done, Job, Usage
+from laneway.generation import CHAT, COMPLETION, Checkpoint, Delta, Done, Job, Usage
 from laneway.protocol.assemble import Assembly
 
 
@@ -37,6 +37,7 @@ class UpstreamUnavailable(BackendError):
     def __init__(self, message: str, *, worker_fault: bool = True) -> None:
         super().__init__(message)
         self.worker_fault = worker_fault
+        self.checkpoint: Checkpoint | None = None  # where the run stopped, if it may go on elsewhere
 
 
 @dataclass(eq=False)

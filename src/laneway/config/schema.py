@@ -119,6 +119,8 @@ class ServerConfig:
     body_timeout_s: float = 60.0
     keep_alive_s: float = 5.0
     max_connections: int | None = None
+    # a stream whose worker dies goes on on another worker at most this often
+    max_migrations: int = 2
     # bytes of clients' requests held (queued or running) past which new ones get 503
     max_queued_bytes: int = 256 << 20
     workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)

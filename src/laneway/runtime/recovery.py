@@ -7,7 +7,10 @@ unless the error says the worker is well (an upstream that answered 500: that
 request's failure only).
 If the request streamed nothing yet, it goes back to the head of its queue
 (it keeps its arrival) and runs on whichever worker the scheduler picks next,
-at most :data:`MAX_RETRIES` times; with no worker for its model up, it is
+at most :data:`MAX_RETRIES` times. If it streamed, and the worker says where
+it stopped (an upstream that died or stalled mid-stream), it goes on from there
+on another worker, as a preempted request would — the client's stream just
+continues — at most ``max_migrations`` times; with no worker for its model up, it is
 held like any request of that model (503 once the hold is over).
 """
 
@@ -43,23 +46,42 @@ class Recovery:
         worker = ticket.worker
         if worker is not None and getattr(error, "worker_fault", True):
             rt.prober.take_out(worker, str(error))
-        if ticket.tokens > 0 or ticket.retries >= MAX_RETRIES:
+        checkpoint = getattr(error, "checkpoint", None)
+        if ticket.tokens > 0:  # it streamed: it may go on elsewhere only from where it stopped
+            if checkpoint is None or ticket.migrations >= rt.config.max_migrations:
+                return False
+            ticket.migrations += 1
+            ticket.checkpoint = checkpoint
+            ticket.resume = checkpoint.mode
+        elif ticket.retries >= MAX_RETRIES:
             return False
+        else:
+            ticket.retries += 1
         now = rt.now()
         rt.sched.requeue(ticket.id, now)
-        ticket.retries += 1
         ticket.phase = Phase.QUEUED
         ticket.enqueued_s = now
         rt.alerts.watch(ticket, now)
         if not rt.prober.serving(ticket.job.model):
             rt.prober.hold(ticket, now)
-        log.warning(
-            "request %s failed on worker %s (%s); retrying (%d/%d)",
-            ticket.id,
-            worker,
-            error,
-            ticket.retries,
-            MAX_RETRIES,
-        )
+        if ticket.tokens > 0:
+            log.warning(
+                "request %s: worker %s failed after %d tokens (%s); it goes on elsewhere (%d/%d)",
+                ticket.id,
+                worker,
+                ticket.tokens,
+                error,
+                ticket.migrations,
+                rt.config.max_migrations,
+            )
+        else:
+            log.warning(
+                "request %s failed on worker %s (%s); retrying (%d/%d)",
+                ticket.id,
+                worker,
+                error,
+                ticket.retries,
+                MAX_RETRIES,
+            )
         rt.kick()
         return True

@@ -45,6 +45,7 @@ class Ticket:
     run: int = 0  # bumped per dispatch: events of an older run are stale
     preemptions: int = 0
     retries: int = 0  # runs failed by a worker and started again elsewhere
+    migrations: int = 0  # runs failed part-way by a worker and continued elsewhere
     first_start_s: float = math.nan
     first_token_s: float = math.nan
     queue_s: float = 0.0  # time spent queued, over every visit
