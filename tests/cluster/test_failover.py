@@ -1,10 +1,11 @@
 """SIGKILL the leader under load, again and again: a standby leads within 5 s, every
-request is answered once (or given a clean error), P0 requests sent during the
+request is answered once (or given a clean error), every batch line exactly once, P0 requests sent during the
 failover are answered after it, and an upstream never sees more than its slots."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -16,6 +17,16 @@ from laneway.testing import ServeProcess, StandInProcess
 
 NAMES = ["r1", "r2", "r3"]
 KILLS = 5
+BATCH = 300
+
+
+def batch_file() -> bytes:
+    line = {
+        "method": "POST",
+        "url": "/v1/completions",
+        "body": {"model": "m", "prompt": "b", "max_tokens": 20},
+    }
+    return b"".join(json.dumps({"custom_id": f"b{i:03d}", **line}).encode() + b"\n" for i in range(BATCH))
 
 
 def leader_of(r: redis.Redis, prefix: str) -> str | None:
@@ -32,6 +43,8 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
             outcomes: list[tuple[str, int, str, str, float, float]] = []  # id, status, text, replica, t0, t1
             failovers: list[float] = []
             killed_at: dict[str, list[float]] = {n: [] for n in NAMES}
+            batch_id: list[str] = []
+            batch_ids: list[str] = []
 
             async def load(c: httpx.AsyncClient, stop: asyncio.Event) -> None:
                 i = 0
@@ -60,6 +73,19 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
 
             async def go() -> None:
                 async with httpx.AsyncClient(timeout=60) as c:
+                    base = reps["r2"].url + "/v1"
+                    f = await c.post(
+                        base + "/files", files={"file": ("in.jsonl", batch_file())}, data={"purpose": "batch"}
+                    )
+                    made = await c.post(
+                        base + "/batches",
+                        json={
+                            "input_file_id": f.json()["id"],
+                            "endpoint": "/v1/completions",
+                            "completion_window": "24h",
+                        },
+                    )
+                    batch_id.append(made.json()["id"])
                     stop = asyncio.Event()
                     loader = asyncio.create_task(load(c, stop))
                     for _ in range(KILLS):
@@ -79,6 +105,16 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
                     await asyncio.sleep(2.0)
                     stop.set()
                     await loader
+                    deadline = time.monotonic() + 60
+                    while True:
+                        b = (await c.get(reps["r3"].url + f"/v1/batches/{batch_id[0]}")).json()
+                        if b["status"] == "completed":
+                            break
+                        assert time.monotonic() < deadline, b
+                        await asyncio.sleep(0.2)
+                    lines = (await c.get(reps["r3"].url + f"/v1/files/{b['output_file_id']}/content")).text
+                    assert lines.startswith("{\"id\"") or lines.startswith("{\"custom_id"), lines[:300]
+                    batch_ids.extend(json.loads(x)["custom_id"] for x in lines.splitlines())
 
             asyncio.run(go())
     finally:
@@ -87,6 +123,7 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
         client.close()
     assert stats["peak_requests"] <= 2, stats
     assert max(failovers) < 5.0, failovers  # a standby leads within 5 s
+    assert sorted(batch_ids) == [f"b{i:03d}" for i in range(BATCH)]  # every line exactly once
     assert len(outcomes) > 200
     ids = [o[0] for o in outcomes]
     assert len(ids) == len(set(ids))  # each answered once

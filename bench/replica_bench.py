@@ -1,0 +1,205 @@
+"""laneway as one process, as one replica with Redis, and as three replicas, on the same
+stand-in engine: requests/s, latency under load, added latency, CPU per request.
+
+    python bench/replica_bench.py [--requests 1000] [--clients 32] [--duration 5] [--json out.json]
+
+Every process runs on 127.0.0.1 and is stopped afterwards; the stand-in engine
+(``python -m laneway.standin``, 64 slots, answering at once) is what every
+setup sends to, so the engine is never the bottleneck:
+
+1. **one process**: ``laneway serve`` alone (no ``[cluster]``, no Redis);
+2. **1 replica**: the same with ``[cluster]``: it leads, and every request's
+   events and decisions go through Redis;
+3. **3 replicas**: three ``laneway serve`` with ``[cluster]``, one leading.
+
+For each: added latency of 1-token completions sent one at a time (through
+laneway vs to the stand-in directly, in turn on kept-alive connections; with
+3 replicas, through the leader and through a replica that does not lead),
+then requests/s with ``--clients`` connections for ``--duration`` s (``wrk``,
+or a small asyncio client without it; with 3 replicas, the clients are split
+over them), and the CPU seconds per request of the laneway processes and of
+Redis. On a machine with fewer cores than processes the replicas share the
+cores, so requests/s cannot grow with them; the CPU per request says what
+they would do with a core each (see the note in the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gateway_bench import Connection, _load, _run_fast, added, post_bytes, wrk
+from laneway.testing import RedisProcess, ServeProcess, standin_process
+
+HOST = "127.0.0.1"
+err = Console(stderr=True)
+BODY = {"model": "standin", "prompt": "hello", "max_tokens": 1}
+
+
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 10 ms
+
+
+def toml(data: Path, url: str, cluster: str = "") -> str:
+    return (
+        f'[server]\nhost = "{HOST}"\ndata_dir = "{data}"\n{cluster}\n'
+        f'[[workers]]\nname = "up0"\ntype = "upstream"\nurl = "{url}"\nmodel = "standin"\n'
+        'served_name = "standin"\nslots = 64\n'
+    )
+
+
+@contextmanager
+def laneways(tmp: Path, url: str, n: int, redis_url: str | None, tag: str) -> Iterator[list[ServeProcess]]:
+    prefix = f"bench{uuid.uuid4().hex[:6]}:"
+    tmp = tmp / tag
+    tmp.mkdir()
+    with ExitStack() as stack:
+        procs = []
+        for i in range(n):
+            cluster = ""
+            if redis_url is not None:
+                cluster = f'[cluster]\nredis_url = "{redis_url}"\nreplica = "r{i}"\nkey_prefix = "{prefix}"\n'
+            cfg = tmp / f"r{i}.toml"
+            cfg.write_text(toml(tmp / f"data{i}", url, cluster))
+            p = ServeProcess(["--config", str(cfg)], tmp / f"r{i}.log")
+            stack.callback(p.stop)
+            procs.append(p)
+        yield procs
+
+
+async def added_latency(direct_port: int, via_port: int, requests: int) -> dict[str, Any]:
+    raw = post_bytes("/v1/completions", BODY)
+    a, b = await Connection.open(direct_port), await Connection.open(via_port)
+    direct, via = [], []
+    try:
+        for i in range(requests + 100):
+            for conn, into in ((a, direct), (b, via)):
+                t0 = time.perf_counter()
+                status, body = await conn.request(raw)
+                if status != 200:
+                    raise RuntimeError(f"HTTP {status}: {body[:300]!r}")
+                if i >= 100:  # after a warm-up
+                    into.append(time.perf_counter() - t0)
+    finally:
+        await a.close()
+        await b.close()
+    return added(direct, via, "laneway")
+
+
+def load(procs: list[ServeProcess], args: argparse.Namespace) -> dict[str, Any]:
+    """``args.clients`` connections split over ``procs`` for ``args.duration`` s."""
+    share = max(1, args.clients // len(procs))
+    body = json.dumps(BODY).encode()
+
+    def one(p: ServeProcess) -> dict[str, Any]:
+        if shutil.which("wrk") is not None:
+            return wrk(p.url + "/v1/completions", body, share, args.duration, lambda: 0.0)
+        r = _run_fast(_load(p.port, post_bytes("/v1/completions", BODY), share, 1.0, args.duration))
+        r["req_per_s"] = r["requests"] / args.duration
+        return r
+
+    with concurrent.futures.ThreadPoolExecutor(len(procs)) as pool:
+        parts = list(pool.map(one, procs))
+    return {
+        "req_per_s": sum(r["req_per_s"] for r in parts),
+        "requests": sum(r["requests"] for r in parts),
+        "errors": sum(r["errors"] for r in parts),
+        "latency_p50_ms": max(r["latency_p50_ms"] for r in parts),
+        "latency_p99_ms": max(r["latency_p99_ms"] for r in parts),
+        "loadgen": "wrk" if shutil.which("wrk") else "python",
+    }
+
+
+def measure(
+    name: str, procs: list[ServeProcess], engine_port: int, redis_pid: int | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    err.print(f"[dim]{name}: added latency ({args.requests} pairs), then {args.clients} clients…[/]")
+    lat = {}
+    if len(procs) > 1:  # the first one started leads (it took the lease first); another does not
+        lat["leader"] = _run_fast(added_latency(engine_port, procs[0].port, args.requests))
+        lat["follower"] = _run_fast(added_latency(engine_port, procs[-1].port, args.requests))
+    else:
+        lat["laneway"] = _run_fast(added_latency(engine_port, procs[0].port, args.requests))
+    cpu0 = [cpu_of(p.proc.pid) for p in procs]
+    rcpu0 = cpu_of(redis_pid) if redis_pid else 0.0
+    thr = load(procs, args)
+    cpu = [cpu_of(p.proc.pid) - c for p, c in zip(procs, cpu0, strict=True)]
+    rcpu = (cpu_of(redis_pid) - rcpu0) if redis_pid else 0.0
+    n = max(1, thr["requests"])
+    thr["laneway_cpu_us_per_req"] = [c / n * 1e6 for c in cpu]
+    thr["redis_cpu_us_per_req"] = rcpu / n * 1e6
+    return {"latency": lat, "load": thr}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="replica-bench-") as d:
+        tmp = Path(d)
+        with standin_process(tmp / "standin.log", "--slots", "64", "--ms-per-token", "0") as engine:
+            with laneways(tmp, engine.url, 1, None, "one") as procs:
+                out["one process"] = measure("one process", procs, engine.port, None, args)
+            redis = RedisProcess(tmp / "redis")
+            try:
+                with laneways(tmp, engine.url, 1, redis.url, "single") as procs:
+                    out["1 replica + Redis"] = measure("1 replica", procs, engine.port, redis.proc.pid, args)
+                with laneways(tmp, engine.url, 3, redis.url, "three") as procs:
+                    out["3 replicas + Redis"] = measure(
+                        "3 replicas", procs, engine.port, redis.proc.pid, args
+                    )
+            finally:
+                redis.stop()
+    return out
+
+
+def report(r: dict[str, Any], console: Console) -> None:
+    t = Table(title="one process vs replicas on Redis (stand-in engine, 1-token completions)")
+    for col in ("setup", "req/s", "p50 / p99 under load", "added p50 / p99 (one at a time)", "CPU µs/req"):
+        t.add_column(col, justify="right" if col != "setup" else "left")
+    for name, m in r.items():
+        load_ = m["load"]
+        lat = "; ".join(
+            f"{who} {v['added_p50_ms']:.2f} / {v['added_p99_ms']:.2f} ms" for who, v in m["latency"].items()
+        )
+        cpu = " + ".join(f"{c:.0f}" for c in load_["laneway_cpu_us_per_req"])
+        if load_["redis_cpu_us_per_req"]:
+            cpu += f" (Redis {load_['redis_cpu_us_per_req']:.0f})"
+        t.add_row(
+            name,
+            f"{load_['req_per_s']:,.0f}",
+            f"{load_['latency_p50_ms']:.1f} / {load_['latency_p99_ms']:.1f} ms",
+            lat,
+            cpu,
+        )
+    console.print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=1000, help="pairs for the added latency")
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--json", type=Path, metavar="FILE")
+    args = p.parse_args(argv)
+    result = run(args)
+    report(result, Console())
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
