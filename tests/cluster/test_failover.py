@@ -5,6 +5,7 @@ failover are answered after it, and an upstream never sees more than its slots."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -113,7 +114,7 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
                         assert time.monotonic() < deadline, b
                         await asyncio.sleep(0.2)
                     lines = (await c.get(reps["r3"].url + f"/v1/files/{b['output_file_id']}/content")).text
-                    assert lines.startswith("{\"id\"") or lines.startswith("{\"custom_id"), lines[:300]
+                    assert lines.startswith('{"id"') or lines.startswith('{"custom_id'), lines[:300]
                     batch_ids.extend(json.loads(x)["custom_id"] for x in lines.splitlines())
 
             asyncio.run(go())
@@ -134,3 +135,53 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
             assert status == 200, (rid, status, text)
     p0_during = [o for o in outcomes if o[2].count('"priority":"P0"') and o[1] == 200]
     assert p0_during, "P0 requests were answered"
+
+
+def test_a_dead_replicas_requests_free_their_slots(tmp_path: Path, redis_url: str) -> None:
+    """Replica r2 holds every slot with long requests and is SIGKILLed: the leader frees
+    those slots once r2 stops saying it lives, and r1's requests run; r2 restarted under
+    the same name is a new replica (what the old one left is not its)."""
+    standin = StandInProcess(tmp_path / "standin.log", ("--slots", "2", "--ms-per-token", "20"))
+    client = redis.Redis.from_url(redis_url)
+    prefix = f"dead{time.monotonic_ns()}:"
+    try:
+        with replicas(
+            tmp_path, redis_url, ["r1", "r2"], upstream("up", standin.url, 2), prefix=prefix
+        ) as reps:
+            assert leader_of(client, prefix) == "r1"  # (started first)
+            long = {"model": "m", "prompt": "x", "max_tokens": 5000, "priority": "P0", "stream": True}
+
+            async def go() -> float:
+                async with httpx.AsyncClient(timeout=60) as c:
+                    hogs = [
+                        asyncio.create_task(c.post(reps["r2"].url + "/v1/completions", json=long))
+                        for _ in range(2)
+                    ]
+                    await asyncio.sleep(1.5)  # both slots are r2's now
+                    reps["r2"].kill()
+                    for h in hogs:
+                        with contextlib.suppress(httpx.TransportError):
+                            await h
+                    t0 = time.monotonic()
+                    while client.hlen(prefix + "reqs"):  # until the leader lets r2's requests go
+                        assert time.monotonic() - t0 < 10.0, "r2's requests were never freed"
+                        await asyncio.sleep(0.1)
+                    r = await c.post(
+                        reps["r1"].url + "/v1/completions",
+                        json={"model": "m", "prompt": "y", "max_tokens": 3, "priority": "P0"},
+                    )
+                    assert r.status_code == 200, r.text
+                    return time.monotonic() - t0
+
+            took = asyncio.run(go())
+            assert took < 10.0  # the slots came back (the liveness TTL, 3 s, and a reap)
+            reps["r2"] = ServeProcess(reps["r2"].args, reps["r2"].log)
+            r = httpx.post(
+                reps["r2"].url + "/v1/completions",
+                json={"model": "m", "prompt": "z", "max_tokens": 3},
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+    finally:
+        standin.stop()
+        client.close()

@@ -60,7 +60,10 @@ n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('HDEL', KEYS[1], ARGV[i]); i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
-  redis.call('XADD', ARGV[1] .. 'dec:' .. ARGV[i], 'MAXLEN', '~', 10000, '*', 'e', ARGV[i + 1]); i = i + 2
+  local key = ARGV[1] .. 'dec:' .. ARGV[i]
+  redis.call('XADD', key, 'MAXLEN', '~', 10000, '*', 'e', ARGV[i + 1])
+  redis.call('PEXPIRE', key, 3600000)
+  i = i + 2
 end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
@@ -73,6 +76,7 @@ class Leader:
         client: aioredis.Redis,
         prefix: str,
         replica: str,
+        home: str,
         specs: Sequence[WorkerSpec],
         config: SchedulerConfig,
         policy: str,
@@ -82,6 +86,7 @@ class Leader:
         self.r = client
         self.p = prefix
         self.replica = replica
+        self.me = home  # this process's home id (its requests are delivered without Redis)
         self.specs = list(specs)
         self.config = config
         self.policy = policy
@@ -104,7 +109,21 @@ class Leader:
     async def lead(self, token: int) -> None:
         await self._rebuild()
         self.led += 1
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = asyncio.get_running_loop().create_task(self._guarded())
+
+    async def _guarded(self) -> None:
+        """The loop; if it breaks, the lease is given up (another replica, or this one once
+        it tries again, rebuilds from Redis) rather than held by a leader that decides nothing."""
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("leader %s failed; giving up the lease", self.replica)
+            self.core = None
+            if self.lease is not None:
+                with contextlib.suppress(Exception):
+                    await self.lease.release()
 
     async def lose(self) -> None:
         if self._task is not None:
@@ -288,7 +307,7 @@ class Leader:
         self, now: float, sets: dict[str, list[Any]], dels: set[str], out: list[tuple[str, list[Any]]]
     ) -> None:
         """Cancel the requests of replicas that stopped saying they live."""
-        homes = sorted(set(self.home.values()) - {self.replica})
+        homes = sorted(set(self.home.values()) - {self.me})
         if not homes:
             return
         alive = await self.r.mget([f"{self.p}alive:{h}" for h in homes])
@@ -318,12 +337,12 @@ class Leader:
             args += [rid, json.dumps(entry, separators=(",", ":"))]
         args.append(len(dels))
         args += list(dels)
-        remote = [(h, e) for h, e in out if h != self.replica]
+        remote = [(h, e) for h, e in out if h != self.me]
         args.append(len(remote))
         for home, e in remote:
             args += [home, json.dumps(e, separators=(",", ":"))]
         await self._commit([self.p + "reqs", self.p + "events:pos"], args)
-        mine = [e for h, e in out if h == self.replica]
+        mine = [e for h, e in out if h == self.me]
         if mine:
             self.deliver([decode_decision(e) for e in mine])
 

@@ -179,4 +179,11 @@ class Campaign:
                         exc,
                     )
                     await self.on_lose()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # (becoming leader failed: let another replica, or a later try, lead)
+                log.exception("replica %s: leading failed", self.lease.replica)
+                with contextlib.suppress(Exception):
+                    await self.lease.release()
+                await self.on_lose()
             await asyncio.sleep(self.every_s)

@@ -50,6 +50,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         client,
         cluster.key_prefix,
         cluster.replica,
+        remote.home,
         runtime.specs,
         config.scheduler,
         config.policy,

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -107,10 +108,13 @@ class RemoteScheduler:
         self.r = client
         self.p = prefix
         self.replica = replica
+        # this process's name in events, decisions and liveness: a replica that restarts under
+        # the same name is a new one (what the old one left running is the old one's)
+        self.home = f"{replica}.{uuid.uuid4().hex[:8]}"
         self.names = class_names
         self.kick = kick
         self.events_key = prefix + "events"
-        self.decisions_key = f"{prefix}dec:{replica}"
+        self.decisions_key = f"{prefix}dec:{self.home}"
         self._out: list[list[Any]] = []
         self._wake = asyncio.Event()
         self._inbox: list[Decision] = []
@@ -123,8 +127,8 @@ class RemoteScheduler:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        last = await self.r.xrevrange(self.decisions_key, count=1)
-        start_id = last[0][0].decode() if last else "0-0"
+        await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
+        start_id = "0-0"  # (a stream of this process's own)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._send()),
@@ -150,7 +154,7 @@ class RemoteScheduler:
     def submit(self, req: Request, now: float) -> Reject | None:
         req.arrival_s = time.time()  # (the cluster's clock: every replica's wall clock)
         self._mine.add(req.id)
-        self._emit(encode_request(req, self.replica))
+        self._emit(encode_request(req, self.home))
         return None  # admitted or refused by the leader: a decision comes back
 
     def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
@@ -296,5 +300,5 @@ class RemoteScheduler:
     async def _heartbeat(self) -> None:
         while True:
             with contextlib.suppress(aioredis.RedisError, OSError):
-                await self.r.set(f"{self.p}alive:{self.replica}", "1", px=int(ALIVE_TTL_S * 1000))
+                await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
             await asyncio.sleep(ALIVE_TTL_S / 3)
