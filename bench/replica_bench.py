@@ -1,7 +1,8 @@
 """laneway as one process, as one replica with Redis, and as three replicas, on the same
 stand-in engine: requests/s, latency under load, added latency, CPU per request.
 
-    python bench/replica_bench.py [--requests 1000] [--clients 32] [--duration 5] [--json out.json]
+    python bench/replica_bench.py [--only load,flood] [--requests 1000] [--clients 32] [--duration 5]
+        [--batch 100] [--tokens 500] [--urgent 10] [--json out.json]
 
 Every process runs on 127.0.0.1 and is stopped afterwards; the stand-in engine
 (``python -m laneway.standin``, 64 slots, answering at once) is what every
@@ -21,14 +22,21 @@ over them), and the CPU seconds per request of the laneway processes and of
 Redis. On a machine with fewer cores than processes the replicas share the
 cores, so requests/s cannot grow with them; the CPU per request says what
 they would do with a core each (see the note in the report).
+
+Then (``flood``) P0 under a P3 flood on a 4-slot stand-in (2 ms a token), one
+process vs three replicas: P0 one a second (streamed, on a replica that does
+not lead), the flood spread over the three; the ratio to idle.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
+import itertools
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -38,11 +46,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
 from gateway_bench import Connection, _load, _run_fast, added, post_bytes, wrk
 from laneway.testing import RedisProcess, ServeProcess, standin_process
+from upstream_bench import chat, urgent
 
 HOST = "127.0.0.1"
 err = Console(stderr=True)
@@ -63,7 +73,9 @@ def toml(data: Path, url: str, cluster: str = "") -> str:
 
 
 @contextmanager
-def laneways(tmp: Path, url: str, n: int, redis_url: str | None, tag: str) -> Iterator[list[ServeProcess]]:
+def laneways(
+    tmp: Path, url: str, n: int, redis_url: str | None, tag: str, make: Any = None
+) -> Iterator[list[ServeProcess]]:
     prefix = f"bench{uuid.uuid4().hex[:6]}:"
     tmp = tmp / tag
     tmp.mkdir()
@@ -74,7 +86,7 @@ def laneways(tmp: Path, url: str, n: int, redis_url: str | None, tag: str) -> It
             if redis_url is not None:
                 cluster = f'[cluster]\nredis_url = "{redis_url}"\nreplica = "r{i}"\nkey_prefix = "{prefix}"\n'
             cfg = tmp / f"r{i}.toml"
-            cfg.write_text(toml(tmp / f"data{i}", url, cluster))
+            cfg.write_text((make or toml)(tmp / f"data{i}", url, cluster))
             p = ServeProcess(["--config", str(cfg)], tmp / f"r{i}.log")
             stack.callback(p.stop)
             procs.append(p)
@@ -145,6 +157,65 @@ def measure(
     return {"latency": lat, "load": thr}
 
 
+async def flood(batch_urls: list[str], urgent_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """P0 requests (streamed) one a second on ``urgent_url``, idle and then while ``--batch``
+    P3 requests of ``--tokens`` sent round-robin to ``batch_urls`` run."""
+    limits = httpx.Limits(max_connections=args.batch + 16, max_keepalive_connections=args.batch + 16)
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+        hot = chat("standin", 16, "hotfix, are you there?", "P0", True)
+        for _ in range(3):
+            await urgent(client, urgent_url, hot)
+        idle = [await urgent(client, urgent_url, hot) for _ in range(args.urgent)]
+        jobs = [
+            asyncio.create_task(
+                client.post(
+                    u + "/chat/completions", json=chat("standin", args.tokens, f"job {i}", "P3", False)
+                )
+            )
+            for i, u in zip(range(args.batch), itertools.cycle(batch_urls), strict=False)
+        ]
+        await asyncio.sleep(1.0)
+        loaded = []
+        for _ in range(args.urgent):
+            if all(j.done() for j in jobs):
+                break
+            loaded.append(await urgent(client, urgent_url, hot))
+            await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]))
+        done = await asyncio.gather(*jobs)
+    bad = sum(1 for r in done if r.status_code != 200)
+    idle_ms = statistics.median(x[1] for x in idle) * 1e3
+    flood_ms = statistics.median(x[1] for x in loaded) * 1e3 if loaded else float("nan")
+    return {
+        "idle_p50_ms": idle_ms,
+        "flood_p50_ms": flood_ms,
+        "ratio": flood_ms / idle_ms,
+        "batch_errors": bad,
+    }
+
+
+def toml_4_slots(data: Path, url: str, cluster: str = "") -> str:
+    return toml(data, url, cluster).replace("slots = 64", "slots = 4")
+
+
+def floods(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="replica-bench-flood-") as d:
+        tmp = Path(d)
+        with standin_process(tmp / "standin.log", "--slots", "4", "--ms-per-token", "2") as engine:
+            with laneways(tmp, engine.url, 1, None, "one", toml_4_slots) as procs:
+                err.print(f"[dim]flood, one process: {args.batch} × {args.tokens} tokens…[/]")
+                out["one process"] = _run_fast(flood([procs[0].url + "/v1"], procs[0].url + "/v1", args))
+            redis = RedisProcess(tmp / "redis")
+            try:
+                with laneways(tmp, engine.url, 3, redis.url, "three", toml_4_slots) as procs:
+                    err.print(f"[dim]flood, 3 replicas: {args.batch} × {args.tokens} tokens…[/]")
+                    urls = [p.url + "/v1" for p in procs]
+                    out["3 replicas + Redis"] = _run_fast(flood(urls, urls[-1], args))
+            finally:
+                redis.stop()
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="replica-bench-") as d:
@@ -187,15 +258,39 @@ def report(r: dict[str, Any], console: Console) -> None:
     console.print(t)
 
 
+def flood_report(r: dict[str, Any], console: Console) -> None:
+    t = Table(title="P0 (streamed, 16 tokens) under a P3 flood on a 4-slot stand-in, ÷ idle")
+    for col in ("setup", "P0 idle p50", "P0 under the flood p50", "ratio", "flood errors"):
+        t.add_column(col, justify="right" if col != "setup" else "left")
+    for name, m in r.items():
+        t.add_row(
+            name,
+            f"{m['idle_p50_ms']:.1f} ms",
+            f"{m['flood_p50_ms']:.1f} ms",
+            f"{m['ratio']:.2f}×",
+            str(m["batch_errors"]),
+        )
+    console.print(t)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=1000, help="pairs for the added latency")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--json", type=Path, metavar="FILE")
+    p.add_argument("--batch", type=int, default=100, help="P3 requests of the flood")
+    p.add_argument("--tokens", type=int, default=500, help="tokens of each")
+    p.add_argument("--urgent", type=int, default=10, help="P0 requests, idle and under the flood")
+    p.add_argument("--only", default="load,flood", help="load, flood or both")
     args = p.parse_args(argv)
-    result = run(args)
-    report(result, Console())
+    result: dict[str, Any] = {}
+    if "load" in args.only:
+        result["load"] = run(args)
+        report(result["load"], Console())
+    if "flood" in args.only:
+        result["flood"] = floods(args)
+        flood_report(result["flood"], Console())
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0

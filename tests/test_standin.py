@@ -110,3 +110,23 @@ def test_slots_queue_in_order_and_a_client_that_leaves_frees_its_slot(engine: tu
     first.join(30)
     second.join(30)
     assert ends["first"] < ends["second"]  # a short one waits for the slot: a FIFO engine
+
+
+def test_stats_count_the_requests_open_at_once(engine: tuple[StandIn, str]) -> None:
+    """One slot, three clients at once: two wait in its queue, all three are open."""
+    _, url = engine
+    before = httpx.get(url + "/stats").json()
+    body = {"model": "standin", "prompt": "x", "max_tokens": 20}
+    threads = [
+        threading.Thread(
+            target=httpx.post, args=(url + "/v1/completions",), kwargs={"json": body, "timeout": 30}
+        )
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    stats = httpx.get(url + "/stats").json()
+    assert stats["peak"] == 1 and stats["peak_requests"] == 3
+    assert stats["served"] == before["served"] + 3

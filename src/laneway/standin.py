@@ -41,6 +41,7 @@ WORDS = (
 )  # fmt: skip
 BYTE_BASE = 1000
 DEFAULT_MAX_TOKENS = 16
+PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each arrival
 
 Scope = dict[str, Any]
 
@@ -102,13 +103,21 @@ class StandIn:
         self.aborted = 0
         self.peak = 0  # most sequences running at once
         self.peak_requests = 0  # most generation requests open at once (running or waiting)
+        self.peak_prompts: list[str] = []  # the beginnings of their prompts
 
     # ------------------------------------------------------------ scheduling
     def _admit(self, seq: _Seq) -> None:
         self.waiting.append(seq)
-        open_now = len(self.waiting) + sum(1 for s in self.running if not s.done and not s.gone)
-        self.peak_requests = max(self.peak_requests, open_now)
         self._fill()
+        # counted a moment later: a connection its client closed just before sending this one
+        # may not have been seen closed yet (both arrive in one turn of the loop)
+        asyncio.get_running_loop().call_later(PEAK_SETTLE_S, self._count_open)
+
+    def _count_open(self) -> None:
+        live = [s for s in (*self.waiting, *self.running) if not s.done and not s.gone]
+        if len(live) > self.peak_requests:
+            self.peak_requests = len(live)
+            self.peak_prompts = [decode(s.prompt)[:40] for s in live]
 
     def _fill(self) -> None:
         while self.waiting and len(self.running) < self.slots:
@@ -159,6 +168,7 @@ class StandIn:
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/stats":  # what tests read: peaks and counts
             stats = {"peak": self.peak, "peak_requests": self.peak_requests, "served": self.served}
+            stats["peak_prompts"] = self.peak_prompts
             await _json(send, 200, {**stats, "aborted": self.aborted})
             return
         if method == "GET" and path in ("/v1/models", "/health"):

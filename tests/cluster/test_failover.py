@@ -113,8 +113,15 @@ def test_killing_the_leader_loses_nothing(tmp_path: Path, redis_url: str) -> Non
                             break
                         assert time.monotonic() < deadline, b
                         await asyncio.sleep(0.2)
-                    lines = (await c.get(reps["r3"].url + f"/v1/files/{b['output_file_id']}/content")).text
-                    assert lines.startswith('{"id"') or lines.startswith('{"custom_id'), lines[:300]
+                    if b["request_counts"]["failed"]:
+                        errors = (
+                            await c.get(reps["r3"].url + f"/v1/files/{b['error_file_id']}/content")
+                        ).text
+                        raise AssertionError(f"{b['request_counts']}: {errors[:600]}")
+                    got = await c.get(reps["r3"].url + f"/v1/files/{b['output_file_id']}/content")
+                    assert got.status_code == 200, (b, got.text[:300])
+                    lines = got.text
+                    assert all('"custom_id"' in x for x in lines.splitlines()), lines[:600]
                     batch_ids.extend(json.loads(x)["custom_id"] for x in lines.splitlines())
 
             asyncio.run(go())

@@ -17,8 +17,8 @@ from laneway.testing import StandInProcess
 NAMES = ["r1", "r2", "r3"]
 
 
-def body(priority: str, tokens: int) -> dict[str, Any]:
-    return {"model": "m", "prompt": "x", "max_tokens": tokens, "priority": priority}
+def body(priority: str, tokens: int, prompt: str = "x") -> dict[str, Any]:
+    return {"model": "m", "prompt": prompt, "max_tokens": tokens, "priority": priority}
 
 
 def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
@@ -38,7 +38,10 @@ def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
                         return time.perf_counter() - t0, r.status_code
 
                     idle = [(await timed(urls[i % 3], body("P0", 8)))[0] for i in range(6)]
-                    flood = [asyncio.create_task(timed(urls[i % 3], body("P3", 200))) for i in range(24)]
+                    flood = [
+                        asyncio.create_task(timed(urls[i % 3], body("P3", 200, f"job {i}")))
+                        for i in range(24)
+                    ]
                     await asyncio.sleep(1.0)  # every slot busy with P3, the rest queued at the leader
                     urgent = []
                     for i in range(6):

@@ -138,6 +138,9 @@ class UpstreamWorker:
             self._runs[job_id] = run
             self._end(run, run.ended())
             return
+        limit = run.job.params.max_tokens
+        if limit is not None and run.tokens + run.run_tokens >= limit:
+            return  # every token is in, its end on the way: stopping it now would run it twice
         self._stop(job_id)
         run.stopped()
         how = self.resume_method(run.job)

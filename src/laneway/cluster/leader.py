@@ -259,7 +259,10 @@ class Leader:
                     core.cancel(rid, now)
                 self._forget(rid, sets, dels)
             elif kind == "p":
-                core.preempted(rid, now, tokens_done=e[2], checkpoint_bytes=e[3], save_s=e[4])
+                try:
+                    core.preempted(rid, now, tokens_done=e[2], checkpoint_bytes=e[3], save_s=e[4])
+                except InvalidTransition:  # preempted by a leader before this one: it runs here
+                    core.requeue(rid, now)
                 self._state(rid, "q", None, sets)
             elif kind == "q":
                 core.requeue(rid, now)

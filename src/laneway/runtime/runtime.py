@@ -252,6 +252,11 @@ class Runtime(WorkerEvents):
         if ticket is None:  # ended here before the decision came (a scheduler in another process)
             self.sched.finished(d.request_id, now, failed=True)
             return
+        if ticket.phase is not Phase.QUEUED:  # (it runs already: a decision came twice)
+            log.warning(
+                "request %s is %s: a dispatch to %s ignored", ticket.id, ticket.phase.name, d.worker_id
+            )
+            return
         worker = self.workers[d.worker_id]
         ticket.queue_s += now - ticket.enqueued_s
         self.alerts.check(ticket, now)
