@@ -293,3 +293,21 @@ def test_a_damaged_store_is_refused_in_one_line_never_started_empty(tmp_path: Pa
     assert path.stat().st_size == len(path.read_bytes())  # left as it was for the user to look at
     path.unlink()
     SQLiteDB(tmp_path).close()  # the lock was let go: with the file moved away, it starts
+
+
+def test_two_runners_starting_one_batch_at_once_leave_one_set_of_lines(db: SQLiteDB) -> None:
+    """Both read it validating; one starts it; the other's start changes nothing."""
+    db.create_batch(batch())
+    first = [NewLine(i + 1, f"a{i}", "{}") for i in range(5)]
+    second = [NewLine(i + 1, f"b{i}", "{}") for i in range(3)]
+    assert db.start_batch("batch_1", first, 101)
+    assert not db.start_batch("batch_1", second, 102)
+    assert [v.custom_id for v in db.lines("batch_1")] == [f"a{i}" for i in range(5)]
+    assert db.pending("batch_1") == 5
+    if isinstance(db, RedisDB):  # the race itself: the other runner passed its check before the first began
+        stage = f"{db.p}stage:late:"
+        db.r.hset(stage + "ld:", mapping={"0000000001": '["b0", "{}"]'})
+        db.r.hset(stage + "lst:", mapping={"0000000001": "q"})
+        assert db._run("start_batch", "batch_1", 103, 1, stage) == 0
+        assert [v.custom_id for v in db.lines("batch_1")] == [f"a{i}" for i in range(5)]
+        assert not db.r.exists(stage + "ld:", stage + "lst:")

@@ -23,6 +23,7 @@ holds the lines an owner runs.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ from laneway.store.base import (
 from laneway.store.sqlite import StoreError
 
 LINE_WRITE_CHUNK = 1000  # lines per round trip when a batch starts
+STAGE_TTL_MS = 600_000  # lines written for a start that never happened expire
 FINALIZE_TRIES = 20  # a finalize races finishing lines at most this often before giving up
 _BATCH_INTS = (
     "priority",
@@ -109,15 +111,27 @@ redis.call('ZREM', p .. 'bs:' .. cur, ARGV[2])
 redis.call('ZADD', p .. 'bs:' .. ARGV[3], seq, ARGV[2])
 return 1
 """
-# ARGV: prefix, id, now, total
+# ARGV: prefix, id, now, total, staging prefix. The lines were written under the staging
+# prefix (one per attempt): they become the batch's only if it is still validating, so two
+# runners starting one batch at once never mix or delete each other's lines.
 _LUA_START_BATCH = """
-local p = ARGV[1]
-local key = p .. 'b:' .. ARGV[2]
-if redis.call('HGET', key, 'status') ~= 'validating' then return 0 end
+local p, id, stage = ARGV[1], ARGV[2], ARGV[5]
+local key = p .. 'b:' .. id
+local names = {'ld:', 'lst:', 'latt:', 'lq:'}
+if redis.call('HGET', key, 'status') ~= 'validating' then
+  for _, n in ipairs(names) do redis.call('DEL', stage .. n) end
+  return 0
+end
+for _, n in ipairs({'ld:', 'lst:', 'latt:', 'lown:', 'lres:', 'lq:', 'lr:'}) do
+  redis.call('DEL', p .. n .. id)
+end
+for _, n in ipairs(names) do
+  if redis.call('EXISTS', stage .. n) == 1 then redis.call('RENAME', stage .. n, p .. n .. id) end
+end
 local seq = redis.call('HGET', key, 'seq')
 redis.call('HSET', key, 'status', 'in_progress', 'in_progress_at', ARGV[3], 'total', ARGV[4])
-redis.call('ZREM', p .. 'bs:validating', ARGV[2])
-redis.call('ZADD', p .. 'bs:in_progress', seq, ARGV[2])
+redis.call('ZREM', p .. 'bs:validating', id)
+redis.call('ZADD', p .. 'bs:in_progress', seq, id)
 return 1
 """
 # ARGV: prefix, id, now, errors, error file id or '', then (if a file) its fields and content
@@ -410,23 +424,23 @@ class RedisDB:
             raise StoreError(f"batch {batch_id}: a custom_id is on two lines")
         if self.r.hget(self.p + "b:" + batch_id, "status") != b"validating":
             return False
-        keys = self._line_keys(batch_id)
-        self.r.delete(*keys)  # (what an interrupted start left)
-        for i in range(0, len(lines), LINE_WRITE_CHUNK):
-            pipe = self.r.pipeline(transaction=True)
-            part = lines[i : i + LINE_WRITE_CHUNK]
-            pipe.hset(
-                self.p + "ld:" + batch_id,
-                mapping={_no(n.line_no): json.dumps([n.custom_id, n.body]) for n in part},
-            )
-            pipe.hset(self.p + "lst:" + batch_id, mapping={_no(n.line_no): "q" for n in part})
-            pipe.hset(self.p + "latt:" + batch_id, mapping={_no(n.line_no): 0 for n in part})
-            pipe.zadd(self.p + "lq:" + batch_id, {_no(n.line_no): 0 for n in part})
-            pipe.execute()
-        if self._run("start_batch", batch_id, now, len(lines)):
-            return True
-        self.r.delete(*keys)  # cancelled meanwhile: its lines go
-        return False
+        stage = f"{self.p}stage:{uuid.uuid4().hex}:"
+        try:
+            for i in range(0, len(lines), LINE_WRITE_CHUNK):
+                pipe = self.r.pipeline(transaction=False)
+                part = lines[i : i + LINE_WRITE_CHUNK]
+                pipe.hset(
+                    stage + "ld:", mapping={_no(n.line_no): json.dumps([n.custom_id, n.body]) for n in part}
+                )
+                pipe.hset(stage + "lst:", mapping={_no(n.line_no): "q" for n in part})
+                pipe.hset(stage + "latt:", mapping={_no(n.line_no): 0 for n in part})
+                pipe.zadd(stage + "lq:", {_no(n.line_no): 0 for n in part})
+                for k in ("ld:", "lst:", "latt:", "lq:"):
+                    pipe.pexpire(stage + k, STAGE_TTL_MS)  # (what a crash here leaves goes by itself)
+                pipe.execute()
+            return bool(self._run("start_batch", batch_id, now, len(lines), stage))
+        finally:
+            self.r.delete(*(stage + k for k in ("ld:", "lst:", "latt:", "lq:")))
 
     def _line_keys(self, batch_id: str) -> list[str]:
         return [self.p + k + batch_id for k in ("ld:", "lst:", "latt:", "lown:", "lres:", "lq:", "lr:")]
