@@ -39,7 +39,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -50,9 +49,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from gateway_bench import Connection, _load, _run_fast, added, post_bytes, wrk
+from gateway_bench import _load, _run_fast, post_bytes, wrk
 from laneway.testing import RedisProcess, ServeProcess, standin_process
-from upstream_bench import chat, urgent
+from upstream_bench import added_latency, chat, urgent
 
 HOST = "127.0.0.1"
 err = Console(stderr=True)
@@ -91,25 +90,6 @@ def laneways(
             stack.callback(p.stop)
             procs.append(p)
         yield procs
-
-
-async def added_latency(direct_port: int, via_port: int, requests: int) -> dict[str, Any]:
-    raw = post_bytes("/v1/completions", BODY)
-    a, b = await Connection.open(direct_port), await Connection.open(via_port)
-    direct, via = [], []
-    try:
-        for i in range(requests + 100):
-            for conn, into in ((a, direct), (b, via)):
-                t0 = time.perf_counter()
-                status, body = await conn.request(raw)
-                if status != 200:
-                    raise RuntimeError(f"HTTP {status}: {body[:300]!r}")
-                if i >= 100:  # after a warm-up
-                    into.append(time.perf_counter() - t0)
-    finally:
-        await a.close()
-        await b.close()
-    return added(direct, via, "laneway")
 
 
 def load(procs: list[ServeProcess], args: argparse.Namespace) -> dict[str, Any]:

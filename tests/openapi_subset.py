@@ -63,6 +63,8 @@ def spec_path() -> Path:
 def load_subset(path: Path | None = None, cache_dir: Path | None = None) -> dict[str, Any]:
     """The subset of the spec at ``path`` (default: :func:`spec_path`) for :data:`SERVED`."""
     path = (path or spec_path()).resolve()
+    if not path.is_file():  # a failure, not a skip: the contract is not checked without it
+        raise FileNotFoundError(f"OpenAI's OpenAPI description is not at {path} (set ${SPEC_ENV})")
     st = path.stat()
     return copy.deepcopy(
         _cached(str(path), st.st_mtime_ns, st.st_size, str(cache_dir) if cache_dir else None)
