@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -15,9 +16,8 @@ import uvicorn
 from laneway.standin import StandIn, decode
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[tuple[StandIn, str]]:
-    app = StandIn("standin", slots=1, ms_per_token=5.0)
+@contextlib.contextmanager
+def serving(app: StandIn) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -27,10 +27,17 @@ def engine() -> Iterator[tuple[StandIn, str]]:
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield app, f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[tuple[StandIn, str]]:
+    app = StandIn("standin", slots=1, ms_per_token=5.0)
+    with serving(app) as url:
+        yield app, url
 
 
 def events(url: str, body: dict[str, Any]) -> list[Any]:
@@ -130,3 +137,23 @@ def test_stats_count_the_requests_open_at_once(engine: tuple[StandIn, str]) -> N
     stats = httpx.get(url + "/stats").json()
     assert stats["peak"] == 1 and stats["peak_requests"] == 3
     assert stats["served"] == before["served"] + 3
+
+
+def test_a_request_sent_after_its_predecessor_was_dropped_is_not_counted_with_it() -> None:
+    """A client that drops a stream and then sends the next request has one open at a time,
+    and is counted so: a dropped stream is seen gone before the request after it counts."""
+    app = StandIn("standin", slots=1, ms_per_token=5.0)
+    with serving(app) as url, httpx.Client(timeout=30) as client:
+        for i in range(20):
+            body = {"model": "standin", "prompt": f"long {i}", "max_tokens": 500, "stream": True}
+            with client.stream("POST", url + "/v1/completions", json=body) as r:
+                lines = r.iter_lines()
+                assert next(lines).startswith("data: ")
+            # (the stream is closed, unfinished: its connection is dropped)
+            got = client.post(
+                url + "/v1/completions", json={"model": "standin", "prompt": "x", "max_tokens": 1}
+            )
+            assert got.status_code == 200
+        stats = client.get(url + "/stats").json()
+    assert stats["aborted"] == 20 and stats["served"] == 20
+    assert stats["peak_requests"] == 1, stats

@@ -41,7 +41,8 @@ WORDS = (
 )  # fmt: skip
 BYTE_BASE = 1000
 DEFAULT_MAX_TOKENS = 16
-PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each arrival
+PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each arrival ...
+PEAK_SETTLE_TURNS = 8  # ... and this many turns of the loop later (each one reads the sockets)
 
 Scope = dict[str, Any]
 
@@ -110,14 +111,20 @@ class StandIn:
         self.waiting.append(seq)
         self._fill()
         # counted a moment later: a connection its client closed just before sending this one
-        # may not have been seen closed yet (both arrive in one turn of the loop)
-        asyncio.get_running_loop().call_later(PEAK_SETTLE_S, self._count_open)
+        # may not have been seen closed yet (both arrive in one turn of the loop). A moment is
+        # not enough on a loaded machine: a process paused past it finds the timer due while
+        # the close it read is still some turns from the request it ends, so the count also
+        # waits for those turns.
+        asyncio.get_running_loop().call_later(PEAK_SETTLE_S, self._count_open, PEAK_SETTLE_TURNS)
 
-    def _count_open(self) -> None:
+    def _count_open(self, turns: int = 0) -> None:
+        if turns > 0:
+            asyncio.get_running_loop().call_soon(self._count_open, turns - 1)
+            return
         live = [s for s in (*self.waiting, *self.running) if not s.done and not s.gone]
         if len(live) > self.peak_requests:
             self.peak_requests = len(live)
-            self.peak_prompts = [decode(s.prompt)[:40] for s in live]
+            self.peak_prompts = [f"{decode(s.prompt)[:40]} ({len(s.made)}/{s.target})" for s in live]
 
     def _fill(self) -> None:
         while self.waiting and len(self.running) < self.slots:

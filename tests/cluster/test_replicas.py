@@ -1,4 +1,4 @@
-"""Three replicas, one leader scheduling for all, in front of stand-in engines: P0 first
+"""Three replicas, one leader scheduling for all, in front of two stand-in engines: P0 first
 across replicas, an upstream never sees more than its slots, quotas hold in total."""
 
 from __future__ import annotations
@@ -24,9 +24,13 @@ def body(priority: str, tokens: int, prompt: str = "x") -> dict[str, Any]:
 def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
     tmp_path: Path, redis_url: str
 ) -> None:
-    standin = StandInProcess(tmp_path / "standin.log", ("--slots", "2", "--ms-per-token", "5"))
+    engines = [
+        StandInProcess(tmp_path / f"standin{i}.log", ("--slots", "2", "--ms-per-token", "5"))
+        for i in range(2)
+    ]
+    workers = upstream("up0", engines[0].url, 2) + upstream("up1", engines[1].url, 2)
     try:
-        with replicas(tmp_path, redis_url, NAMES, upstream("up", standin.url, 2)) as reps:
+        with replicas(tmp_path, redis_url, NAMES, workers) as reps:
             urls = [reps[n].url + "/v1" for n in NAMES]
 
             async def go() -> tuple[list[float], list[float], list[int]]:
@@ -40,7 +44,7 @@ def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
                     idle = [(await timed(urls[i % 3], body("P0", 8)))[0] for i in range(6)]
                     flood = [
                         asyncio.create_task(timed(urls[i % 3], body("P3", 200, f"job {i}")))
-                        for i in range(24)
+                        for i in range(40)
                     ]
                     await asyncio.sleep(1.0)  # every slot busy with P3, the rest queued at the leader
                     urgent = []
@@ -52,13 +56,17 @@ def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
                     return idle, urgent, statuses
 
             idle, urgent, statuses = asyncio.run(go())
-            assert statuses == [200] * 24  # the flood was all served, in the end
-            stats = httpx.get(standin.url.removesuffix("/v1") + "/stats").json()
-            assert stats["peak_requests"] <= 2, stats  # never more than its slots, across 3 replicas
-            # P0 preempts the flood wherever it arrived: nowhere near the flood's 24 × 1 s / 2 slots
+            assert statuses == [200] * 40  # the flood was all served, in the end
+            stats = [httpx.get(e.url.removesuffix("/v1") + "/stats").json() for e in engines]
+            for s in stats:  # never more than its slots, across 3 replicas
+                assert s["peak_requests"] <= 2, stats
+            assert sum(s["served"] for s in stats) >= 40 + 12  # both engines served
+            assert all(s["served"] >= 5 for s in stats), stats
+            # P0 preempts the flood wherever it arrived: nowhere near the flood's 40 × 1 s / 4 slots
             assert statistics.median(urgent) < statistics.median(idle) + 1.5, (idle, urgent)
     finally:
-        standin.stop()
+        for e in engines:
+            e.stop()
 
 
 def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, redis_url: str) -> None:

@@ -45,7 +45,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     await client.ping()
     config = runtime.config
     remote = RemoteScheduler(client, cluster.key_prefix, cluster.replica, runtime.classes.names, runtime.kick)
-    runtime.sched = remote  # type: ignore[assignment]
+    runtime.use_scheduler(remote)
     leader = Leader(
         client,
         cluster.key_prefix,

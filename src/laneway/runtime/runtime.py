@@ -40,6 +40,7 @@ from laneway.runtime.metrics import Metrics
 from laneway.runtime.probes import Prober
 from laneway.runtime.recovery import Recovery
 from laneway.runtime.rejections import error_for, shutting_down
+from laneway.runtime.scheduling import SchedulerPort
 from laneway.runtime.sizing import Sizing
 from laneway.runtime.ticket import Phase, Ticket
 
@@ -69,7 +70,8 @@ class Runtime(WorkerEvents):
             for name, worker in self.workers.items()
         ]
         self.specs = specs
-        self.sched = Scheduler(specs, config.scheduler, config.policy)
+        # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
+        self.sched: SchedulerPort = Scheduler(specs, config.scheduler, config.policy)
         self.support = support_of(self.workers, self.served)
         self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
         self.classes = config.scheduler.classes
@@ -92,14 +94,15 @@ class Runtime(WorkerEvents):
         """Before the first request: measure the in-process engines for the
         scheduler's cost model when the configuration gives none
         (:mod:`laneway.runtime.costs`). Returns the cost model taken, if any."""
-        if self.config.scheduler.costs != CostModel() or self.tickets:
+        sched = self.sched
+        if self.config.scheduler.costs != CostModel() or self.tickets or not isinstance(sched, Scheduler):
             return None
         costs = await measured_costs(self.workers, self.config.scheduler.costs)
         if costs is None:
             return None
         # nothing was submitted yet: only the costs change, no new scheduler needed
-        self.sched.cfg = replace(self.sched.cfg, costs=costs)
-        self.sched.costs = costs
+        sched.cfg = replace(sched.cfg, costs=costs)
+        sched.costs = costs
         self.sizing.costs = costs
         log.info(
             "preemption costs measured: decode step %.1f ms, prefill %.0f tokens/s, KV %d bytes/token",
@@ -108,6 +111,11 @@ class Runtime(WorkerEvents):
             costs.kv_bytes_per_token,
         )
         return costs
+
+    def use_scheduler(self, sched: SchedulerPort) -> None:
+        """Schedule through ``sched`` instead of this process's core (before any request)."""
+        assert not self.tickets, "the scheduler is chosen before the first request"
+        self.sched = sched
 
     async def start(self) -> None:
         """Probe the workers (and keep probing them); call once the loop runs."""

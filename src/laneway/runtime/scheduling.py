@@ -1,0 +1,72 @@
+"""The one surface between the runtime (which runs jobs and holds the clients'
+streams) and whatever schedules them.
+
+The runtime sends its events through it — arrivals, ends, preemptions done,
+cancels, requeues, progress, worker health — and takes decisions
+(``Dispatch`` / ``Preempt`` / ``Reject``) from :meth:`SchedulerPort.schedule`.
+Two implementations:
+
+- in one process, the core itself (:class:`laneway.core.Scheduler`): each
+  event is a method call and a decision comes back in the same step;
+- in a cluster, :class:`laneway.cluster.remote.RemoteScheduler`: events go to
+  the leader's stream in Redis and the leader's decisions for this replica's
+  requests come back from Redis, handed out by ``schedule`` like the core's.
+
+The runtime is the same code either way: a server without ``[cluster]`` does
+exactly what it did before clusters existed, and needs no Redis.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from laneway.core import Decision, Reject, Request
+from laneway.core.stats import Snapshot
+
+
+class SchedulerPort(Protocol):
+    # ------------------------------------------------------------ events
+    def submit(self, req: Request, now: float) -> Reject | None:
+        """A request arrives; its refusal now, if it is refused at once."""
+        ...
+
+    def finished(self, request_id: str, now: float, *, failed: bool = False) -> None: ...
+
+    def preempted(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        tokens_done: int | None = None,
+        checkpoint_bytes: int | None = None,
+        save_s: float | None = None,
+    ) -> None: ...
+
+    def cancel(self, request_id: str, now: float) -> bool: ...
+
+    def requeue(self, request_id: str, now: float) -> None: ...
+
+    def progress(self, request_id: str, tokens: int, now: float) -> None: ...
+
+    def set_available(self, worker_id: str, available: bool) -> None: ...
+
+    def withdraw(
+        self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
+    ) -> Reject: ...
+
+    # ------------------------------------------------------------ decisions
+    def schedule(self, now: float) -> list[Decision]: ...
+
+    def next_wakeup(self) -> float:
+        """When ``schedule`` has something to do again with no event (``inf``: never)."""
+        ...
+
+    # ------------------------------------------------------------ figures
+    def estimate_wait(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> float: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    @property
+    def queued(self) -> int: ...
