@@ -163,6 +163,14 @@ async def flood(batch_urls: list[str], urgent_url: str, args: argparse.Namespace
             await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]))
         done = await asyncio.gather(*jobs)
     bad = sum(1 for r in done if r.status_code != 200)
+    kinds: dict[str, int] = {}
+    for r in done:
+        if r.status_code != 200:
+            try:
+                code = (r.json().get("error") or {}).get("code")
+            except ValueError:
+                code = None
+            kinds[f"{r.status_code} {code}"] = kinds.get(f"{r.status_code} {code}", 0) + 1
     idle_ms = statistics.median(x[1] for x in idle) * 1e3
     flood_ms = statistics.median(x[1] for x in loaded) * 1e3 if loaded else float("nan")
     return {
@@ -170,6 +178,7 @@ async def flood(batch_urls: list[str], urgent_url: str, args: argparse.Namespace
         "flood_p50_ms": flood_ms,
         "ratio": flood_ms / idle_ms,
         "batch_errors": bad,
+        "batch_error_kinds": kinds,
     }
 
 
@@ -248,7 +257,7 @@ def flood_report(r: dict[str, Any], console: Console) -> None:
             f"{m['idle_p50_ms']:.1f} ms",
             f"{m['flood_p50_ms']:.1f} ms",
             f"{m['ratio']:.2f}×",
-            str(m["batch_errors"]),
+            ", ".join(f"{n} {k}" for k, n in m["batch_error_kinds"].items()) or "0",
         )
     console.print(t)
 

@@ -43,6 +43,7 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.config import SchedulerConfig
+from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
 
@@ -100,6 +101,7 @@ class Leader:
         self.entries: dict[str, list[Any]] = {}  # rid -> its table entry
         self.pos = "0-0"
         self.led = 0  # times this replica became leader
+        self.pace = Sizing(config.costs, 0)  # decode speed per model, as the replicas measure it
 
     # ------------------------------------------------------------------ the lease
     def use(self, lease: Lease) -> None:
@@ -271,6 +273,8 @@ class Leader:
                 core.progress(rid, int(e[2]), now)
             elif kind == "a":
                 core.set_available(rid, bool(e[2]))
+            elif kind == "o":  # a replica measured the pace of a model (rid: the model)
+                self.pace.observe(rid, int(e[2]), float(e[3]))
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             if kind in ("f", "c"):
                 self._forget(rid, sets, dels)
@@ -361,7 +365,13 @@ class Leader:
                 w = core.estimate_wait(i, m, now)
                 wait[f"{name}|{m}"] = w if math.isfinite(w) else None
         snap = core.snapshot()
-        fig = {"wait": wait, "queued": snap.queue_depth, "running": snap.running, "leader": self.replica}
+        fig = {
+            "wait": wait,
+            "queued": snap.queue_depth,
+            "running": snap.running,
+            "leader": self.replica,
+            "pace": self.pace.decode_tokens_s,
+        }
         with contextlib.suppress(aioredis.RedisError, OSError):
             await self.r.set(self.p + "est", json.dumps(fig), px=5000)
             await self.r.xtrim(self.p + "events", minid=self.pos)

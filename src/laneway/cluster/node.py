@@ -46,6 +46,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     config = runtime.config
     remote = RemoteScheduler(client, cluster.key_prefix, cluster.replica, runtime.classes.names, runtime.kick)
     runtime.use_scheduler(remote)
+    runtime.sizing = remote.share(runtime.sizing)
     leader = Leader(
         client,
         cluster.key_prefix,

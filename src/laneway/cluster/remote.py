@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 
 from laneway.core import Decision, Dispatch, Preempt, Reject, Request
 from laneway.core.stats import Snapshot
+from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
 
@@ -96,6 +97,30 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+class SharedSizing(Sizing):
+    """A replica's request sizing, with the pace measured by every replica: each
+    observation also goes to the leader (an ``o`` event), whose figures per model
+    (published with the estimates) replace this replica's own. A replica that has served
+    nothing of a model yet sizes its requests as the others measured them, so the
+    leader's estimates (and the refusals made on them) do not depend on which replica
+    a client reached."""
+
+    def __init__(self, base: Sizing, emit: Callable[[list[Any]], None]) -> None:
+        super().__init__(base.costs, base.default_max_tokens)
+        self.decode_tokens_s = dict(base.decode_tokens_s)
+        self._emit = emit
+
+    def observe(self, model: str, tokens: int, seconds: float) -> None:
+        super().observe(model, tokens, seconds)
+        if tokens >= 2 and seconds > 0:
+            self._emit(["o", model, tokens, seconds])
+
+    def adopt(self, pace: dict[str, float]) -> None:
+        for model, rate in pace.items():
+            if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0:
+                self.decode_tokens_s[model] = float(rate)
+
+
 class RemoteScheduler:
     def __init__(
         self,
@@ -124,6 +149,12 @@ class RemoteScheduler:
         self._running: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.live_leader: str | None = None
+        self.sizing: SharedSizing | None = None  # (set by the node: the runtime's sizing)
+
+    def share(self, sizing: Sizing) -> SharedSizing:
+        """``sizing`` as a replica of the cluster measures: with every replica's pace."""
+        self.sizing = SharedSizing(sizing, self._emit)
+        return self.sizing
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -296,6 +327,9 @@ class RemoteScheduler:
         self._queued = fig.get("queued", {})
         self._running = fig.get("running", {})
         self.live_leader = fig.get("leader")
+        pace = fig.get("pace")
+        if self.sizing is not None and isinstance(pace, dict):
+            self.sizing.adopt(pace)
 
     async def _heartbeat(self) -> None:
         while True:
