@@ -47,12 +47,13 @@ from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
 
-READ_COUNT = 300  # events applied per commit (bounded: each becomes script arguments)
+READ_COUNT = 8  # stream entries (of up to 64 events each) applied per commit (bounded: the
+# changes they make become script arguments)
 IDLE_BLOCK_MS = 200
 REAP_EVERY_S = 1.0
 
 # after the fence: KEYS reqs, pos; ARGV prefix, pos, n sets (rid, entry)..., n dels (rid)...,
-# n decisions (replica, decision)...
+# n replicas (replica, its decisions as one JSON list)...
 _COMMIT = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -62,7 +63,7 @@ for _ = 1, n do redis.call('HDEL', KEYS[1], ARGV[i]); i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
   local key = ARGV[1] .. 'dec:' .. ARGV[i]
-  redis.call('XADD', key, 'MAXLEN', '~', 10000, '*', 'e', ARGV[i + 1])
+  redis.call('XADD', key, 'MAXLEN', '~', 10000, '*', 'b', ARGV[i + 1])
   redis.call('PEXPIRE', key, 3600000)
   i = i + 2
 end
@@ -207,7 +208,8 @@ class Leader:
                 for entry_id, fields in entries:
                     self.pos = entry_id.decode()
                     moved = True
-                    self._apply(json.loads(fields[b"e"]), now, sets, dels, out)
+                    for e in json.loads(fields[b"b"]):
+                        self._apply(e, now, sets, dels, out)
             for d in core.schedule(now):
                 self._decided(d, sets, dels, out)
             if now - last_reap >= REAP_EVERY_S:
@@ -344,10 +346,13 @@ class Leader:
             args += [rid, json.dumps(entry, separators=(",", ":"))]
         args.append(len(dels))
         args += list(dels)
-        remote = [(h, e) for h, e in out if h != self.me]
+        remote: dict[str, list[list[Any]]] = {}
+        for home, e in out:
+            if home != self.me:
+                remote.setdefault(home, []).append(e)
         args.append(len(remote))
-        for home, e in remote:
-            args += [home, json.dumps(e, separators=(",", ":"))]
+        for home, es in remote.items():  # a replica's decisions in one entry (``b``: a list)
+            args += [home, json.dumps(es, separators=(",", ":"))]
         await self._commit([self.p + "reqs", self.p + "events:pos"], args)
         mine = [e for h, e in out if h == self.me]
         if mine:

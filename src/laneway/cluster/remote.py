@@ -34,6 +34,7 @@ from laneway.runtime.sizing import Sizing
 log = logging.getLogger("laneway.cluster")
 
 ESTIMATES_EVERY_S = 0.25  # how often the leader publishes estimates (and a replica reads them)
+EVENTS_PER_ENTRY = 64  # events sent in one stream entry (one command, one parse)
 ALIVE_TTL_S = 3.0  # a replica that has not said it lives for this long is taken for dead
 
 
@@ -275,11 +276,11 @@ class RemoteScheduler:
 
     # ------------------------------------------------------------------ plumbing
     async def _flush(self) -> None:
-        batch, self._out = self._out, []
-        pipe = self.r.pipeline(transaction=False)
-        for e in batch:
-            pipe.xadd(self.events_key, {"e": json.dumps(e, separators=(",", ":"))})
-        await pipe.execute()
+        """The events so far, in one stream entry (``b``: a list; the leader applies them in
+        order), at most :data:`EVENTS_PER_ENTRY` an entry."""
+        batch = self._out[:EVENTS_PER_ENTRY]
+        await self.r.xadd(self.events_key, {"b": json.dumps(batch, separators=(",", ":"))})
+        del self._out[: len(batch)]
 
     async def _send(self) -> None:
         while True:
@@ -303,10 +304,11 @@ class RemoteScheduler:
                 for _, entries in got or ():
                     for entry_id, fields in entries:
                         last = entry_id.decode()
-                        d = decode_decision(json.loads(fields[b"e"]))
-                        if type(d) is Reject:
-                            self._mine.discard(d.request_id)
-                        self._inbox.append(d)
+                        for e in json.loads(fields[b"b"]):
+                            d = decode_decision(e)
+                            if type(d) is Reject:
+                                self._mine.discard(d.request_id)
+                            self._inbox.append(d)
                 if self._inbox:
                     self.kick()
                 if loop.time() - read_est >= ESTIMATES_EVERY_S:
