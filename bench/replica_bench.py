@@ -39,6 +39,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis import Redis
 from rich.console import Console
 from rich.table import Table
 
@@ -73,23 +75,52 @@ def toml(data: Path, url: str, cluster: str = "") -> str:
 
 @contextmanager
 def laneways(
-    tmp: Path, url: str, n: int, redis_url: str | None, tag: str, make: Any = None
+    tmp: Path,
+    url: str,
+    n: int,
+    redis_url: str | None,
+    tag: str,
+    make: Any = None,
+    *,
+    scheduler: bool = False,
 ) -> Iterator[list[ServeProcess]]:
+    """``n`` laneway processes (replicas of one cluster with ``redis_url``); with
+    ``scheduler``, one more, last, set apart for scheduling (``leader_priority = 2``: it
+    leads once it runs; the caller sends it no clients)."""
     prefix = f"bench{uuid.uuid4().hex[:6]}:"
     tmp = tmp / tag
     tmp.mkdir()
     with ExitStack() as stack:
         procs = []
-        for i in range(n):
+        for i in range(n + scheduler):
             cluster = ""
             if redis_url is not None:
                 cluster = f'[cluster]\nredis_url = "{redis_url}"\nreplica = "r{i}"\nkey_prefix = "{prefix}"\n'
+                if i == n:
+                    cluster += "leader_priority = 2\n"
             cfg = tmp / f"r{i}.toml"
             cfg.write_text((make or toml)(tmp / f"data{i}", url, cluster))
             p = ServeProcess(["--config", str(cfg)], tmp / f"r{i}.log")
             stack.callback(p.stop)
             procs.append(p)
+        if scheduler:
+            assert redis_url is not None
+            wait_for_leader(redis_url, prefix, f"r{n}")
         yield procs
+
+
+def wait_for_leader(redis_url: str, prefix: str, replica: str, timeout_s: float = 15.0) -> None:
+    client = Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            raw = client.get(prefix + "leader")
+            if raw is not None and raw.decode().rpartition("|")[0] == replica:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"replica {replica} did not take the lease in {timeout_s:g} s")
+    finally:
+        client.close()
 
 
 def load(procs: list[ServeProcess], args: argparse.Namespace) -> dict[str, Any]:
@@ -117,23 +148,37 @@ def load(procs: list[ServeProcess], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def measure(
-    name: str, procs: list[ServeProcess], engine_port: int, redis_pid: int | None, args: argparse.Namespace
+    name: str,
+    procs: list[ServeProcess],
+    engine_port: int,
+    redis_pid: int | None,
+    args: argparse.Namespace,
+    *,
+    scheduler: ServeProcess | None = None,
 ) -> dict[str, Any]:
+    """Added latency and load through ``procs``; CPU of them (and of ``scheduler``, a
+    replica leading that clients are not sent to)."""
     err.print(f"[dim]{name}: added latency ({args.requests} pairs), then {args.clients} clients…[/]")
     lat = {}
-    if len(procs) > 1:  # the first one started leads (it took the lease first); another does not
+    if scheduler is not None:
+        lat["replica"] = _run_fast(added_latency(engine_port, procs[0].port, args.requests))
+    elif len(procs) > 1:  # the first one started leads (it took the lease first); another does not
         lat["leader"] = _run_fast(added_latency(engine_port, procs[0].port, args.requests))
         lat["follower"] = _run_fast(added_latency(engine_port, procs[-1].port, args.requests))
     else:
         lat["laneway"] = _run_fast(added_latency(engine_port, procs[0].port, args.requests))
-    cpu0 = [cpu_of(p.proc.pid) for p in procs]
+    every = [*procs, *([scheduler] if scheduler is not None else [])]
+    cpu0 = [cpu_of(p.proc.pid) for p in every]
     rcpu0 = cpu_of(redis_pid) if redis_pid else 0.0
     thr = load(procs, args)
-    cpu = [cpu_of(p.proc.pid) - c for p, c in zip(procs, cpu0, strict=True)]
+    cpu = [cpu_of(p.proc.pid) - c for p, c in zip(every, cpu0, strict=True)]
     rcpu = (cpu_of(redis_pid) - rcpu0) if redis_pid else 0.0
     n = max(1, thr["requests"])
     thr["laneway_cpu_us_per_req"] = [c / n * 1e6 for c in cpu]
     thr["redis_cpu_us_per_req"] = rcpu / n * 1e6
+    # with a core for each process (and one for Redis): the busiest one bounds the rate
+    busiest = max([*thr["laneway_cpu_us_per_req"], thr["redis_cpu_us_per_req"]])
+    thr["req_per_s_a_core_each"] = 1e6 / busiest if busiest > 0 else float("nan")
     return {"latency": lat, "load": thr}
 
 
@@ -220,6 +265,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     out["3 replicas + Redis"] = measure(
                         "3 replicas", procs, engine.port, redis.proc.pid, args
                     )
+                with laneways(tmp, engine.url, 3, redis.url, "three-s", scheduler=True) as procs:
+                    out["3 replicas + scheduler + Redis"] = measure(
+                        "3 replicas and a scheduling one",
+                        procs[:3],
+                        engine.port,
+                        redis.proc.pid,
+                        args,
+                        scheduler=procs[3],
+                    )
             finally:
                 redis.stop()
     return out
@@ -227,8 +281,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(r: dict[str, Any], console: Console) -> None:
     t = Table(title="one process vs replicas on Redis (stand-in engine, 1-token completions)")
-    for col in ("setup", "req/s", "p50 / p99 under load", "added p50 / p99 (one at a time)", "CPU µs/req"):
+    cols = ("setup", "req/s", "p50 / p99 under load", "added p50 / p99 (one at a time)", "CPU µs/req")
+    for col in (*cols, "req/s, a core each"):
         t.add_column(col, justify="right" if col != "setup" else "left")
+    base = r.get("one process", {}).get("load", {}).get("req_per_s_a_core_each")
     for name, m in r.items():
         load_ = m["load"]
         lat = "; ".join(
@@ -243,8 +299,15 @@ def report(r: dict[str, Any], console: Console) -> None:
             f"{load_['latency_p50_ms']:.1f} / {load_['latency_p99_ms']:.1f} ms",
             lat,
             cpu,
+            f"{load_['req_per_s_a_core_each']:,.0f}"
+            + (f" ({load_['req_per_s_a_core_each'] / base:.2f}×)" if base and name != "one process" else ""),
         )
     console.print(t)
+    console.print(
+        "req/s, a core each: 10⁶ ÷ the CPU µs per request of the busiest process (laneway or "
+        "Redis), what the setup does with a core for every process; the req/s column is "
+        "measured on this machine's cores, which the processes share."
+    )
 
 
 def flood_report(r: dict[str, Any], console: Console) -> None:

@@ -116,3 +116,57 @@ def test_a_standby_leads_within_the_lease_after_the_leader_stops_renewing(redis_
             await client.aclose()
 
     asyncio.run(run())
+
+
+def test_a_replica_of_a_higher_priority_takes_the_lease_and_others_take_over_when_it_dies(
+    redis_url: str,
+) -> None:
+    """``leader_priority``: a live candidate that outranks the holder gets the lease handed
+    over (the old holder's writes are fenced off); while it lives nobody else takes the
+    lease; once it stops trying, a lower one leads within the lease."""
+
+    async def run() -> None:
+        prefix = f"prio:{uuid.uuid4().hex[:8]}:"
+        client = aioredis.Redis.from_url(redis_url)
+        loop = asyncio.get_running_loop()
+        leads: list[tuple[str, float]] = []
+        loses: list[str] = []
+
+        def campaign(name: str, priority: int) -> Campaign:
+            async def lead(token: int) -> None:
+                leads.append((name, loop.time()))
+
+            async def lose() -> None:
+                loses.append(name)
+
+            lease = Lease(client, prefix, name, ttl_s=0.6, priority=priority)
+            return Campaign(lease, lead, lose, every_s=0.1)
+
+        try:
+            a, b, s = campaign("a", 1), campaign("b", 1), campaign("s", 5)
+            a.start()
+            b.start()
+            await asyncio.sleep(0.4)
+            assert [n for n, _ in leads] == ["a"]  # (equal priorities: the first to try)
+            s.start()
+            await asyncio.sleep(0.6)
+            assert [n for n, _ in leads] == ["a", "s"] and loses == ["a"]  # handed over
+            with pytest.raises(NotLeader):
+                await a.lease.fenced(WRITE)([prefix + "log"], ["old"])
+            await asyncio.sleep(0.8)  # several lease periods: it stays with "s"
+            assert [n for n, _ in leads] == ["a", "s"]
+            assert s._task is not None
+            s._task.cancel()  # "s" dies: no renewal, no release
+            died = loop.time()
+            for _ in range(40):
+                if len(leads) > 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(leads) == 3 and leads[2][0] in ("a", "b")
+            assert leads[2][1] - died < 0.6 + 0.3  # the lease (and the candidacy), plus one try
+            await a.close()
+            await b.close()
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())

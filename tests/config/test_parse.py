@@ -24,6 +24,18 @@ def test_defaults() -> None:
     assert parse_config({"server": {"shutdown_grace_s": 0}}).shutdown_grace_s == 0
 
 
+def test_cluster_settings() -> None:
+    up = [{"type": "upstream", "model": "m", "url": "http://127.0.0.1:8001/v1"}]
+    cluster = {"redis_url": "redis://127.0.0.1:6379/0", "replica": "r1"}
+    got = parse_config({"cluster": cluster, "workers": up}).cluster
+    assert got is not None and (got.replica, got.key_prefix, got.leader_priority) == ("r1", "laneway:", 1)
+    got = parse_config({"cluster": {**cluster, "leader_priority": 3}, "workers": up}).cluster
+    assert got is not None and got.leader_priority == 3
+    assert parse_config({}).cluster is None
+    with pytest.raises(ConfigError, match="cluster"):  # the default worker is in-process
+        parse_config({"cluster": cluster})
+
+
 def test_example_files_load() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.auth
@@ -91,6 +103,9 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"scheduler": {"max_preemptions": -1}}, "scheduler.max_preemptions"),
         ({"models": {"other": {"aliases": ["x"]}}}, "models.other"),
         ({"service_tiers": {"flex": "P9"}}, "service_tiers.flex"),
+        ({"cluster": {"redis_url": "http://h"}}, "cluster.redis_url"),
+        ({"cluster": {"redis_url": "redis://h", "leader_priority": -1}}, "cluster.leader_priority"),
+        ({"cluster": {"redis_url": "redis://h", "leader_prio": 2}}, "cluster.leader_prio"),
     ],
 )
 def test_errors_name_the_key(data: dict, key: str) -> None:

@@ -10,6 +10,13 @@ runs the write only while the epoch still equals the leader's token. A leader
 that stalled past its lease while another took over has an older token, and
 its writes are refused — two leaders never both write, even if both believe
 they lead for a moment.
+
+Replicas may rank for the lease (``[cluster] leader_priority``): every try
+and renewal also says "I am a candidate of priority N" for one lease period,
+nobody takes a free lease while a live candidate outranks it, and a holder
+outranked by a live candidate hands the lease over at its next renewal. So a
+replica set apart for scheduling (one that clients are not sent to) leads
+while it lives, and any other replica takes over when it dies.
 """
 
 from __future__ import annotations
@@ -25,17 +32,49 @@ import redis.asyncio as aioredis
 
 log = logging.getLogger("laneway.cluster")
 
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+# Candidates: ZSET PREFIX leader:prio (replica -> its priority) and ZSET PREFIX leader:seen
+# (replica -> until when, ms), refreshed by every try and renewal. KEYS lease, epoch/prio, ...
+_CANDIDATE = """
+local function stand(prio_key, seen_key, me, priority, ttl)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', seen_key, '-inf', now)) do
+    redis.call('ZREM', prio_key, gone)
+    redis.call('ZREM', seen_key, gone)
+  end
+  redis.call('ZADD', prio_key, priority, me)
+  redis.call('ZADD', seen_key, now + ttl, me)
+  redis.call('PEXPIRE', prio_key, ttl * 4)
+  redis.call('PEXPIRE', seen_key, ttl * 4)
+  local top = redis.call('ZREVRANGE', prio_key, 0, 0, 'WITHSCORES')
+  return tonumber(top[2]) > tonumber(priority)
+end
+"""
+# KEYS lease, epoch, prio, seen; ARGV replica, ttl_ms, priority
+_ACQUIRE = (
+    _CANDIDATE
+    + """
+local outranked = stand(KEYS[3], KEYS[4], ARGV[1], ARGV[3], tonumber(ARGV[2]))
+if redis.call('EXISTS', KEYS[1]) == 1 or outranked then return 0 end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
 return token
 """
-_RENEW = """
+)
+# KEYS lease, prio, seen; ARGV value, ttl_ms, replica, priority. 1: renewed; 0: not ours;
+# 2: handed over (a live candidate of a higher priority takes it next)
+_RENEW = (
+    _CANDIDATE
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if stand(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[2])) then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
+)
 _RELEASE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
@@ -56,13 +95,18 @@ class Holder:
 class Lease:
     """One replica's view of the leader lease."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str, replica: str, ttl_s: float = 3.0) -> None:
+    def __init__(
+        self, client: aioredis.Redis, prefix: str, replica: str, ttl_s: float = 3.0, priority: int = 1
+    ) -> None:
         if "|" in replica:
             raise ValueError("a replica name may not contain '|'")
         self.r = client
         self.key = prefix + "leader"
         self.epoch_key = prefix + "leader:epoch"
+        self.cand_keys = [prefix + "leader:prio", prefix + "leader:seen"]
         self.replica = replica
+        self.priority = priority
+        self.handed_over = False  # (the last renewal gave the lease to a candidate of a higher priority)
         self.ttl_ms = max(1, round(ttl_s * 1000))
         self.token: int | None = None  # ours while we believe we lead
         self._acquire = client.register_script(_ACQUIRE)
@@ -74,8 +118,14 @@ class Lease:
         return f"{self.replica}|{self.token}"
 
     async def acquire(self) -> int | None:
-        """Take the lease if nobody holds it; our fencing token, or ``None``."""
-        token = int(await self._acquire(keys=[self.key, self.epoch_key], args=[self.replica, self.ttl_ms]))
+        """Take the lease if nobody holds it and no live candidate has a higher priority;
+        our fencing token, or ``None``."""
+        token = int(
+            await self._acquire(
+                keys=[self.key, self.epoch_key, *self.cand_keys],
+                args=[self.replica, self.ttl_ms, self.priority],
+            )
+        )
         self.token = token or None
         return self.token
 
@@ -83,8 +133,14 @@ class Lease:
         """Extend our lease; ``False`` (and we no longer lead) if it is not ours any more."""
         if self.token is None:
             return False
-        if int(await self._renew(keys=[self.key], args=[self.value, self.ttl_ms])):
+        got = int(
+            await self._renew(
+                keys=[self.key, *self.cand_keys], args=[self.value, self.ttl_ms, self.replica, self.priority]
+            )
+        )
+        if got == 1:
             return True
+        self.handed_over = got == 2
         self.token = None
         return False
 
@@ -92,6 +148,11 @@ class Lease:
         if self.token is not None:
             await self._release(keys=[self.key], args=[self.value])
             self.token = None
+
+    async def withdraw(self) -> None:
+        """No longer a candidate (this replica is stopping)."""
+        await self.r.zrem(self.cand_keys[0], self.replica)
+        await self.r.zrem(self.cand_keys[1], self.replica)
 
     async def holder(self) -> Holder | None:
         raw = await self.r.get(self.key)
@@ -149,6 +210,8 @@ class Campaign:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        with contextlib.suppress(Exception):
+            await self.lease.withdraw()
         if self.lease.token is not None:
             with contextlib.suppress(Exception):
                 await self.lease.release()
@@ -167,6 +230,11 @@ class Campaign:
                         await self.on_lead(token)
                 elif await self.lease.renew():
                     renewed = loop.time()
+                elif self.lease.handed_over:
+                    log.info(
+                        "replica %s hands the lease to a replica of a higher priority", self.lease.replica
+                    )
+                    await self.on_lose()
                 else:
                     log.warning("replica %s lost the lease", self.lease.replica)
                     await self.on_lose()

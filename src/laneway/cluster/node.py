@@ -58,7 +58,9 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         runtime.models,
         remote.deliver,
     )
-    lease = Lease(client, cluster.key_prefix, cluster.replica, ttl_s=LEASE_TTL_S)
+    lease = Lease(
+        client, cluster.key_prefix, cluster.replica, ttl_s=LEASE_TTL_S, priority=cluster.leader_priority
+    )
     leader.use(lease)
     campaign = Campaign(lease, leader.lead, leader.lose, every_s=LEASE_TTL_S / 6)
     await remote.start()

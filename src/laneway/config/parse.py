@@ -125,7 +125,12 @@ def _cluster(t: Table) -> ClusterConfig | None:
     replica = t.str("replica", f"{socket.gethostname()}-{os.getpid()}")
     if not replica or any(c.isspace() for c in replica):
         raise ConfigError(f"{t.key('replica')}: expected a name without spaces, got {replica!r}")
-    out = ClusterConfig(url, replica, t.str("key_prefix", ClusterConfig.key_prefix))
+    out = ClusterConfig(
+        url,
+        replica,
+        t.str("key_prefix", ClusterConfig.key_prefix),
+        t.int("leader_priority", ClusterConfig.leader_priority, low=0),
+    )
     t.done()
     return out
 

@@ -91,6 +91,7 @@ class ClusterConfig:
     redis_url: str  # redis://HOST:PORT/DB (or rediss://)
     replica: str  # this replica's name (default: host name and process id)
     key_prefix: str = "laneway:"  # every key laneway writes starts with it
+    leader_priority: int = 1  # the live replica of the highest leads (ties: the first to try)
 
 
 # the server's scheduler defaults, where a bare SchedulerConfig (the simulator's) bounds
