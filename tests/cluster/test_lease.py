@@ -145,8 +145,9 @@ def test_a_replica_of_a_higher_priority_takes_the_lease_and_others_take_over_whe
         try:
             a, b, s = campaign("a", 1), campaign("b", 1), campaign("s", 5)
             a.start()
+            await asyncio.sleep(0.2)
             b.start()
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(0.3)
             assert [n for n, _ in leads] == ["a"]  # (equal priorities: the first to try)
             s.start()
             await asyncio.sleep(0.6)
