@@ -134,3 +134,29 @@ def test_a_fleet_trace_needs_a_model_on_every_line() -> None:
         parse_trace(lines, ClassTable(), "t.jsonl", models=("m", "n"))
     with pytest.raises(TraceError, match=r"\(the fleet serves: m, n\)$"):
         parse_trace(lines, ClassTable(), "t.jsonl", models=("m", "n"))
+
+
+@pytest.fixture(scope="module")
+def seeds() -> dict[int, dict[str, SimResult]]:
+    out = {}
+    for seed in range(10):
+        sc = scenario("gpu-mix", seed)
+        out[seed] = {
+            policy: simulate(sc.requests, slots=sc.slots, policy=policy, inventory=sc.inventory)
+            for policy in ("laneway", "naive")
+        }
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_grouping_holds_on_every_seed(seeds: dict[int, dict[str, SimResult]], seed: int) -> None:
+    """Same-model grouping does not depend on the draw: on each of seeds 0-9, far fewer
+    loads than naive placement, P0 chat never waits for them, every 70B request done.
+    (Measured 0.16-0.26 of naive's loads; the bound is looser than that.)"""
+    lane, naive = seeds[seed]["laneway"], seeds[seed]["naive"]
+    assert loads(lane) <= 0.4 * loads(naive), (loads(lane), loads(naive))
+    p0 = [o.wait_s for o in lane.outcomes if o.spec.priority == 0 and o.status == "finished"]
+    assert p99(p0) <= 2.0
+    big = [o for o in lane.outcomes if o.spec.model == "big-70b"]
+    assert big and all(o.status == "finished" for o in big)
+    assert lane.makespan_s <= naive.makespan_s

@@ -155,20 +155,37 @@ class GpuPlacement:
             return []
         if self.loading_slots(model.name) >= demand(model.name):
             return []  # what is already loading will serve the queue
-        switch = waited_s >= self.switch_wait_s  # it waited long enough to displace others
+        # it waited long enough to displace others — unless its model has a replica for
+        # it already: then its queue is served (it waits its turn there), and another
+        # replica comes only into room nobody else needs (forcing one churned: a second
+        # 70B replica evicted the 13B replicas in demand, which were loaded back, ...)
+        serving = not self.naive and self._serving(model.name, req.cls)
+        switch = waited_s >= self.switch_wait_s and not serving
         force = self.naive or switch
         # free VRAM first; then evicting idle replicas nobody is queued for (LRU);
-        # then, once it has waited long enough, idle replicas others are queued for
-        group = (
-            self._choose(model, req.cls, demand, False, False, now)
-            or self._choose(model, req.cls, demand, True, False, now)
-            or (self._choose(model, req.cls, demand, True, True, now) if force else None)
+        # then, once it has waited long enough, idle replicas others are queued for.
+        # Another replica of a model that has one goes only into free VRAM: evicting
+        # an idle model to make a second copy of a busy one would load the idle one
+        # back as soon as work for it comes (and its work would wait for that load)
+        group = self._choose(model, req.cls, demand, False, False, now) or (
+            None
+            if serving
+            else (
+                self._choose(model, req.cls, demand, True, False, now)
+                or (self._choose(model, req.cls, demand, True, True, now) if force else None)
+            )
         )
         if group is None:
             if switch and not self.naive:
                 self._drain_for(model, req.cls, demand, now)
             return []
         return self._load(model, group, now, demand, force=force, cls=req.cls)
+
+    def _serving(self, model: str, cls: int) -> bool:
+        """Whether a replica of ``model`` that takes class ``cls`` is ready or loading."""
+        return any(
+            r.worker.spec.admits(cls) and r.worker.id not in self.down for r in self.by_model.get(model, ())
+        )
 
     def _evictable(
         self,
