@@ -69,8 +69,15 @@ def test_no_aging_under_the_priority_policy() -> None:
     assert ids(d.step()) == ["new-p2"]
 
 
-@pytest.mark.parametrize(("p2_at", "p3_at", "first"), [(0.0, 1.0, "p2"), (1.0, 0.0, "p3")])
-def test_equal_aged_ranks_go_by_arrival(p2_at: float, p3_at: float, first: str) -> None:
+@pytest.mark.parametrize(
+    ("p2_at", "p3_at", "first"),
+    [(0.0, 1.0, "p2"), (1.0, 0.0, "p2"), (9.0, 0.0, "p2"), (11.0, 0.0, "p3")],
+)
+def test_an_aged_request_counts_as_arriving_an_interval_later_per_class_it_rose(
+    p2_at: float, p3_at: float, first: str
+) -> None:
+    """A P3 aged to P2 ranks with the P2 work that arrived up to one interval (10 s) after
+    it: it waits at most that much longer than P2 work, but does not go ahead of all of it."""
     d = _blocked(aging_interval_s=10.0, aging_ceiling=2)
     d.submit(req("p2", 2, p2_at))
     d.submit(req("p3", 3, p3_at))

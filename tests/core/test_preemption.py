@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from laneway.core import CostModel, Dispatch, Preempt, Scheduler, WorkerSpec
+from laneway.core import CostModel, Dispatch, Preempt, Scheduler, SchedulerConfig, WorkerSpec
 from laneway.core.preemption import Action, Candidate, choose_action, choose_victim, soonest
 
 from .helpers import Driver, ids, req, sched, slots
@@ -202,6 +202,62 @@ def test_max_preemptions_cap() -> None:
     assert d.advance(29.0) == []  # the P3 has been preempted enough: it runs to the end
     d.finish("p3")
     assert ids(d.step()) == ["p0-late"]
+
+
+def test_a_request_preempted_many_times_is_preempted_again_while_it_lost_little() -> None:
+    """No count cap by default: with checkpoints a preemption costs a fraction of a
+    second, so the tenth P0 preempts the batch job as the first did (a cap of 3 made
+    P0 wait once every running batch job had used it)."""
+    d = _full(1, [("p2", 2, LONG)])
+    for i in range(10):
+        d.submit(req(f"p0-{i}", 0, d.now))
+        assert ids(d.step()) == ["p2"], i
+        d.ack("p2")
+        assert ids(d.step()) == [f"p0-{i}"]
+        d.now += 1.0
+        d.finish(f"p0-{i}")
+        assert d.step() == [Dispatch("p2", "w0", "checkpoint")]
+        d.now += 1.0
+    r = d.sched.get("p2")
+    assert r.preemptions == 10 and 0 < r.lost_s < 0.25 * 1000.0
+
+
+def test_a_request_that_lost_its_share_to_preemptions_runs_to_the_end() -> None:
+    """``max_preempt_loss``: past that share of its service lost to preemptions (here
+    recomputing a long context each time), a victim is not preempted again; an urgent
+    request takes another victim, or waits for it."""
+    big = {"est_service_s": 20.0, "prompt_tokens": 40_000}  # a recompute: 5 s of prefill
+    config = SchedulerConfig(max_preempt_loss=0.25)
+    d = Driver(Scheduler(slots(2, can_checkpoint=False), config, "laneway"))
+    d.submit(req("a", 2, 0.0, **big))
+    d.submit(req("b", 2, 0.0, **{**big, "prompt_tokens": 80_000}))
+    assert sorted(ids(d.step())) == ["a", "b"]
+    d.now = 1.0
+    d.submit(req("u1", 0, d.now))
+    assert ids(d.step()) == ["a"]  # the cheaper one to recompute
+    d.ack("a")
+    assert ids(d.step()) == ["u1"]
+    d.now += 1.0
+    d.finish("u1")
+    assert d.step() == [Dispatch("a", d.running["a"], "recompute")]
+    assert d.sched.get("a").lost_s == pytest.approx(5.0 + d.sched.costs.step_s, rel=0.05)  # 25 % of 20 s
+    d.now += 1.0
+    d.submit(req("u2", 0, d.now))
+    assert ids(d.step()) == ["b"]  # "a" lost its share: the other one, dearer now, goes
+    d.ack("b")
+    assert ids(d.step()) == ["u2"]
+
+
+def test_a_count_cap_can_still_be_set() -> None:
+    d = _full(1, [("p3", 3, LONG)], max_preemptions=1)
+    d.submit(req("p0-0", 0, d.now))
+    assert ids(d.step()) == ["p3"]
+    d.ack("p3")
+    assert ids(d.step()) == ["p0-0"]
+    d.finish("p0-0")
+    assert ids(d.step()) == ["p3"]
+    d.submit(req("p0-1", 0, d.now))
+    assert d.step() == []
 
 
 def test_max_preemptions_zero_disables_preemption() -> None:

@@ -27,6 +27,7 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.decisions import REJECT_REASONS
+from laneway.core.preemption import may_stop_again
 
 from .helpers import Driver
 
@@ -47,7 +48,8 @@ config_st = st.builds(
     aging_interval_s=st.sampled_from([None, 5.0, 30.0]),
     aging_ceiling=st.integers(0, 3),
     drain_cap_s=st.sampled_from([0.5, 5.0, 30.0]),
-    max_preemptions=st.integers(0, 3),
+    max_preemptions=st.sampled_from([None, None, 0, 1, 3]),
+    max_preempt_loss=st.sampled_from([None, 0.0, 0.05, 0.25]),
     max_queued_total=st.sampled_from([None, 4, 10]),
     tenants=st.just(TENANTS),
     mlfq_slice_s=st.sampled_from([2.0, 20.0]),
@@ -188,6 +190,7 @@ EXPECTED_STATE = {
 
 def _basic_checks(d: Driver, reqs: dict[str, Request], out: list[Decision]) -> None:
     max_pre = d.sched.cfg.max_preemptions
+    max_loss = d.sched.cfg.max_preempt_loss
     # the driver's own view agrees with the scheduler's (independently of check_invariants)
     for rid in d.running:
         assert reqs[rid].state in (State.RUNNING, State.PREEMPTED), rid
@@ -203,7 +206,14 @@ def _basic_checks(d: Driver, reqs: dict[str, Request], out: list[Decision]) -> N
         if type(x) is Preempt:
             assert r.priority not in (0, 1), f"P{r.priority} request {r.id} preempted"
             assert r.preemptible, f"{r.id} is not preemptible"
-            assert d.preempt_counts[r.id] <= max_pre, f"{r.id} preempted more than {max_pre} times"
+            if max_pre is not None:
+                assert d.preempt_counts[r.id] <= max_pre, f"{r.id} preempted more than {max_pre} times"
+            if max_loss is not None and r.preemptions > 1:  # what it had lost was within its share
+                ran = d.now - r.started_s
+                check, again = d.sched.costs.round_trips(r.prompt_tokens, r.tokens_done, ran)
+                before = r.lost_s - (check if r.resume == "checkpoint" else again)
+                service = max(r.est_s, r.run_s + ran)
+                assert before <= max_loss * service + 1e-9, (r.id, before, service)
             assert r.state is State.PREEMPTED
         elif type(x) is Dispatch:
             assert r.state in (State.RUNNING, State.PREEMPTED)  # (it may be preempted in the same step)
@@ -285,7 +295,7 @@ def _preemption_check(d: Driver, reqs: dict[str, Request], out: list[Decision]) 
             and r.cls in victims
             and r.claimed_for is None
             and r.preemptible
-            and r.preemptions < s.cfg.max_preemptions
+            and may_stop_again(r, d.now, s.cfg.max_preempt_loss, s.cfg.max_preemptions)
         ]
         assert not idle, f"{waiting} P{c} waiting with {claimed} claims while {idle} could be preempted"
 

@@ -45,12 +45,18 @@ class Table:
             raise ConfigError(f"{self.key(name)}: expected a non-empty string, got {value!r}")
         return value
 
-    def int(self, name: str, default: Any = _MISSING, *, low: int | None = None) -> Any:
+    def int(
+        self, name: str, default: Any = _MISSING, *, low: int | None = None, optional: bool = False
+    ) -> Any:
+        """A whole number; with ``optional``, the string ``"none"`` (or ``false``) gives ``None``."""
         value = self.raw(name, default)
         if value is default:
             return value
+        if optional and (value is False or (isinstance(value, str) and value.lower() == "none")):
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{self.key(name)}: expected a whole number, got {value!r}")
+            what = 'a whole number (or "none")' if optional else "a whole number"
+            raise ConfigError(f"{self.key(name)}: expected {what}, got {value!r}")
         if low is not None and value < low:
             raise ConfigError(f"{self.key(name)}: must be >= {low}, got {value}")
         return value

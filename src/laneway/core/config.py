@@ -22,7 +22,16 @@ class SchedulerConfig:
       ``mixed`` scenario a ceiling of P1 gave P3 the same bound but P1 a p99
       wait 7x longer).
     - ``drain_cap_s``: drain only for victims expected to end within this.
-    - ``max_preemptions``: a request preempted this often runs to the end.
+    - ``max_preempt_loss``: how much of its service a request may lose to
+      preemptions (the slot time of saving and restoring its checkpoint, or of
+      computing its context again), as a share of its expected service; past
+      it, it runs to the end. So however often urgent work arrives, a victim
+      spends at most that share more slot time than it needs (no livelock),
+      yet an urgent request does not wait for a victim that merely was
+      preempted a few times before: with checkpoints a preemption costs well
+      under a second, and a count cap (3) made P0 wait once every running
+      batch job had used it up. ``None``: no bound.
+    - ``max_preemptions``: optional hard cap on the count (``None``: none).
     - ``max_queued_total``: above it, arrivals shed the newest queued request
       of the least urgent class below theirs (or are refused if there is none).
     - ``max_wait_s``: an arrival whose expected wait is past its queue timeout
@@ -40,7 +49,8 @@ class SchedulerConfig:
     aging_interval_s: float | None = 60.0
     aging_ceiling: int = 2
     drain_cap_s: float = 30.0
-    max_preemptions: int = 3
+    max_preempt_loss: float | None = 0.25
+    max_preemptions: int | None = None
     max_queued_total: int | None = None
     max_wait_s: float | None = None
     costs: CostModel = field(default_factory=CostModel)
@@ -58,8 +68,10 @@ class SchedulerConfig:
             raise ConfigError(f"aging_ceiling: must be a class rank 0–{len(self.classes) - 1}")
         if self.drain_cap_s < 0:
             raise ConfigError("drain_cap_s: must be >= 0")
-        if self.max_preemptions < 0:
-            raise ConfigError("max_preemptions: must be >= 0")
+        if self.max_preemptions is not None and self.max_preemptions < 0:
+            raise ConfigError("max_preemptions: must be >= 0 (or none)")
+        if self.max_preempt_loss is not None and not self.max_preempt_loss >= 0:
+            raise ConfigError("max_preempt_loss: must be >= 0 (or none)")
         if self.max_queued_total is not None and self.max_queued_total < 1:
             raise ConfigError("max_queued_total: must be >= 1")
         if self.max_wait_s is not None and not self.max_wait_s > 0:

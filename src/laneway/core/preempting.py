@@ -13,7 +13,7 @@ import math
 
 from laneway.core.decisions import Decision, Preempt
 from laneway.core.errors import InvalidTransition
-from laneway.core.preemption import Candidate, choose_action, gather_candidates
+from laneway.core.preemption import Candidate, choose_action, gather_candidates, may_stop_again
 from laneway.core.request import Request, State, transition
 from laneway.core.selection import NONE_BLOCKED
 
@@ -63,20 +63,30 @@ class Preempting:
         if req.tenant is not None:
             self.admission.on_requeue(req.tenant)
 
-    def _preemptible(self, req: Request) -> bool:
+    def _preemptible(self, req: Request, now: float) -> bool:
+        cfg = self.cfg
         return (
             req.state is _RUNNING
             and req.claimed_for is None
             and req.preemptible
             and self.classes[req.cls].preemptible
-            and req.preemptions < self.cfg.max_preemptions
+            and may_stop_again(req, now, cfg.max_preempt_loss, cfg.max_preemptions)
         )
 
     def _candidates(
         self, victims: tuple[int, ...], model: str | None, now: float, cls: int | None = None
     ) -> list[Candidate]:
+        cfg = self.cfg
         return gather_candidates(
-            self._running, victims, self.workers, model, now, self.costs, self.cfg.max_preemptions, cls
+            self._running,
+            victims,
+            self.workers,
+            model,
+            now,
+            self.costs,
+            cfg.max_preempt_loss,
+            cfg.max_preemptions,
+            cls,
         )
 
     def _preempt(self, now: float, out: list[Decision]) -> None:
@@ -152,7 +162,9 @@ class Preempting:
         if until > now:
             return False  # clearing for it already
         victims_of = self._victims[c]
-        victims = self._planner.make_room(head, now, lambda r: r.cls in victims_of and self._preemptible(r))
+        victims = self._planner.make_room(
+            head, now, lambda r: r.cls in victims_of and self._preemptible(r, now)
+        )
         if victims is None:
             return False
         load_s = self._planner.inv.models[head.model].load_s
@@ -174,6 +186,10 @@ class Preempting:
         transition(victim, _PREEMPTED)
         victim.preempt_at_s = now
         victim.preemptions += 1
+        checkpoint_s, recompute_s = self.costs.round_trips(
+            victim.prompt_tokens, victim.tokens_done, now - victim.started_s
+        )
+        victim.lost_s += checkpoint_s if mode == "checkpoint" else recompute_s
         victim.resume = mode
         self._drains.pop(victim.id, None)
         self.counters.preemptions[victim.cls] += 1
@@ -233,7 +249,7 @@ class Preempting:
             if req.level < top:
                 req.level += 1
             waiting = lanes.waiting_below(req.cls, req.level)
-            if waiting and self._free == 0 and self._overran(req, now) and self._preemptible(req):
+            if waiting and self._free == 0 and self._overran(req, now) and self._preemptible(req, now):
                 req.claimed_for = req.cls
                 self._incoming[req.cls] += 1
                 self._stop(req, self._cheapest_mode(req, now), req.cls, now, out)

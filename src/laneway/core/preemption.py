@@ -19,6 +19,19 @@ MAX_SCAN = 8  # running requests examined per victim class, from each end
 PER_END = 1  # candidates taken from each end
 
 
+def may_stop_again(r: Request, now: float, max_loss: float | None, max_count: int | None) -> bool:
+    """Whether running request ``r`` may be preempted (again) now, by the bound on what
+    preemptions cost it: at most ``max_loss`` of its expected service lost to them so far
+    (``None``: no bound), and at most ``max_count`` of them (``None``: no cap)."""
+    n = r.preemptions
+    if max_count is not None and n >= max_count:
+        return False
+    if n == 0 or max_loss is None:
+        return True
+    ran = r.run_s + now - r.started_s
+    return r.lost_s <= max_loss * (r.est_s if r.est_s > ran else ran)
+
+
 class Candidate(NamedTuple):
     request_id: str
     worker_id: str
@@ -28,6 +41,7 @@ class Candidate(NamedTuple):
     checkpoint_s: float  # slot time of a checkpoint round trip (save + restore)
     recompute_s: float  # slot time of a recompute round trip (re-prefill)
     can_checkpoint: bool = True
+    lost_before_s: float = 0.0  # what its earlier preemptions cost it
 
     @property
     def best_mode(self) -> str:
@@ -48,7 +62,9 @@ class Action(NamedTuple):
 
 
 def _victim_key(c: Candidate) -> tuple[int, float, int]:
-    return (-c.cls, c.lost_s, -c.seq)
+    # what it would lose now plus what it lost before: preemptions spread over the
+    # victims rather than hitting again and again the one resumed last
+    return (-c.cls, c.lost_s + c.lost_before_s, -c.seq)
 
 
 def _soonest_key(c: Candidate) -> tuple[float, int, int]:
@@ -56,7 +72,8 @@ def _soonest_key(c: Candidate) -> tuple[float, int, int]:
 
 
 def choose_victim(cands: Sequence[Candidate]) -> Candidate | None:
-    """Lowest class first, then least work lost, then the latest arrival (seq)."""
+    """Lowest class first, then least work lost (now and by earlier preemptions), then
+    the latest arrival (seq)."""
     if not cands:
         return None
     return min(cands, key=_victim_key)
@@ -105,7 +122,8 @@ def gather_candidates(
     model: str | None,
     now: float,
     costs: CostModel,
-    max_preemptions: int,
+    max_loss: float | None,
+    max_count: int | None,
     for_class: int | None = None,
 ) -> list[Candidate]:
     """Running requests of the ``victims`` classes that may be preempted.
@@ -134,8 +152,8 @@ def gather_candidates(
                     r.state is not _RUNNING
                     or r.claimed_for is not None
                     or not r.preemptible
-                    or r.preemptions >= max_preemptions
                     or r.id in seen
+                    or not may_stop_again(r, now, max_loss, max_count)
                 ):
                     continue
                 spec = workers[r.worker].spec  # type: ignore[index]
@@ -149,6 +167,8 @@ def gather_candidates(
                 checkpoint_s, recompute_s = costs.round_trips(r.prompt_tokens, r.tokens_done, ran)
                 eta = max(r.est_s - r.run_s - ran, 0.25 * r.est_s)
                 out.append(
-                    Candidate(r.id, spec.id, v, r.seq, eta, checkpoint_s, recompute_s, spec.can_checkpoint)
+                    Candidate(
+                        r.id, spec.id, v, r.seq, eta, checkpoint_s, recompute_s, spec.can_checkpoint, r.lost_s
+                    )
                 )
     return out

@@ -95,6 +95,7 @@ class Request:
     tokens_done: int = 0  # output tokens generated before the current run
     checkpoint_bytes: int = 0
     preemptions: int = 0
+    lost_s: float = 0.0  # slot time its preemptions cost so far (save + restore, or re-prefill)
     resume: str | None = None  # "checkpoint" / "recompute" for the next dispatch
     claimed_for: int | None = None  # a more urgent class waits for this slot
     claim_deadline_s: float = math.inf  # drain claims turn into preemption after this

@@ -1,7 +1,11 @@
 """Which queued request gets the next free slot: pure functions over the lanes.
 
 - :func:`select_strict`: strict class order with aging — the lowest
-  ``(aged rank, arrival, seq)`` among the lane heads;
+  ``(aged rank, arrival, seq)`` among the lane heads, where a request that rose
+  ``k`` classes counts as arriving ``k`` aging intervals later than it did: it
+  waits at most that much longer than the work of the class it rose to, rather
+  than going ahead of all of it (a flood of aged P3 work kept P2 waiting as long
+  as P3);
 - :func:`select_share`: weighted class shares — the class furthest below its
   share of running slots, then the best of that class;
 - :func:`best_in_class`: inside one class, the lowest ``(level, arrival, seq)``
@@ -31,6 +35,7 @@ def select_strict(lanes: Lanes, now: float, blocked: set[int], interval_s: float
     heads = lanes.heads
     best: Request | None = None
     best_rank = _UNRANKED  # the best's (rank, arrival_s, seq) key, when there is a best
+    best_at = 0.0
     for lane, rank, floor, ceiling in lanes.scan:
         if floor > best_rank:
             break  # this lane and all after it rank after the best, even aged
@@ -38,13 +43,17 @@ def select_strict(lanes: Lanes, now: float, blocked: set[int], interval_s: float
         if head is None or lane in blocked:
             continue
         req = head[3]
+        at = req.arrival_s
         if ceiling is not None:  # it may have aged
-            rank = aged_rank(rank, now - req.arrival_s, interval_s, ceiling)
+            aged = aged_rank(rank, now - at, interval_s, ceiling)
+            if aged < rank:  # it ranks as if it had arrived in the class it rose to that much later
+                at += (rank - aged) * interval_s  # type: ignore[operator]
+                rank = aged
         # the lowest (rank, arrival_s, seq) wins; ranks differ more often than not
         if rank < best_rank or (
-            rank == best_rank and (req.arrival_s, req.seq) < (best.arrival_s, best.seq)  # type: ignore[union-attr]
+            rank == best_rank and (at, req.seq) < (best_at, best.seq)  # type: ignore[union-attr]
         ):
-            best, best_rank = req, rank
+            best, best_rank, best_at = req, rank, at
     return best
 
 

@@ -12,6 +12,12 @@
 - ``mixed``: 8 slots, all four classes as Poisson streams, one busy hour
   (~105% of capacity) then one quiet hour (~40%). ``requests=N`` scales the
   arrival rates and the slot count together to reach about N requests.
+- ``support-desk``: 16 slots, two hours of a support desk. P0 chat of 1–12 s
+  (~0.4/s, with three 10-minute bursts at 1/s), P1 API calls of 1–50 s
+  (~2 a minute), four P2 batches of 500–800 jobs of 10–40 s each arriving at
+  once (at 0, 30, 60 and 90 minutes; their window is a day) and eight P3
+  analytics jobs of 100–300 s. P0 + P1 need ~4 of the 16 slots; the rest is
+  batch work that P0 preempts, again and again.
 - ``gpu-mix``: a GPU fleet (4 x 80 GB in one node, 4 x 24 GB in another) with
   a 7B chat model (14 GB), a 13B (26 GB) and a 70B (140 GB on 4 GPUs); loads
   take 30-60 s. For an hour: P0 chat on the 7B model, P2 batch on all three.
@@ -130,6 +136,38 @@ def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
     )
 
 
+_DESK_BURSTS = (1200.0, 3900.0, 6000.0)  # starts of the 10-minute P0 bursts
+
+
+def support_desk(seed: int = 0) -> Scenario:
+    rng = random.Random(seed)
+    end = 2 * 3600.0
+    drawn: list[tuple[float, str, int, float, float | None, int]] = []
+    chat = _poisson(rng, 0.4, 0.0, end)
+    for start in _DESK_BURSTS:
+        chat += _poisson(rng, 0.6, start, start + 600.0)  # (on top: 1/s in all)
+    for t in chat:
+        drawn.append((t, "chat", 0, rng.uniform(1.0, 12.0), None, 400))
+    for t in _poisson(rng, 2 / 60.0, 0.0, end):
+        drawn.append((t, "api", 1, rng.uniform(1.0, 50.0), None, 1200))
+    for b, start in enumerate((0.0, 1800.0, 3600.0, 5400.0)):
+        for _ in range(rng.randint(500, 800)):
+            drawn.append((start, f"batch{b}", 2, rng.uniform(10.0, 40.0), DAY_S, 2000))
+    for t in sorted(rng.uniform(0.0, end - 600.0) for _ in range(8)):
+        drawn.append((t, "analytics", 3, rng.uniform(100.0, 300.0), None, 6000))
+    drawn.sort(key=lambda d: d[0])
+    reqs = [
+        SimRequest(f"{name}-{i}", t, cls, duration, timeout_s=timeout, prompt_tokens=prompt)
+        for i, (t, name, cls, duration, timeout, prompt) in enumerate(drawn)
+    ]
+    return Scenario(
+        "support-desk",
+        reqs,
+        16,
+        f"{len(reqs)} requests: P0 chat with bursts, P1 API, 4 P2 batches at once, P3 analytics; 16 slots",
+    )
+
+
 def gpu_fleet() -> Inventory:
     """Node ``a``: 4 x 80 GB; node ``b``: 4 x 24 GB; 10 % of each GPU kept for KV cache.
     A 7B chat model (14 GB), a 13B model (26 GB) and a 70B model (140 GB over the
@@ -191,6 +229,7 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "chat-vs-batch": chat_vs_batch,
     "code-review": code_review,
     "mixed": mixed,
+    "support-desk": support_desk,
     "gpu-mix": gpu_mix,
 }
 
