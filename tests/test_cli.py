@@ -65,10 +65,12 @@ def test_default_output_is_a_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def table_cells(text: str) -> dict[tuple[str, str], list[str]]:
-    """(policy, class) -> the cells of a printed class-table row."""
+    """(policy, class) -> the cells of a row of the printed class table (the first table)."""
     rows: dict[tuple[str, str], list[str]] = {}
     policy = ""
     for line in text.splitlines():
+        if line.startswith("└"):
+            break  # the end of the class table
         cells = [c.strip() for c in line.split("│")[1:-1]]
         if len(cells) > 2 and cells[1].startswith("P"):
             policy = cells[0] or policy

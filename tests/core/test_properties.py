@@ -212,8 +212,7 @@ def _basic_checks(d: Driver, reqs: dict[str, Request], out: list[Decision]) -> N
                 ran = d.now - r.started_s
                 check, again = d.sched.costs.round_trips(r.prompt_tokens, r.tokens_done, ran)
                 before = r.lost_s - (check if r.resume == "checkpoint" else again)
-                service = max(r.est_s, r.run_s + ran)
-                assert before <= max_loss * service + 1e-9, (r.id, before, service)
+                assert before <= max_loss * r.est_s + 1e-9, (r.id, before, r.est_s)
             assert r.state is State.PREEMPTED
         elif type(x) is Dispatch:
             assert r.state in (State.RUNNING, State.PREEMPTED)  # (it may be preempted in the same step)

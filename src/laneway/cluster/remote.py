@@ -242,8 +242,15 @@ class RemoteScheduler:
         return math.inf  # (timers are the leader's)
 
     def estimate_wait(
-        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+        *,
+        raw: bool = False,
     ) -> float:
+        """The leader's latest figure (corrected as its estimates are: ``raw`` is ignored)."""
         got = self._estimates.get(f"{self.names[cls]}|{model or ''}", self._estimates.get(self.names[cls]))
         return math.inf if got is None else got
 

@@ -56,19 +56,34 @@ class ArrivalRates:
     """Work arriving per class (service-seconds per second) over a sliding window
     of two buckets: the current one and the last complete one."""
 
-    def __init__(self, n_classes: int, bucket_s: float = 120.0) -> None:
+    def __init__(self, n_classes: int, bucket_s: float = 120.0, long_s: float = 900.0) -> None:
         self.bucket_s = bucket_s
         self.index = 0
         self.cur = [0.0] * n_classes
         self.prev = [0.0] * n_classes
+        # a moving average of the buckets' rates over about long_s: for waits longer than
+        # the window, which a burst just past (or just begun) would mislead
+        self.long = [0.0] * n_classes
+        self._long_w = min(1.0, bucket_s / long_s)
 
     def roll(self, now: float) -> None:
         """Move the window to the bucket of ``now``."""
         index = int(now // self.bucket_s)
         if index != self.index:
+            w = self._long_w
+            gone = min(index - self.index, 64)  # buckets that ended (the later ones empty)
+            for i, work in enumerate(self.cur):
+                rate = self.long[i] * (1 - w) + w * work / self.bucket_s
+                self.long[i] = rate * (1 - w) ** (gone - 1)
             self.prev = self.cur if index == self.index + 1 else [0.0] * len(self.cur)
             self.cur = [0.0] * len(self.cur)
             self.index = index
+
+    def long_rate_before(self, cls: int, now: float) -> float:
+        """Total rate of the classes more urgent than ``cls``, over the long window."""
+        if int(now // self.bucket_s) != self.index:
+            self.roll(now)
+        return sum(self.long[:cls])
 
     def add(self, cls: int, work_s: float, now: float) -> None:
         if now // self.bucket_s != self.index:
@@ -129,3 +144,35 @@ def wait_estimate(
         t = first + (k - blocking) * per_item / slots
     load = min(max(urgent_load, 0.0), 0.9)
     return t / (1.0 - load)
+
+
+CALIBRATE_EVERY = 4  # one submission in this many is estimated on arrival, to learn from
+CALIBRATE_AFTER = 8  # ... once its class has this many service times measured
+CALIBRATION_FLOOR_S = 1.0  # waits and estimates both under this teach nothing
+
+
+class Calibration:
+    """Per class, the typical ratio of the wait that followed to the raw estimate given
+    on arrival (a moving average of its logarithm), which new estimates are multiplied
+    by. The raw formula knows the queue now but not what will happen meanwhile — aged
+    work rising into the class, preempted work going back ahead of it, bursts of more
+    urgent work — and errs the same way for a class while the traffic keeps its shape;
+    the ratio follows it. It learns from the raw estimates only (never from corrected
+    ones), so it cannot feed on itself."""
+
+    def __init__(self, n_classes: int, weight: float = 0.05) -> None:
+        self.weight = weight
+        self.log = [0.0] * n_classes
+        self.factor = [1.0] * n_classes
+        self.n = [0] * n_classes
+
+    def learn(self, cls: int, raw_s: float, actual_s: float) -> None:
+        floor = CALIBRATION_FLOOR_S
+        if not (raw_s >= floor or actual_s >= floor) or not math.isfinite(raw_s):
+            return
+        ratio = math.log(max(actual_s, floor / 2) / max(raw_s, floor / 2))
+        ratio = min(max(ratio, -3.0), 3.0)  # (one wild sample moves it a little, not off)
+        n = self.n[cls] = self.n[cls] + 1
+        w = max(self.weight, 1.0 / n)
+        self.log[cls] += w * (ratio - self.log[cls])
+        self.factor[cls] = math.exp(self.log[cls])

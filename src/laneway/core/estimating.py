@@ -7,6 +7,7 @@ A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -15,6 +16,8 @@ from laneway.core.estimate import wait_estimate
 from laneway.core.request import State
 
 _RUNNING = State.RUNNING
+EXACT_BLOCKING = 64  # up to this many running requests in its way, their own ends are used
+LONG_WAIT_S = 300.0  # a wait this long is stretched by urgent arrivals over the long window
 
 
 def estimate_tables(
@@ -59,16 +62,33 @@ class Estimating:
         self._end_sum[req.cls] += end - req.expected_end_s
         req.expected_end_s = end
         req.est_s = req.run_s + ran + left_s
+        if req.lost_s:
+            self._changes += 1  # (its size bounds its preemptions: victim searches look again)
 
     def estimate_wait(
-        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+        *,
+        raw: bool = False,
     ) -> float:
         """Expected seconds a new class-``cls`` request would wait to start
-        (``est_service_s``: its size hint, which places it under feedback)."""
+        (``est_service_s``: its size hint, which places it under feedback),
+        corrected by how such estimates compared with the waits that followed
+        (``raw``: without that correction)."""
         if self._planner is not None and model is not None:
-            return self._estimate_on_gpus(cls, model, now)
-        if not self.available_for(model):
+            t = self._estimate_on_gpus(cls, model, now)
+        elif not self.available_for(model):
             return math.inf  # it cannot start before a worker for it is back
+        else:
+            t = self._estimate_on_slots(cls, model, now, est_service_s)
+        return t if raw else t * self.calibration.factor[cls]
+
+    def _estimate_on_slots(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None
+    ) -> float:
         lanes = self.lanes
         count = lanes.class_count
         mean = self.service.mean
@@ -103,16 +123,40 @@ class Estimating:
                 # past their expected ends on the whole, they are taken to need about as
                 # much again as they overran (not to end at once); O(1) from the sums
                 remaining += abs(self._end_sum[v] - n * now)
-        urgent = 0.0
-        if cls and not lanes.single and self.slots:
-            urgent = self.arrivals.rate_before(cls, now) / self.slots
-        return wait_estimate(
-            slots=self.slots,
-            available=available,
-            ahead=ahead,
-            ahead_work_s=work,
-            blocking=blocking,
-            blocking_remaining_s=remaining,
-            mean_service_s=mean(cls, model),
-            urgent_load=urgent,
-        )
+        k = ahead + 1 - available  # it starts when the k-th slot it cannot take frees
+        if 0 < k <= blocking <= EXACT_BLOCKING:
+            # few enough to look at: when the k-th of them is expected to end
+            ends = [
+                abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
+                for v, running in enumerate(self._running)
+                if v not in rights
+                for r in running.values()
+            ]
+            t = heapq.nsmallest(k, ends)[-1]
+        else:
+            t = wait_estimate(
+                slots=self.slots,
+                available=available,
+                ahead=ahead,
+                ahead_work_s=work,
+                blocking=blocking,
+                blocking_remaining_s=remaining,
+                mean_service_s=mean(cls, model),
+                urgent_load=0.0,
+            )
+        if cls and t > 0 and not lanes.single and self.slots:
+            # more urgent work arriving meanwhile takes its share of the slots: as it
+            # arrived lately for a short wait, over a longer past for a long one
+            arrivals = self.arrivals
+            rate_of = arrivals.rate_before if t < LONG_WAIT_S else arrivals.long_rate_before
+            rate = rate_of(cls, now)
+            ceilings = lanes.ceilings
+            if ceilings is not None and ceilings[cls] < cls:
+                # aging: the classes it rises into go ahead of it only with what arrives
+                # within (classes risen) x the interval after it; those above the ceiling always
+                top = ceilings[cls]
+                always = rate_of(top, now)
+                horizon = (cls - top) * self._interval  # type: ignore[operator]
+                rate = always + (rate - always) * min(1.0, horizon / t)
+            t /= 1.0 - min(rate / self.slots, 0.9)
+        return t

@@ -78,6 +78,7 @@ class Lanes:
         self.hint_count = [0] * n_classes
         self.total = 0
         self._ceilings = ceilings
+        self.ceilings = ceilings  # (read by the wait estimates)
         self._class_lanes: list[list[int]] = []
         self.scan: list[ScanEntry] = []  # every lane, by the most urgent rank it may reach
         self._model_index(None)

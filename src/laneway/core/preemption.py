@@ -26,10 +26,9 @@ def may_stop_again(r: Request, now: float, max_loss: float | None, max_count: in
     n = r.preemptions
     if max_count is not None and n >= max_count:
         return False
-    if n == 0 or max_loss is None:
-        return True
-    ran = r.run_s + now - r.started_s
-    return r.lost_s <= max_loss * (r.est_s if r.est_s > ran else ran)
+    # (its expected service, not the time it ran: whether it may be preempted changes only
+    # when it is preempted or its size is revised, which the victim search keeps track of)
+    return n == 0 or max_loss is None or r.lost_s <= max_loss * r.est_s
 
 
 class Candidate(NamedTuple):

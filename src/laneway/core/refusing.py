@@ -78,7 +78,9 @@ class Refusing:
             if reason in ("not_entitled", "unplaceable")
             else self.estimate_wait(req.priority, req.model, now)
         )
-        return Reject(req.id, reason, message, est, max(retry_s, est if reason != "rate_limited" else 0.0))
+        if reason == "rate_limited":  # it may come back when its bucket refills: that is its wait
+            return Reject(req.id, reason, message, retry_s, retry_s)
+        return Reject(req.id, reason, message, est, max(retry_s, est))
 
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float

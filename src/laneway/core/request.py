@@ -96,6 +96,7 @@ class Request:
     checkpoint_bytes: int = 0
     preemptions: int = 0
     lost_s: float = 0.0  # slot time its preemptions cost so far (save + restore, or re-prefill)
+    est_raw_s: float = math.nan  # the raw wait estimate on arrival, if one was made to learn from
     resume: str | None = None  # "checkpoint" / "recompute" for the next dispatch
     claimed_for: int | None = None  # a more urgent class waits for this slot
     claim_deadline_s: float = math.inf  # drain claims turn into preemption after this

@@ -23,7 +23,7 @@ from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import Decision, Dispatch, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
-from laneway.core.estimate import ArrivalRates, ServiceStats
+from laneway.core.estimate import CALIBRATE_AFTER, CALIBRATE_EVERY, ArrivalRates, Calibration, ServiceStats
 from laneway.core.estimating import Estimating, estimate_tables
 from laneway.core.expiry import Expiry
 from laneway.core.gpu_placement import GpuPlacement
@@ -95,6 +95,7 @@ class Scheduler(
         "_weights",
         "admission",
         "arrivals",
+        "calibration",
         "cfg",
         "classes",
         "costs",
@@ -142,6 +143,7 @@ class Scheduler(
         self.admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
         self.service = ServiceStats(k, cfg.default_service_s)
         self.arrivals = ArrivalRates(k)
+        self.calibration = Calibration(k)
         self.counters = Counters(k)
         self.slots = sum(w.spec.slots for w in self.workers.values())
         self._free = self.slots
@@ -265,6 +267,10 @@ class Scheduler(
         elif self._feedback_on:
             req.level = self._start_level(est)
         req.est_s = est
+        if not req.seq % CALIBRATE_EVERY and self.service.n[cls] >= CALIBRATE_AFTER:
+            # (estimated before it is queued: the wait ahead of it; and only once its class's
+            # service was measured: an estimate on the prior would teach the prior's error)
+            req.est_raw_s = self.estimate_wait(cls, model, now, req.est_service_s, raw=True)
         arrivals = self.arrivals  # arrivals.add(cls, est, now), inline: the hot path
         if now // arrivals.bucket_s != arrivals.index:
             arrivals.roll(now)
@@ -439,6 +445,8 @@ class Scheduler(
             counters = self.counters
             if req.first_start_s != req.first_start_s:  # NaN: never started
                 req.first_start_s = now
+                if req.est_raw_s == req.est_raw_s:  # an estimate to learn from
+                    self.calibration.learn(req.priority, req.est_raw_s, now - req.arrival_s)
             else:
                 counters.resumed += 1
             req.started_s = now

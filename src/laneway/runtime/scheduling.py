@@ -63,8 +63,17 @@ class SchedulerPort(Protocol):
 
     # ------------------------------------------------------------ figures
     def estimate_wait(
-        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
-    ) -> float: ...
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+        *,
+        raw: bool = False,
+    ) -> float:
+        """Expected seconds a new class-``cls`` request would wait (``raw``: without the
+        correction learned from earlier estimates, where there is one)."""
+        ...
 
     def snapshot(self) -> Snapshot: ...
 

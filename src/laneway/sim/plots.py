@@ -80,13 +80,31 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
     headers = ["policy", "preemptions", "drains", "expired", "model loads"]
     headers += ["model evictions"] if gpus else []
     headers += ["utilization", "makespan s"]
-    lines.append(_row([*headers, "estimate error (median)"]))
+    lines.append(_row([*headers, "estimate error (waited ≥ 1 s: median / p90)"]))
     lines.append(_row(["---", *("---:" for _ in headers)]))
     for s in summaries:
         cells = [s["policy"], s["preemptions"], s["drains"], s["expired"], s["model_loads"]]
         cells += [s.get("model_evictions", "-")] if gpus else []
-        cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), fmt_ratio(s["estimate_error_median"])]
+        cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), report.fmt_errors(s["estimate_error"])]
         lines.append(_row(cells))
+    waited = [
+        (s["policy"], name, f["estimate_error"])
+        for s in summaries
+        for name, f in s["classes"].items()
+        if f["estimate_error"]["waited"]
+    ]
+    if waited:
+        lines += [
+            "",
+            "## Wait estimates of the requests that waited ≥ 1 s",
+            "",
+            _row(["policy", "class", "waited", "error median", "p90"]),
+            _row(["---", "---", "---:", "---:", "---:"]),
+        ]
+        lines += [
+            _row([policy, name, e["waited"], fmt_ratio(e["median"]), fmt_ratio(e["p90"])])
+            for policy, name, e in waited
+        ]
     if gpus:
         gpu_ids = list(gpus[0]["gpu_utilization"])
         lines += [

@@ -16,8 +16,10 @@
   (~0.4/s, with three 10-minute bursts at 1/s), P1 API calls of 1–50 s
   (~2 a minute), four P2 batches of 500–800 jobs of 10–40 s each arriving at
   once (at 0, 30, 60 and 90 minutes; their window is a day) and eight P3
-  analytics jobs of 100–300 s. P0 + P1 need ~4 of the 16 slots; the rest is
-  batch work that P0 preempts, again and again.
+  analytics jobs of 100–300 s; batch and analytics jobs announce their size
+  (output tokens, within +-30 % of the truth, like ``max_tokens``). P0 + P1
+  need ~4 of the 16 slots; the rest is batch work that P0 preempts, again and
+  again.
 - ``gpu-mix``: a GPU fleet (4 x 80 GB in one node, 4 x 24 GB in another) with
   a 7B chat model (14 GB), a 13B (26 GB) and a 70B (140 GB on 4 GPUs); loads
   take 30-60 s. For an hour: P0 chat on the 7B model, P2 batch on all three.
@@ -156,8 +158,16 @@ def support_desk(seed: int = 0) -> Scenario:
     for t in sorted(rng.uniform(0.0, end - 600.0) for _ in range(8)):
         drawn.append((t, "analytics", 3, rng.uniform(100.0, 300.0), None, 6000))
     drawn.sort(key=lambda d: d[0])
-    reqs = [
-        SimRequest(f"{name}-{i}", t, cls, duration, timeout_s=timeout, prompt_tokens=prompt)
+    reqs = [  # batch and analytics jobs announce their size (max_tokens), +-30 %; chat does not
+        SimRequest(
+            f"{name}-{i}",
+            t,
+            cls,
+            duration,
+            timeout_s=timeout,
+            prompt_tokens=prompt,
+            output_tokens=_hint_tokens(rng, duration) if cls >= 2 else 0,
+        )
         for i, (t, name, cls, duration, timeout, prompt) in enumerate(drawn)
     ]
     return Scenario(
