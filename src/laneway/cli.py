@@ -28,7 +28,7 @@ from laneway import __version__
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
-from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError
+from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig
 from laneway.core.inventory import Inventory
 from laneway.serve import ServeError, cmd_serve
 from laneway.serve import add_arguments as add_serve_arguments
@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         type=Path,
         help="TOML file of GPU nodes and models: a trace runs on that fleet instead of --slots",
+    )
+    sim.add_argument(
+        "--no-fair-tenants",
+        action="store_true",
+        help="FIFO by arrival inside a class (default: tenants share a class by tokens)",
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
@@ -178,7 +183,9 @@ def load_workload(args: argparse.Namespace) -> Scenario:
     return sc
 
 
-def run_policies(policies: Sequence[str], sc: Scenario, seed: int | None) -> list[SimResult]:
+def run_policies(
+    policies: Sequence[str], sc: Scenario, seed: int | None, config: SchedulerConfig | None = None
+) -> list[SimResult]:
     err = Console(stderr=True)
     show = sys.stderr.isatty()
     results = []
@@ -193,6 +200,7 @@ def run_policies(policies: Sequence[str], sc: Scenario, seed: int | None) -> lis
                 scenario=sc.name,
                 seed=seed,
                 inventory=sc.inventory,
+                config=config,
             )
 
         if show:
@@ -215,7 +223,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 f"--report {args.report}: cannot make the folder: {exc.strerror or exc}"
             ) from None
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
-    results = run_policies(policies, sc, seed)
+    config = SchedulerConfig(fair_tenants=False) if args.no_fair_tenants else None
+    results = run_policies(policies, sc, seed, config)
     summaries = [summarize(r) for r in results]
     if args.json:
         for s in summaries:

@@ -39,7 +39,7 @@ class Model:
 
     def push(self, cls: int, model: str | None, arrival: float) -> None:
         req = Request(f"r{self.seq}", cls, arrival, model=model)
-        req.seq, req.cls = self.seq, cls
+        req.seq, req.cls, req.tag = self.seq, cls, arrival  # (the tag: its arrival, as without tenants)
         self.seq += 1
         self.lanes.push(req)
         self.queued.append(req)

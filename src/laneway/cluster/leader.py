@@ -258,7 +258,7 @@ class Leader:
                 dels.discard(rid)
             elif kind in ("f", "c"):
                 if kind == "f":
-                    core.finished(rid, now, failed=bool(e[2]))
+                    core.finished(rid, now, failed=bool(e[2]), tokens=e[3] if len(e) > 3 else None)
                 else:
                     core.cancel(rid, now)
                 self._forget(rid, sets, dels)

@@ -189,9 +189,11 @@ class RemoteScheduler:
         self._emit(encode_request(req, self.home))
         return None  # admitted or refused by the leader: a decision comes back
 
-    def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
+    def finished(
+        self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
+    ) -> None:
         self._mine.discard(request_id)
-        self._emit(["f", request_id, failed])
+        self._emit(["f", request_id, failed, tokens])
 
     def preempted(
         self,

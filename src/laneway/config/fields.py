@@ -9,6 +9,7 @@ from typing import Any
 from laneway.core import ConfigError
 
 _MISSING = object()
+REQUIRED = _MISSING  # a default that makes the key required
 
 
 class Table:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from laneway.config.fields import Table
+from laneway.config.fields import REQUIRED, Table
 from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
     DEFAULT_SERVICE_TIERS,
@@ -29,6 +29,7 @@ from laneway.config.schema import (
     WorkerConfig,
 )
 from laneway.core import ClassTable, ConfigError, CostModel, Quota, SchedulerConfig, TenantPolicy
+from laneway.core.admission import TokenQuota
 from laneway.core.policies import POLICIES
 
 _HEX = frozenset("0123456789abcdef")
@@ -242,6 +243,9 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
         max_wait_s=table.float("max_wait_s", base.max_wait_s, positive=True),
         costs=costs,
         default_service_s=table.float("default_service_s", base.default_service_s, positive=True),
+        fair_tenants=table.bool("fair_tenants", base.fair_tenants),
+        fair_prompt_weight=table.float("fair_prompt_weight", base.fair_prompt_weight),
+        fair_output_weight=table.float("fair_output_weight", base.fair_output_weight),
     )
     table.done()
     return cfg
@@ -349,13 +353,19 @@ def _tenants(table: Table, names: tuple[str, ...]) -> tuple[TenantConfig, ...]:
             raise ConfigError(f"{t.key('allowed')}: {exc}") from None
         quotas_t = t.table("quotas")
         quotas = {}
+        token_quotas = {}
         for cname in list(quotas_t.data):
             q = quotas_t.table(cname)
             try:
                 rank = _parse_rank(cname, names)
             except ValueError as exc:
                 raise ConfigError(f"{q.path}: {exc}") from None
-            quotas[rank] = Quota(q.float("rate_per_s", positive=True), q.float("burst", 1.0, positive=True))
+            tpm = q.float("tokens_per_min", None, positive=True)
+            if tpm is not None:
+                token_quotas[rank] = TokenQuota(tpm, q.float("tokens_burst", None, positive=True))
+            rate = q.float("rate_per_s", None if tpm is not None else REQUIRED, positive=True)
+            if rate is not None:
+                quotas[rank] = Quota(rate, q.float("burst", 1.0, positive=True))
             q.done()
         policy = TenantPolicy(
             allowed=allowed_ranks,
@@ -363,6 +373,8 @@ def _tenants(table: Table, names: tuple[str, ...]) -> tuple[TenantConfig, ...]:
             quotas=quotas,
             max_concurrent=t.int("max_concurrent", None, low=1),
             max_queued=t.int("max_queued", None, low=1),
+            weight=t.float("weight", 1.0, positive=True),
+            token_quotas=token_quotas,
         )
         if (
             policy.default_class is not None

@@ -24,6 +24,43 @@ class Quota:
             raise ConfigError("quota: rate_per_s must be > 0 and burst >= 1")
 
 
+@dataclass(frozen=True, slots=True)
+class TokenQuota:
+    """Tokens a minute (prompt and output, as they are made), at most ``burst`` ahead
+    (default: a minute's worth). A tenant over it is refused until its bucket refills."""
+
+    tokens_per_min: float
+    burst: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens_per_min <= 0 or (self.burst is not None and self.burst <= 0):
+            raise ConfigError("token quota: tokens_per_min and burst must be > 0")
+
+
+class TokenBudget:
+    """A bucket of tokens that may go into debt: a request is charged its prompt on
+    admission and its output as it streams; while the bucket is empty, or in debt, new
+    requests of the tenant wait for it to refill."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, quota: TokenQuota, now: float) -> None:
+        self.rate = quota.tokens_per_min / 60.0
+        self.burst = quota.burst if quota.burst is not None else quota.tokens_per_min
+        self.tokens = self.burst
+        self.stamp = now
+
+    def wait(self, now: float) -> float:
+        if now > self.stamp:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+        return 0.0 if self.tokens > 0 else (1.0 - self.tokens) / self.rate
+
+    def take(self, n: float, now: float) -> None:
+        self.wait(now)
+        self.tokens -= n
+
+
 @dataclass(frozen=True)
 class TenantPolicy:
     """What one tenant may do. ``allowed=None`` allows every class."""
@@ -33,6 +70,8 @@ class TenantPolicy:
     quotas: Mapping[int, Quota] = field(default_factory=dict)  # class rank -> bucket
     max_concurrent: int | None = None  # admitted and not yet ended (queued + running)
     max_queued: int | None = None
+    weight: float = 1.0  # its share inside a class, against other tenants (token-fair)
+    token_quotas: Mapping[int, TokenQuota] = field(default_factory=dict)  # class rank -> tokens/min
 
 
 class TokenBucket:
@@ -81,6 +120,7 @@ class Admission:
         self.names = class_names
         self.counts: dict[str, TenantCounts] = {}
         self._buckets: dict[tuple[str, int], TokenBucket] = {}
+        self._budgets: dict[tuple[str, int], TokenBudget] = {}
 
     def policy_for(self, tenant: str | None) -> TenantPolicy | None:
         if tenant is None:
@@ -122,7 +162,32 @@ class Admission:
                     f"tenant {tenant!r} is over its {name} quota of {quota.rate_per_s:g}/s",
                     wait,
                 )
+        tq = pol.token_quotas.get(cls)
+        if tq is not None:
+            wait = self._budget(tenant, cls, tq, now).wait(now)  # type: ignore[arg-type]
+            if wait > 0:
+                return (
+                    "rate_limited",
+                    f"tenant {tenant!r} is over its {name} quota of {tq.tokens_per_min:g} tokens/min",
+                    wait,
+                )
         return None
+
+    def charge_tokens(self, tenant: str | None, cls: int, tokens: float, now: float) -> None:
+        """``tokens`` more of the tenant's class-``cls`` work (a prompt admitted, output made)."""
+        if tenant is None or tokens <= 0:
+            return
+        pol = self.policy_for(tenant)
+        tq = pol.token_quotas.get(cls) if pol is not None else None
+        if tq is not None:
+            self._budget(tenant, cls, tq, now).take(tokens, now)
+
+    def _budget(self, tenant: str, cls: int, quota: TokenQuota, now: float) -> TokenBudget:
+        key = (tenant, cls)
+        budget = self._budgets.get(key)
+        if budget is None:
+            budget = self._budgets[key] = TokenBudget(quota, now)
+        return budget
 
     def charge(self, tenant: str, cls: int, now: float) -> None:
         """Take the quota token of an admitted request (``check`` only looks)."""

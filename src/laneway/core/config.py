@@ -43,6 +43,10 @@ class SchedulerConfig:
       level (doubling per level) and the number of levels; ``mlfq_boost_s``:
       a demoted request waiting this long rises one level (no starvation).
     - ``default_service_s``: service time assumed before any is measured.
+    - ``fair_tenants``: inside a class, tenants share by weight with a virtual
+      token counter (:mod:`laneway.core.fairness`; ``fair_prompt_weight`` and
+      ``fair_output_weight`` price a prompt and an output token); ``False``:
+      FIFO by arrival inside a class.
     """
 
     classes: ClassTable = field(default_factory=ClassTable)
@@ -60,6 +64,9 @@ class SchedulerConfig:
     mlfq_levels: int = 4
     mlfq_boost_s: float | None = 900.0
     default_service_s: float = 10.0
+    fair_tenants: bool = True
+    fair_prompt_weight: float = 1.0
+    fair_output_weight: float = 2.0
 
     def __post_init__(self) -> None:
         if self.aging_interval_s is not None and self.aging_interval_s <= 0:
@@ -82,9 +89,13 @@ class SchedulerConfig:
             raise ConfigError("mlfq_slice_s must be > 0 and mlfq_levels >= 1")
         if self.default_service_s <= 0:
             raise ConfigError("default_service_s: must be > 0")
+        if self.fair_prompt_weight < 0 or self.fair_output_weight < 0:
+            raise ConfigError("fair_prompt_weight / fair_output_weight: must be >= 0")
         n = len(self.classes)
         for name, pol in self.tenants.items():
-            ranks = set(pol.allowed or ()) | set(pol.quotas)
+            ranks = set(pol.allowed or ()) | set(pol.quotas) | set(pol.token_quotas)
+            if not pol.weight > 0:
+                raise ConfigError(f"tenants.{name}.weight: must be > 0")
             if pol.default_class is not None:
                 ranks.add(pol.default_class)
             bad = [r for r in ranks if not 0 <= r < n]

@@ -51,7 +51,14 @@ class Estimating:
         runs): its expected end follows its own pace toward its size
         (``output_tokens``). Requests without a size are left as they are."""
         req = self._reqs.get(request_id)
-        if req is None or req.state is not _RUNNING or req.output_tokens <= 0:
+        if req is None:
+            return
+        if self.fair is not None and req.tenant is not None:  # tokens are charged as they come
+            self.fair.charge(req, tokens)
+        if req.tenant is not None and tokens > req.tokens_charged:
+            self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
+            req.tokens_charged = tokens
+        if req.state is not _RUNNING or req.output_tokens <= 0:
             return
         ran = now - req.started_s
         made = tokens - req.tokens_done  # in this run

@@ -5,14 +5,16 @@ class (after priority inheritance) and the multi-level-feedback level (always
 0 unless the policy uses feedback). Under ``fifo`` a lane is just the model:
 one queue per model, as an engine has. Separate lanes per model keep a request
 whose model cannot be placed now from blocking requests for other models.
-Inside a lane the order is the total order ``(arrival_s, seq)``; a preempted
-request keeps its arrival time and so goes back to the head of its class.
+Inside a lane the order is the total order ``(tag, seq)``: the tag is the
+request's arrival time, or, where tenants share a class by tokens, its place in
+the class's fair order (:mod:`laneway.core.fairness`); a preempted request
+keeps its tag and so goes back to the head of its class.
 
 Requests mostly enter a lane in that order, so a lane is a deque, appended
 to and popped from the left in O(1), beside a heap that takes the few entries
 that arrive out of order (a preempted request going back in, a request
 submitted with an earlier arrival time). Either holds entries
-``(arrival_s, seq, gen, request)``; the lane's head is the lesser of their
+``(tag, seq, gen, request)``; the lane's head is the lesser of their
 fronts and is kept in :attr:`Lanes.heads` (``None``: the lane is empty).
 
 Removal is lazy: an entry carries the request's generation, and an entry
@@ -106,7 +108,7 @@ class Lanes:
             base = self._model_index(req.model) * self.width
         lane = req.lane = base + c * self._stride + req.level
         req.gen = gen = req.gen + 1
-        entry = (req.arrival_s, req.seq, gen, req)
+        entry = (req.tag, req.seq, gen, req)
         fifo = self.fifos[lane]
         if fifo and entry > fifo[-1]:
             fifo.append(entry)  # in order, the common case: after the head

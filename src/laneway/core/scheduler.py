@@ -26,6 +26,7 @@ from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
 from laneway.core.estimate import CALIBRATE_AFTER, CALIBRATE_EVERY, ArrivalRates, Calibration, ServiceStats
 from laneway.core.estimating import Estimating, estimate_tables
 from laneway.core.expiry import Expiry
+from laneway.core.fairness import FairShares
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.gpu_scheduling import GpuScheduling
 from laneway.core.inheritance import Inheriting
@@ -101,6 +102,7 @@ class Scheduler(
         "costs",
         "counters",
         "expiry",
+        "fair",
         "lanes",
         "placement",
         "pol",
@@ -147,6 +149,21 @@ class Scheduler(
         self.counters = Counters(k)
         self.slots = sum(w.spec.slots for w in self.workers.values())
         self._free = self.slots
+        # tenants inside a class share by tokens (not under fifo: one queue, an engine's)
+        self.fair: FairShares | None = (
+            FairShares(
+                k,
+                {name: pol.weight for name, pol in cfg.tenants.items()},
+                prompt_weight=cfg.fair_prompt_weight,
+                output_weight=cfg.fair_output_weight,
+                # (what its slots serve a second: the scale of the tags against arrival times)
+                tokens_per_s=max(self.slots, 1)
+                * cfg.costs.decode_tokens_s
+                * max(cfg.fair_output_weight, 1e-9),
+            )
+            if cfg.fair_tenants and self.pol.classes
+            else None
+        )
         self._reqs: dict[str, Request] = {}
         self._seq = 0
         self._running: list[dict[str, Request]] = [{} for _ in range(k)]  # by class, start order
@@ -275,6 +292,13 @@ class Scheduler(
         if now // arrivals.bucket_s != arrivals.index:
             arrivals.roll(now)
         arrivals.cur[cls] += est
+        fair = self.fair
+        if fair is None or tenant is None:
+            req.tag = req.arrival_s  # (FIFO by arrival, as a tenant within its share)
+        else:
+            req.tag = fair.tag(req, req.output_tokens or est * self.costs.decode_tokens_s)
+        if tenant is not None and req.prompt_tokens:  # (its token quota: the prompt now)
+            self.admission.charge_tokens(tenant, cls, req.prompt_tokens, now)
         req.state = _QUEUED  # NEW -> QUEUED, checked on entry
         reqs[rid] = req
         req.enqueued_s = now
@@ -286,12 +310,20 @@ class Scheduler(
             self._inherit(req)
         return None
 
-    def finished(self, request_id: str, now: float, *, failed: bool = False) -> None:
-        """The worker ended the request (``failed=True`` if it errored)."""
+    def finished(
+        self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
+    ) -> None:
+        """The worker ended the request (``failed=True`` if it errored) having made
+        ``tokens`` output tokens (``None``: not told; its share is charged as expected)."""
         try:
             req = self._reqs[request_id]
         except KeyError:
             raise UnknownRequest(f"unknown request {request_id!r}") from None
+        if tokens is not None and req.tenant is not None and tokens > req.tokens_charged:
+            self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
+            req.tokens_charged = tokens
+        if self.fair is not None and req.tenant is not None:
+            self.fair.ended(req, tokens)
         state = req.state
         if state is not _RUNNING:
             if state is not _PREEMPTED:
@@ -450,6 +482,8 @@ class Scheduler(
             else:
                 counters.resumed += 1
             req.started_s = now
+            if req.tenant is not None and self.fair is not None:  # (others' tags are arrivals)
+                self.fair.dispatched(req)
             self._changes += 1
             rid = req.id
             wid = w.id

@@ -67,7 +67,7 @@ class WorkerEvents:
         if math.isnan(ticket.first_token_s):
             self._first_token(ticket)
         now = self.now()
-        self.sched.finished(ticket.id, now)
+        self.sched.finished(ticket.id, now, tokens=event.usage.completion_tokens)
         self.metrics.took[ticket.class_name].observe(now - ticket.arrival_s)
         if not ticket.preemptions:  # one run: its pace is the model's
             self.sizing.observe(ticket.job.model, event.usage.completion_tokens, now - ticket.first_token_s)

@@ -30,7 +30,11 @@ class SchedulerPort(Protocol):
         """A request arrives; its refusal now, if it is refused at once."""
         ...
 
-    def finished(self, request_id: str, now: float, *, failed: bool = False) -> None: ...
+    def finished(
+        self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
+    ) -> None:
+        """It ended (``failed``: with an error) having made ``tokens`` output tokens."""
+        ...
 
     def preempted(
         self,

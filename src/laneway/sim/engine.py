@@ -225,7 +225,8 @@ class Simulation:
                     self._ran(out, now)
                 busy += now - out.run_start_s
                 if kind == _FINISH:
-                    sched.finished(out.req.id, now)
+                    made = out.tokens_done + sched.costs.generated_in(now - out.run_start_s)
+                    sched.finished(out.req.id, now, tokens=made)
                     out.status = "finished"
                     out.end_s = now
                     last_end = now

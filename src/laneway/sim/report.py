@@ -88,6 +88,19 @@ def _class_figures(outs: list[Outcome], preemptions: int) -> dict[str, Any]:
     }
 
 
+def _tenant_figures(outs: list[Outcome]) -> dict[str, Any]:
+    done = [o for o in outs if o.status == "finished"]
+    waits = [o.wait_s for o in done]
+    return {
+        "count": len(outs),
+        "completed": len(done),
+        "wait_mean_s": statistics.fmean(waits) if waits else None,
+        "wait_p50_s": percentile(waits, 50),
+        "wait_p99_s": percentile(waits, 99),
+        "service_s": sum(o.spec.duration_s or 0.0 for o in done),
+    }
+
+
 WAITED_S = 1.0  # the estimate error counts requests that waited at least this long
 
 
@@ -192,6 +205,12 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "estimate_error_median": statistics.median(errors) if errors else None,
         "estimate_error": error_figures(waited_errors(result.outcomes)),
     }
+    tenants: dict[str, list[Outcome]] = {}
+    for o in result.outcomes:
+        if o.spec.tenant is not None:
+            tenants.setdefault(o.spec.tenant, []).append(o)
+    if len(tenants) > 1:
+        summary["tenants"] = {name: _tenant_figures(outs) for name, outs in sorted(tenants.items())}
     if result.gpus:
         summary["gpu_utilization"] = per_gpu
         summary["model_evictions"] = model_evictions(result)
@@ -326,6 +345,31 @@ def fmt_errors(err: dict[str, Any]) -> str:
     return f"{fmt_ratio(err['median'])} / {fmt_ratio(err['p90'])}"
 
 
+def render_tenants(summaries: Sequence[dict[str, Any]]) -> Table | None:
+    """Runs with several tenants: per policy and tenant, requests, waits, service received."""
+    runs = [s for s in summaries if "tenants" in s]
+    if not runs:
+        return None
+    table = Table(title="Per tenant", title_justify="left")
+    for header in ("policy", "tenant", "count", "done", "wait mean s", "p50", "p99", "service s"):
+        table.add_column(header, justify="left" if header in ("policy", "tenant") else "right")
+    for i, s in enumerate(runs):
+        if i:
+            table.add_section()
+        for j, (name, f) in enumerate(s["tenants"].items()):
+            table.add_row(
+                s["policy"] if j == 0 else "",
+                name,
+                str(f["count"]),
+                str(f["completed"]),
+                fmt_s(f["wait_mean_s"]),
+                fmt_s(f["wait_p50_s"]),
+                fmt_s(f["wait_p99_s"]),
+                fmt_s(f["service_s"]),
+            )
+    return table
+
+
 def render_estimates(summaries: Sequence[dict[str, Any]]) -> Table | None:
     """Wait-estimate errors per policy and class, of the requests that waited at least 1 s;
     ``None`` when no request waited that long."""
@@ -396,6 +440,7 @@ def print_summaries(summaries: Sequence[dict[str, Any]], console: Console) -> No
     utilization, the rejection reasons (summaries with :func:`details` merged in)."""
     console.print(render_table(summaries))
     console.print(render_totals(summaries))
-    for extra in (render_estimates(summaries), render_gpus(summaries), render_rejections(summaries)):
+    extras = (render_tenants(summaries), render_estimates(summaries), render_gpus(summaries))
+    for extra in (*extras, render_rejections(summaries)):
         if extra is not None:
             console.print(extra)

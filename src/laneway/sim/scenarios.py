@@ -20,6 +20,11 @@
   (output tokens, within +-30 % of the truth, like ``max_tokens``). P0 + P1
   need ~4 of the 16 slots; the rest is batch work that P0 preempts, again and
   again.
+- ``two-tenants``: 8 slots, one hour of P2 work from two tenants of one class:
+  ``big`` sends ten times as much as ``small`` (5–40 s each), together ~1.2x
+  capacity. Inside the class, tenants share by tokens (token-fair), so
+  ``small`` waits for its own work, not ``big``'s; compare with
+  ``--no-fair-tenants`` (FIFO inside the class).
 - ``gpu-mix``: a GPU fleet (4 x 80 GB in one node, 4 x 24 GB in another) with
   a 7B chat model (14 GB), a 13B (26 GB) and a 70B (140 GB on 4 GPUs); loads
   take 30-60 s. For an hour: P0 chat on the 7B model, P2 batch on all three.
@@ -178,6 +183,35 @@ def support_desk(seed: int = 0) -> Scenario:
     )
 
 
+def two_tenants(seed: int = 0) -> Scenario:
+    rng = random.Random(seed)
+    slots, end = 8, 3600.0
+    mean_s = 22.5
+    rate = 1.2 * slots / mean_s  # requests per second, both tenants together
+    drawn: list[tuple[float, str]] = []
+    for tenant, share in (("big", 10 / 11), ("small", 1 / 11)):
+        drawn += [(t, tenant) for t in _poisson(rng, rate * share, 0.0, end)]
+    drawn.sort()
+    reqs = []
+    for i, (t, tenant) in enumerate(drawn):
+        duration = rng.uniform(5.0, 40.0)
+        reqs.append(
+            SimRequest(
+                f"{tenant}-{i}",
+                t,
+                2,
+                duration,
+                tenant=tenant,
+                timeout_s=DAY_S,
+                prompt_tokens=1000,
+                output_tokens=_hint_tokens(rng, duration),
+            )
+        )
+    return Scenario(
+        "two-tenants", reqs, slots, f"{len(reqs)} P2 requests, tenant big sends 10x small, ~1.2x capacity"
+    )
+
+
 def gpu_fleet() -> Inventory:
     """Node ``a``: 4 x 80 GB; node ``b``: 4 x 24 GB; 10 % of each GPU kept for KV cache.
     A 7B chat model (14 GB), a 13B model (26 GB) and a 70B model (140 GB over the
@@ -240,6 +274,7 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "code-review": code_review,
     "mixed": mixed,
     "support-desk": support_desk,
+    "two-tenants": two_tenants,
     "gpu-mix": gpu_mix,
 }
 
