@@ -250,6 +250,9 @@ def _fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # bare `laneway`: what it can do
+        parser.print_help()
+        return USAGE_ERROR
     try:
         args = parser.parse_args(argv)
         run: Any = args.run

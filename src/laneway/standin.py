@@ -181,7 +181,8 @@ class StandIn:
         if method == "GET" and path in ("/v1/models", "/health"):
             models = {
                 "object": "list",
-                "data": [{"id": self.model, "object": "model", "owned_by": "standin"}],
+                # (vLLM says its context length here)
+                "data": [{"id": self.model, "object": "model", "owned_by": "standin", "max_model_len": 4096}],
             }
             await _json(send, 200, models)
             return

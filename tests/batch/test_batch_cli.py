@@ -1,4 +1,5 @@
-"""``laneway batch submit|status|results`` against a live server; mistakes are one line, exit 2."""
+"""``laneway batch submit|status|results|cancel|list`` against a live server; mistakes are
+one line, exit 2."""
 
 from __future__ import annotations
 
@@ -145,3 +146,22 @@ def test_status_lines_are_never_wrapped(
     lines = out.splitlines()
     assert code == 0 and len(lines) == 2 and lines[0].startswith(f"{batch_id} [P2]: failed; ")
     assert lines[1].startswith(expected) and len(lines[1]) > 80
+
+
+def test_list_and_cancel(cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(jsonl([chat_line(f"c{i}", max_tokens=200) for i in range(40)]))
+    code, out, err = run(capsys, ["batch", "submit", str(src), "--priority", "P3"])
+    assert code == 0, err
+    batch_id = out.strip()
+    code, out, _ = run(capsys, ["batch", "list", "--limit", "5"])
+    assert code == 0 and out.splitlines()[0].startswith(f"{batch_id} [P3]: ")  # newest first
+    code, out, _ = run(capsys, ["batch", "list", "--json"])
+    assert code == 0 and batch_id in [json.loads(x)["id"] for x in out.splitlines()]
+    code, out, err = run(capsys, ["batch", "cancel", batch_id])
+    assert code == 0, err
+    assert out.startswith(f"{batch_id} [P3]: cancel"), out  # cancelling, or cancelled already
+    code, out, _ = run(capsys, ["batch", "status", batch_id, "--json"])
+    assert json.loads(out)["status"] in ("cancelling", "cancelled")
+    assert "404" in one_line(capsys, ["batch", "cancel", "batch_nope"])
+    assert "--limit" in one_line(capsys, ["batch", "list", "--limit", "0"])

@@ -21,14 +21,29 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
-def _model(name: str) -> dict[str, object]:
-    return {"id": name, "object": "model", "created": STARTED, "owned_by": "laneway"}
+def _model(runtime: Runtime, name: str) -> dict[str, object]:
+    """A served model (or an alias of one: ``root`` names the model it stands for), with
+    the names clients may use for it and, where its workers say, its context length."""
+    served = runtime.config.aliases.get(name, name)
+    out: dict[str, object] = {"id": name, "object": "model", "created": STARTED, "owned_by": "laneway"}
+    out["root"] = served
+    out["aliases"] = sorted(a for a, m in runtime.config.aliases.items() if m == served)
+    lens = [
+        n
+        for w, worker in runtime.workers.items()
+        if runtime.served.get(w, w) == served and isinstance(n := getattr(worker, "max_model_len", None), int)
+    ]
+    if lens:
+        out["max_model_len"] = min(lens)
+    return out
 
 
 async def models(request: Request) -> Response:
     runtime = _runtime(request)
-    authenticate(request, runtime.config)
-    return JSONResponse({"object": "list", "data": [_model(m) for m in runtime.models]})
+    config = runtime.config
+    authenticate(request, config)
+    names = [*runtime.models, *sorted(a for a, m in config.aliases.items() if m in runtime.models)]
+    return JSONResponse({"object": "list", "data": [_model(runtime, m) for m in names]})
 
 
 async def model(request: Request) -> Response:
@@ -37,10 +52,9 @@ async def model(request: Request) -> Response:
     config = runtime.config
     authenticate(request, config)
     name = request.path_params["model_id"]
-    name = config.aliases.get(name, name)
-    if name not in runtime.models:
+    if config.aliases.get(name, name) not in runtime.models:
         raise ModelNotFound(f"the model {name!r} does not exist; served: {', '.join(runtime.models)}")
-    return JSONResponse(_model(name))
+    return JSONResponse(_model(runtime, name))
 
 
 async def queue_estimate(request: Request) -> Response:

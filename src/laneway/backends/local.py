@@ -137,6 +137,7 @@ class LocalWorker:
         self.engine = engine
         self.slots = slots or engine.slots
         self.model = engine.model.name
+        self.max_model_len: int | None = engine.model.context  # (listed in /v1/models)
         self._runner = EngineRunner(engine, name)
         self._closing = False
         self._taken = threading.Event()  # set when a request was sent to the engine

@@ -100,6 +100,7 @@ class UpstreamWorker:
         self.options = dict(options or {})  # extra body fields sent with every request
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._pool = Pool(url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4)
+        self.max_model_len: int | None = None  # as the upstream's /models says (vLLM's field)
         self._runs: dict[str, Run] = {}
         # vLLM serves /detokenize beside /v1, at the root
         self._detokenize = self._pool.target.path.removesuffix("/v1") + "/detokenize"
@@ -169,9 +170,14 @@ class UpstreamWorker:
         if got.status != 200:
             return Health(False, f"{self.base}/models answered {got.status}")
         try:
-            served = [m.get("id") for m in json.loads(got.body).get("data", ())]
+            listed = [m for m in json.loads(got.body).get("data", ()) if isinstance(m, dict)]
+            served = [m.get("id") for m in listed]
         except (ValueError, AttributeError, TypeError):
             return Health(False, f"{self.base}/models did not answer a model list")
+        for m in listed:  # vLLM and SGLang say how long a context the model takes
+            n = m.get("max_model_len")
+            if m.get("id") == self.model and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                self.max_model_len = n
         if self.model not in served:
             listed = ", ".join(str(s) for s in served) or "none"
             return Health(False, f"{self.base} does not serve model {self.model!r} (it serves: {listed})")

@@ -87,7 +87,12 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     res.add_argument("id", metavar="ID")
     res.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.jsonl")
     res.add_argument("--errors", type=Path, metavar="ERR.jsonl", help="also save the error file here")
-    for cmd in (submit, status, res):
+    cancel = sub.add_parser("cancel", help="cancel a batch (its finished lines keep their results)")
+    cancel.add_argument("id", metavar="ID")
+    listing = sub.add_parser("list", help="list the batches, newest first")
+    listing.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
+    listing.add_argument("--json", action="store_true", help="one batch object per line, as JSON")
+    for cmd in (submit, status, res, cancel, listing):
         cmd.add_argument(
             "--base-url", metavar="URL", help=f"server API (default $LANEWAY_BASE_URL or {DEFAULT_BASE_URL})"
         )
@@ -108,7 +113,7 @@ def _client(args: argparse.Namespace) -> Any:
 def cmd_batch(args: argparse.Namespace) -> int:
     import openai
 
-    commands = {"submit": _submit, "status": _status, "results": _results}
+    commands = {"submit": _submit, "status": _status, "results": _results, "cancel": _cancel, "list": _list}
     client = _client(args)
     try:
         return commands[args.batch_command](client, args)
@@ -268,6 +273,37 @@ def _results(client: Any, args: argparse.Namespace) -> int:
         message += f"; {errors} failed (save them with --errors FILE)"
     print(message, file=sys.stderr)
     return 0
+
+
+def _cancel(client: Any, args: argparse.Namespace) -> int:
+    batch = client.batches.cancel(args.id)
+    _print_status(batch, Console(soft_wrap=True))
+    return 0
+
+
+def _list(client: Any, args: argparse.Namespace) -> int:
+    page = client.batches.list(limit=args.limit)
+    batches = list(page.data)[: args.limit]
+    if args.json:
+        for b in batches:
+            print(b.model_dump_json())
+        return 0
+    console = Console(soft_wrap=True)
+    if not batches:
+        console.print("no batches", markup=False)
+    for b in batches:
+        _print_status(b, console)
+    return 0
+
+
+def _limit(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"must be 1-100, got {n}")
+    return n
 
 
 def _count(n: int, noun: str) -> str:

@@ -402,6 +402,10 @@ def _alerts(table: Table, names: tuple[str, ...]) -> tuple[float | None, ...]:
 def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
     out = dict(DEFAULT_SERVICE_TIERS)
     for tier in list(table.data):
+        if tier not in DEFAULT_SERVICE_TIERS:  # OpenAI's values only: a typo never passes silently
+            raise ConfigError(
+                f"{table.key(tier)}: unknown service tier; OpenAI's are {', '.join(DEFAULT_SERVICE_TIERS)}"
+            )
         value = table.str(tier)
         if value.lower() == "default":
             out[tier] = None

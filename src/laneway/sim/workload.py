@@ -68,9 +68,30 @@ def _text(obj: dict[str, object], key: str) -> str | None:
     return value
 
 
+TRACE_FIELDS = frozenset(
+    {
+        "id",
+        "arrival_s",
+        "priority",
+        "duration_s",
+        "model",
+        "tenant",
+        "vram_gb",
+        "preemptible",
+        "timeout_s",
+        "prompt_tokens",
+        "output_tokens",
+    }
+)
+
+
 def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
     if not isinstance(obj, dict):
         raise ValueError("expected a JSON object")
+    unknown = sorted(k for k in obj if k not in TRACE_FIELDS)
+    if unknown:  # a typo never passes silently
+        known = ", ".join(sorted(TRACE_FIELDS))
+        raise ValueError(f"unknown field {unknown[0]!r} (a trace line has: {known})")
     for key in ("arrival_s", "priority"):
         if key not in obj:
             raise ValueError(f"missing field {key!r}")
