@@ -200,7 +200,6 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
         (["simulate", "--trace", "/no/such/trace.jsonl"], "/no/such/trace.jsonl"),
         (["simulate"], "--scenario"),
         (["simulate", "--scenario", "mixed", "--trace", "x.jsonl"], "not allowed"),
-        ([], "required"),
         (["frobnicate"], "frobnicate"),
     ],
 )
@@ -244,3 +243,9 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("laneway: error: ") and "Traceback" not in bad.stderr
+
+
+def test_bare_laneway_prints_its_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: laneway") and "simulate" in out and "serve" in out and "batch" in out

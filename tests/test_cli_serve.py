@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -166,3 +168,47 @@ def test_a_second_ctrl_c_ends_requests_at_once(tmp_path: Path) -> None:
         assert "ending every request now" in server.text()
     finally:
         server.stop()
+
+
+def test_sigterm_is_a_clean_stop_with_status_0(tmp_path: Path) -> None:
+    """What a container's stop sends: the same graceful shutdown as Ctrl-C, exit 0."""
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text(SIM_CONFIG.format(data=tmp_path / "data"), encoding="utf-8")
+    server = ServeProcess(["--config", str(cfg)], tmp_path / "serve.log")
+    try:
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(30) == 0
+        log = server.text()
+        assert "shutting down" in log and "Traceback" not in log, log
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("delay_s", [0.05, 0.5])
+def test_ctrl_c_while_it_starts_is_one_line(tmp_path: Path, delay_s: float) -> None:
+    """Ctrl-C before the server is up (the modules, the workers still loading): one line,
+    status 130, no traceback."""
+    script = Path(sys.executable).parent / "laneway"
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text(SIM_CONFIG.format(data=tmp_path / "data"), encoding="utf-8")
+    proc = subprocess.Popen(
+        [str(script), "serve", "--config", str(cfg), "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # (a shell's background job would ignore SIGINT; a terminal's does not)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    if proc.returncode == 0:  # it was up already: the graceful shutdown
+        assert "shutting down" in err
+    else:
+        assert proc.returncode == 130 and err.strip().splitlines()[-1] == "laneway: interrupted", err
+    assert "Traceback" not in err, err

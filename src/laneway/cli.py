@@ -30,7 +30,7 @@ from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig
 from laneway.core.inventory import Inventory
-from laneway.serve import ServeError, cmd_serve
+from laneway.serve import ServeError, Stopped, cmd_serve
 from laneway.serve import add_arguments as add_serve_arguments
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.report import details, print_summaries, summarize
@@ -269,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("laneway: interrupted", file=sys.stderr)
         return 130
+    except Stopped:
+        print("laneway: stopped (SIGTERM)", file=sys.stderr)
+        return 0
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import FrameType
 
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
 from laneway.core import ConfigError
@@ -98,6 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from laneway.shutdown import LanewayServer
     from laneway.store import StoreError, open_store
 
+    signal.signal(signal.SIGTERM, _stop_before_serving)  # (the server has its own once it runs)
     try:
         config = resolve(args)
     except ConfigError as exc:
@@ -152,6 +155,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     server.run(sockets=[sock])
     return 0
+
+
+class Stopped(BaseException):
+    """SIGTERM before the server was up: it stops, cleanly (``laneway`` exits 0)."""
+
+
+def _stop_before_serving(sig: int, frame: FrameType | None) -> None:
+    raise Stopped
 
 
 def _count(n: int, noun: str) -> str:

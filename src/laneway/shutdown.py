@@ -7,14 +7,19 @@
   client gets 503 "the server is shutting down", a stream gets that error as
   its last event. The connections close and the server exits cleanly.
 - A third Ctrl-C forces the exit (uvicorn's own behaviour).
+- A shutdown that went as planned exits with status 0 (SIGTERM included: what
+  a container's stop sends).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
@@ -34,6 +39,20 @@ class LanewayServer(uvicorn.Server):
     async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, less its raising the signal again once the server has stopped: a
+        shutdown asked for by SIGTERM or Ctrl-C that went as planned exits with status 0."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # a signal handler: it only hands work to the event loop
