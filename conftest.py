@@ -34,6 +34,16 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"vLLM tests: {'with ' + venv if venv else 'not run (give --vllm VENV --vllm-model DIR)'}"
 
 
+@pytest.fixture(autouse=True)
+def _a_working_dir_of_its_own(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test runs in a folder of its own: what it leaves in the working directory (a
+    server's default data dir, ``.laneway``) never touches the checkout's, where a
+    ``laneway serve`` may be running."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``redis-server`` on 127.0.0.1 for the session (``.ci/run`` installs it); each

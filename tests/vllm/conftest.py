@@ -19,10 +19,12 @@ from vllm_helpers import upstream_config
 
 @pytest.fixture(scope="session")
 def vllm_paths(pytestconfig: pytest.Config) -> tuple[Path, Path]:
-    venv = Path(pytestconfig.getoption("--vllm"))
+    here = pytestconfig.invocation_params.dir  # (tests run in folders of their own)
+    venv = here / pytestconfig.getoption("--vllm")
     model = pytestconfig.getoption("--vllm-model")
     if model is None:
         raise pytest.UsageError("--vllm needs --vllm-model DIR (scripts/vllm-cpu model VENV DIR)")
+    model = here / model
     for path in (venv / "bin" / "vllm", Path(model) / "config.json"):
         if not path.exists():
             raise pytest.UsageError(f"{path} is missing: run scripts/vllm-cpu install and model first")
