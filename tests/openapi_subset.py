@@ -1,7 +1,12 @@
 """The part of OpenAI's OpenAPI description that laneway serves, as a small OpenAPI dict.
 
-OpenAI's description (``../shared/openapi/openai-openapi.yaml`` beside the
-repository, or ``$LANEWAY_OPENAI_SPEC``) is ~3 MB of YAML with ~180 paths.
+OpenAI's description (openai/openai-openapi, commit f85dbe223d40, MIT
+licence: ``tests/data/openai-openapi-LICENSE``) is ~3 MB of YAML with ~180
+paths. The subset is kept in the repository (``tests/data/
+openai-openapi-subset.json``, made by :func:`load_subset` from it); given the
+whole description (``$LANEWAY_OPENAI_SPEC``, or ``openai-openapi.yaml`` in a
+``shared/openapi`` folder beside the repository) the tests take the subset from
+it instead, and a test checks that the kept one is the same.
 :func:`load_subset` keeps only the operations in :data:`SERVED`, under
 laneway's ``/v1/...`` paths (OpenAI's paths are relative to the server
 ``https://api.openai.com/v1``), and the components they ``$ref``,
@@ -26,6 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_ENV = "LANEWAY_OPENAI_SPEC"
 DEFAULT_SPEC = ROOT.parent / "shared" / "openapi" / "openai-openapi.yaml"
+KEPT = ROOT / "tests" / "data" / "openai-openapi-subset.json"
 PREFIX = "/v1"  # OpenAI's server is https://api.openai.com/v1; laneway serves the same paths under /v1
 CACHE_VERSION = 1  # bump when the extraction changes
 
@@ -56,13 +62,27 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def spec_path() -> Path:
-    return Path(os.environ.get(SPEC_ENV) or DEFAULT_SPEC)
+def spec_path() -> Path | None:
+    """The whole description, where there is one (``$LANEWAY_OPENAI_SPEC`` must exist)."""
+    given = os.environ.get(SPEC_ENV)
+    if given:
+        return Path(given)
+    return DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None
+
+
+def load_kept() -> dict[str, Any]:
+    """The subset kept in the repository."""
+    loaded: dict[str, Any] = json.loads(KEPT.read_text(encoding="utf-8"))
+    return loaded
 
 
 def load_subset(path: Path | None = None, cache_dir: Path | None = None) -> dict[str, Any]:
-    """The subset of the spec at ``path`` (default: :func:`spec_path`) for :data:`SERVED`."""
-    path = (path or spec_path()).resolve()
+    """The subset of the spec at ``path`` (default: :func:`spec_path`, else the kept one)
+    for :data:`SERVED`."""
+    path = path or spec_path()
+    if path is None:
+        return load_kept()
+    path = path.resolve()
     if not path.is_file():  # a failure, not a skip: the contract is not checked without it
         raise FileNotFoundError(f"OpenAI's OpenAPI description is not at {path} (set ${SPEC_ENV})")
     st = path.stat()
