@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import socket
-import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
+from laneway import logs
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
 from laneway.core import ConfigError
+from laneway.logs import FORMATS, LEVELS
+
+if TYPE_CHECKING:
+    from laneway.backends.base import Worker
+
+log = logging.getLogger("laneway")
 
 
 class ServeError(Exception):
@@ -38,7 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--insecure", action="store_true", help="allow a non-loopback --host without API keys configured"
     )
     p.add_argument(
-        "--access-log", action="store_true", help="log every HTTP request (off by default: it costs CPU)"
+        "--access-log",
+        action="store_true",
+        help="log every HTTP request and every request that ends (off by default: it costs CPU)",
+    )
+    p.add_argument("--log-level", choices=LEVELS, default="info", help="default: info")
+    p.add_argument(
+        "--log-format", choices=FORMATS, default="text", help="text (default) or json: one object per line"
     )
 
 
@@ -101,6 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from laneway.store import StoreError, open_store
 
     signal.signal(signal.SIGTERM, _stop_before_serving)  # (the server has its own once it runs)
+    logs.setup(args.log_level, args.log_format, requests=args.access_log)
     try:
         config = resolve(args)
     except ConfigError as exc:
@@ -126,35 +142,61 @@ def cmd_serve(args: argparse.Namespace) -> int:
     slots = sum(w.capacity().slots for w in workers.values())
     models = ", ".join(dict.fromkeys(w.served_name for w in config.workers))
     counted = f"{_count(len(workers), 'worker')}, {_count(slots, 'slot')}"
-    print(
-        f"laneway: serving {models} on http://{config.host}:{port} ({counted}); {note}",
-        file=sys.stderr,
-        flush=True,
+    logs.say(
+        f"serving {models} on http://{config.host}:{port} ({counted}); {note}",
+        url=f"http://{config.host}:{port}",
     )
+    startup_facts(config, workers)
     if config.cluster is not None:
-        print(
-            f"laneway: replica {config.cluster.replica}: files and batches shared in Redis at "
-            f"{config.cluster.redis_url}",
-            file=sys.stderr,
-            flush=True,
-        )
+        c = config.cluster
+        logs.say(f"replica {c.replica}: files and batches shared in Redis at {c.redis_url}")
     if store.db.recovered:
-        print(
-            f"laneway: {store.db.recovered} batch lines left running by the last run will run again",
-            file=sys.stderr,
-            flush=True,
-        )
+        logs.say(f"{store.db.recovered} batch lines left running by the last run will run again")
     app = create_app(config, workers, store)
     limits = uvicorn_options(
         config.header_timeout_s, config.body_timeout_s, config.keep_alive_s, config.max_connections, fd_limit
     )
     server = LanewayServer(
-        uvicorn.Config(app, log_level="info", access_log=args.access_log, lifespan="on", ws="none", **limits),
+        uvicorn.Config(
+            app,
+            log_config=None,  # (laneway.logs configured them)
+            log_level=args.log_level,
+            access_log=args.access_log,
+            lifespan="on",
+            ws="none",
+            **limits,
+        ),
         app,
         config.shutdown_grace_s,
     )
     server.run(sockets=[sock])
     return 0
+
+
+def startup_facts(config: ServerConfig, workers: Mapping[str, Worker]) -> None:
+    """At INFO: the workers, tenants and classes the server runs with."""
+    for w in config.workers:
+        if w.name in workers:
+            where = w.url if w.type == "upstream" else w.model
+            log.info(
+                "worker %s: %s %s serving %s, %d slots",
+                w.name,
+                w.type,
+                where,
+                w.served_name,
+                workers[w.name].capacity().slots,
+                extra={"worker": w.name, "type": w.type, "model": w.served_name},
+            )
+    classes = config.scheduler.classes.classes
+    log.info(
+        "classes: %s; policy %s",
+        ", ".join(
+            f"{c.name} (timeout {'none' if c.timeout_s is None else f'{c.timeout_s:g} s'})" for c in classes
+        ),
+        config.policy,
+    )
+    if config.tenants:
+        log.info("tenants: %s", ", ".join(t.name for t in config.tenants))
 
 
 class Stopped(BaseException):

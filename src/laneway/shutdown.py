@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
+
+from laneway import logs
 
 
 class LanewayServer(uvicorn.Server):
@@ -102,4 +103,4 @@ def _without_force_quit_hints(record: logging.LogRecord) -> bool:
 
 
 def _say(message: str) -> None:
-    print(f"laneway: {message}", file=sys.stderr, flush=True)
+    logs.say(message)

@@ -15,6 +15,7 @@ from laneway.backends.base import Sink, Worker
 from laneway.core import InvalidTransition, UnknownRequest
 from laneway.errors import GenerationFailed, RequestError
 from laneway.generation import Delta, Done, Event, Failed, Stopped
+from laneway.logs import request_ended
 from laneway.runtime.ticket import Phase, Ticket
 
 if TYPE_CHECKING:
@@ -116,6 +117,18 @@ class WorkerEvents:
         if self.tickets.pop(ticket.id, None) is not None:
             self.held_bytes -= ticket.size
         self.metrics.ended[ticket.class_name, outcome].inc()
+        usage = item.usage if isinstance(item, Done) else None
+        request_ended(
+            ticket.id,
+            ticket.tenant,
+            ticket.class_name,
+            ticket.worker,
+            ticket.queue_s,
+            ticket.preemptions,
+            outcome,
+            usage.prompt_tokens if usage is not None else None,
+            usage.completion_tokens if usage is not None else None,
+        )
         ticket.put(item)
 
     def _drop_checkpoint(self: Runtime, ticket: Ticket) -> None:

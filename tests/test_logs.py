@@ -1,0 +1,90 @@
+"""``laneway serve --log-format json --log-level --access-log``: one JSON object per line,
+start-up facts at INFO, one line per request with its fields."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from laneway import logs
+from laneway.testing import ServeProcess
+
+CONFIG = """
+[server]
+data_dir = "{data}"
+[[workers]]
+name = "sim0"
+type = "simulated"
+model = "sim"
+slots = 2
+tokens_per_s = 1000
+[tenants.team]
+key_sha256 = ["{key}"]
+"""
+
+
+def test_json_server_log(tmp_path: Path) -> None:
+    from laneway.config import hash_key
+
+    cfg = tmp_path / "laneway.toml"
+    cfg.write_text(CONFIG.format(data=tmp_path / "data", key=hash_key("k")), encoding="utf-8")
+    args = ["--config", str(cfg), "--log-format", "json", "--access-log"]
+    server = ServeProcess(args, tmp_path / "serve.log")
+    try:
+        r = httpx.post(
+            server.url + "/v1/completions",
+            json={"model": "sim", "prompt": "x", "max_tokens": 3, "priority": "P2"},
+            headers={"Authorization": "Bearer k"},
+        )
+        assert r.status_code == 200
+        rid = r.json()["id"]
+    finally:
+        server.stop()
+    records = [json.loads(line) for line in server.text().splitlines() if line.strip()]  # every line JSON
+    assert all({"ts", "level", "logger", "message"} <= set(x) for x in records)
+    messages = [x["message"] for x in records]
+    assert any(m.startswith("serving sim on http://127.0.0.1:") for m in messages)
+    assert any(m.startswith("worker sim0: simulated") for m in messages)  # start-up facts
+    assert any(m == "tenants: team" for m in messages)
+    [req] = [x for x in records if x["logger"] == "laneway.requests"]
+    assert req["request_id"] == rid and req["tenant"] == "team" and req["priority"] == "P2"
+    assert req["worker"] == "sim0" and req["status"] == "completed" and req["completion_tokens"] == 3
+    assert req["queue_ms"] >= 0 and req["preemptions"] == 0
+    assert any(x["logger"] == "uvicorn.access" for x in records)
+    assert any("shutting down" in m for m in messages)
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """logs.setup changes the process's logging: put it back for the tests after."""
+    names = ["", "uvicorn", "uvicorn.error", "uvicorn.access", "laneway.requests"]
+    saved = []
+    for name in names:
+        lg = logging.getLogger(name)
+        saved.append((lg, list(lg.handlers), lg.level, lg.propagate, lg.disabled))
+    try:
+        yield
+    finally:
+        for lg, handlers, level, propagate, disabled in saved:
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate, lg.disabled = propagate, disabled
+        logs._json = False
+
+
+def test_request_lines_only_when_asked(capsys: pytest.CaptureFixture[str], logging_restored: None) -> None:
+    logs.setup("info", "json", requests=False)
+    logs.request_ended("r1", None, "P1", "w", 0.01, 0, "completed", 1, 2)
+    logs.setup("warning", "text", requests=True)
+    logs.request_ended("r2", "t", "P1", "w", 0.01, 1, "failed", None, None)
+    logging.getLogger("laneway.x").info("not at warning")
+    err = capsys.readouterr().err
+    assert "r1" not in err and "not at warning" not in err
+    assert "laneway.requests: r2 failed P1 on w: queued 10.0 ms, 1 preemptions, -+- tokens" in err
+    with pytest.raises(ValueError, match="log level"):
+        logs.setup("loud", "text")
