@@ -58,6 +58,7 @@ class LanewayServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # a signal handler: it only hands work to the event loop
         loop = self._loop
+        self.app.state.stopping = True  # (the dashboard's streams end: they hold no request)
         if not self.should_exit:
             super().handle_exit(sig, frame)
             if loop is not None:  # (before start-up, uvicorn stops without serving)

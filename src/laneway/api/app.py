@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from laneway.api import batches, completions, files, info
+from laneway.api import batches, completions, dashboard, files, info
 from laneway.api.errors import on_http_error, on_request_error
 from laneway.api.guard import Guard
 from laneway.backends.base import Worker
@@ -42,6 +42,8 @@ ROUTES = [
     Route("/v1/batches/{batch_id}", batches.retrieve, methods=["GET"]),
     Route("/v1/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
     Route("/metrics", info.metrics, methods=["GET"]),
+    Route("/dashboard", dashboard.page, methods=["GET"]),
+    Route("/dashboard/events", dashboard.events, methods=["GET"]),
     Route("/healthz", info.healthz, methods=["GET"]),
     Route("/readyz", info.readyz, methods=["GET"]),
 ]

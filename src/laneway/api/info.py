@@ -87,7 +87,9 @@ async def queue_estimate(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    runtime = _runtime(request)
+    from laneway.api.dashboard import check_ops
+
+    runtime = check_ops(request)
     runtime.refresh_metrics()
     batches = getattr(request.app.state, "batches", None)
     if batches is not None:

@@ -74,6 +74,8 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
         default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
         shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
+        dashboard=server.bool("dashboard", base.dashboard),
+        ops_auth=server.bool("ops_auth", base.ops_auth),
         probe_interval_s=server.float("probe_interval_s", base.probe_interval_s, positive=True),
         unavailable_hold_s=_hold(server, base.unavailable_hold_s),
         header_timeout_s=_seconds(server, "header_timeout_s", base.header_timeout_s),
@@ -91,6 +93,8 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         batches=_batches(top.table("batches"), names),
         cluster=_cluster(top.table("cluster")),
     )
+    if config.ops_auth and not config.auth:
+        raise ConfigError("server.ops_auth: needs API keys ([tenants.NAME] key_sha256) to check")
     if config.cluster is not None and any(w.type == "local" for w in workers):
         raise ConfigError(
             "[cluster]: every worker of a cluster must be reachable by every replica "

@@ -118,6 +118,13 @@ class WorkerEvents:
             self.held_bytes -= ticket.size
         self.metrics.ended[ticket.class_name, outcome].inc()
         usage = item.usage if isinstance(item, Done) else None
+        if usage is not None:
+            tally = self.usage.get(ticket.tenant or "")
+            if tally is None:
+                tally = self.usage[ticket.tenant or ""] = [0, 0, 0]
+            tally[0] += 1
+            tally[1] += usage.prompt_tokens
+            tally[2] += usage.completion_tokens
         request_ended(
             ticket.id,
             ticket.tenant,

@@ -83,6 +83,8 @@ class Runtime(WorkerEvents):
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
         self.held_bytes = 0  # of the clients' requests in tickets (ServerConfig.max_queued_bytes)
+        # per tenant ("" without one): requests completed, prompt and completion tokens (the dashboard)
+        self.usage: dict[str, list[int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._step_pending = False
         self._timer: asyncio.TimerHandle | None = None

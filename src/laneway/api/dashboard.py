@@ -1,0 +1,156 @@
+"""``GET /dashboard``: a live page for operators; ``GET /dashboard/events``: its figures.
+
+The page (:mod:`laneway.api.dashboard_page`, one HTML file with a small
+hand-written script, no build step) reads ``/dashboard/events``, a stream of
+Server-Sent Events with one JSON snapshot a second (:func:`snapshot`): per
+class the requests queued and running, the oldest wait and the wait estimate;
+per worker its slots and the requests on them with their class and progress;
+the counts of completions, preemptions and rejections (the page turns them into
+what happened over the last minutes); per tenant its queued and running
+requests and the requests and tokens it was served.
+
+It follows ``/metrics``'s rules: open where ``/metrics`` is, and with
+``[server] ops_auth = true`` both need one of the tenants' keys
+(``Authorization: Bearer KEY``, or ``?key=KEY`` for the page and its stream,
+which a browser's EventSource cannot give a header). ``[server] dashboard =
+false`` turns it off (404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+
+from laneway.api.dashboard_page import PAGE
+from laneway.errors import NotFound, Unauthorized
+from laneway.runtime import Phase, Runtime
+
+EVERY_S = 1.0  # a snapshot a second
+STREAM_LIMIT_S = 3600.0  # a page reconnects after this (EventSource does it by itself)
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def check_ops(request: Request) -> Runtime:
+    """What ``/metrics`` and the dashboard ask: a tenant's key where ``ops_auth`` is on."""
+    runtime = _runtime(request)
+    config = runtime.config
+    if config.ops_auth:
+        key = request.query_params.get("key")
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            key = header[7:].strip()
+        if not key or config.tenant_for_key(key) is None:
+            raise Unauthorized("this needs an API key (Authorization: Bearer KEY, or ?key=KEY)")
+    return runtime
+
+
+def _seconds(value: float) -> float | None:
+    return round(value, 3) if math.isfinite(value) else None
+
+
+def snapshot(runtime: Runtime) -> dict[str, Any]:
+    """The figures of one instant."""
+    now = runtime.now()
+    names = runtime.classes.names
+    queued = dict.fromkeys(names, 0)
+    running = dict.fromkeys(names, 0)
+    oldest = dict.fromkeys(names, 0.0)
+    tenants: dict[str, dict[str, int]] = {}
+    on_worker: dict[str, list[dict[str, Any]]] = {w: [] for w in runtime.workers}
+    for t in list(runtime.tickets.values()):
+        mine = tenants.setdefault(t.tenant or "", {"queued": 0, "running": 0})
+        if t.phase is Phase.QUEUED:
+            queued[t.class_name] += 1
+            mine["queued"] += 1
+            waited = t.queue_s + now - t.enqueued_s
+            if waited > oldest[t.class_name]:
+                oldest[t.class_name] = waited
+        elif t.phase in (Phase.RUNNING, Phase.STOPPING) and t.worker is not None:
+            running[t.class_name] += 1
+            mine["running"] += 1
+            on_worker.setdefault(t.worker, []).append(
+                {
+                    "id": t.id,
+                    "class": t.class_name,
+                    "tenant": t.tenant,
+                    "tokens": t.tokens,
+                    "max_tokens": t.job.params.max_tokens,
+                    "running_s": round(now - t.arrival_s - t.queue_s, 1),
+                    "preemptions": t.preemptions,
+                }
+            )
+    reg = runtime.metrics.registry
+
+    def count(name: str, labels: dict[str, str]) -> int:
+        return int(reg.get_sample_value(name, labels) or 0)
+
+    classes = [
+        {
+            "name": n,
+            "queued": queued[n],
+            "running": running[n],
+            "oldest_wait_s": round(oldest[n], 1),
+            "estimate_s": _seconds(runtime.estimate_wait(i, None)),
+            "completed": count("laneway_requests_total", {"class": n, "outcome": "completed"}),
+            "preemptions": count("laneway_preemptions_total", {"class": n}),
+        }
+        for i, n in enumerate(names)
+    ]
+    workers = []
+    for name, worker in runtime.workers.items():
+        cap = worker.capacity()
+        workers.append(
+            {"name": name, "slots": cap.slots, "busy": cap.busy, "running": on_worker.get(name, [])}
+        )
+    rejections = {
+        s.labels["reason"]: int(s.value)
+        for metric in reg.collect()
+        if metric.name == "laneway_rejections"
+        for s in metric.samples
+        if s.name == "laneway_rejections_total" and s.value
+    }
+    for tenant, (done, prompt, completion) in runtime.usage.items():
+        row = tenants.setdefault(tenant, {"queued": 0, "running": 0})
+        row.update(completed=done, prompt_tokens=prompt, completion_tokens=completion)
+    return {
+        "time": time.time(),
+        "classes": classes,
+        "workers": workers,
+        "rejections": rejections,
+        "tenants": [{"name": k or "(none)", **v} for k, v in sorted(tenants.items())],
+    }
+
+
+async def page(request: Request) -> Response:
+    if not _runtime(request).config.dashboard:
+        raise NotFound("the dashboard is off ([server] dashboard = false)")
+    check_ops(request)
+    return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+
+
+async def events(request: Request) -> Response:
+    runtime = _runtime(request)
+    if not runtime.config.dashboard:
+        raise NotFound("the dashboard is off ([server] dashboard = false)")
+    check_ops(request)
+    state = request.app.state
+
+    async def stream() -> AsyncIterator[bytes]:
+        ends = time.monotonic() + STREAM_LIMIT_S
+        while time.monotonic() < ends and not runtime.closed and not getattr(state, "stopping", False):
+            data = json.dumps(snapshot(runtime), separators=(",", ":"))
+            yield f"data: {data}\n\n".encode()
+            await asyncio.sleep(EVERY_S)
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
