@@ -51,9 +51,11 @@ def test_policy_list_and_all(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "fifo, laneway,fifo", "--json"]) == 0
     assert [s["policy"] for s in json_lines(capsys.readouterr().out)] == ["fifo", "laneway"]
     assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "all", "--json", "--slots", "6"]) == 0
-    objs = json_lines(capsys.readouterr().out)
-    # naive is a GPU-placement baseline: "all" leaves it out on plain slots
+    got = capsys.readouterr()
+    objs = json_lines(got.out)
+    # naive is a GPU-placement baseline: "all" leaves it out on plain slots, and says so
     assert [s["policy"] for s in objs] == [p for p in POLICIES if p != "naive"]
+    assert "naive left out" in got.err
     assert {s["slots"] for s in objs} == {6}
 
 

@@ -214,6 +214,11 @@ def run_policies(
 def cmd_simulate(args: argparse.Namespace) -> int:
     sc = load_workload(args)
     policies = parse_policies(args.policy, gpus=sc.inventory is not None)
+    if args.policy.strip() == "all" and "naive" not in policies:
+        print(
+            "laneway: naive left out: a baseline of GPU placement, it is laneway itself on slots",
+            file=sys.stderr,
+        )
     description = sc.description
     if args.report is not None:
         try:  # fail before simulating, not after

@@ -339,3 +339,37 @@ def test_write_report_gpu_timeline(tmp_path: Path) -> None:
     assert "model evictions" in md
     assert "- fleet: 8 GPUs in 2 nodes, 3 models\n- GPUs: a0, a1, a2, a3, b0, b1, b2, b3\n" in md
     assert "- slots:" not in md
+
+
+def test_tables_are_whole_at_80_columns() -> None:
+    """On an 80-column terminal a table too wide is split by columns: no figure is cut."""
+    import io
+
+    from rich.console import Console
+
+    from laneway.sim.engine import simulate
+    from laneway.sim.report import details, print_summaries, summarize
+    from laneway.sim.scenarios import scenario
+
+    sc = scenario("support-desk")
+    runs = [simulate(sc.requests, slots=sc.slots, policy=p) for p in ("fifo", "laneway")]
+    summaries = [{**summarize(r), **details(r)} for r in runs]
+    out = io.StringIO()
+    print_summaries(summaries, Console(width=80, file=out))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for s in summaries:  # every class's last completion is there, whole
+        for figures in s["classes"].values():
+            assert f"{figures['makespan_s']:,.0f}" in text
+    wide = io.StringIO()
+    print_summaries(summaries, Console(width=160, file=wide))
+    assert wide.getvalue().count("┏") < text.count("┏")  # split only where it had to
+
+
+def test_identical_curves_are_named_so() -> None:
+    from laneway.sim.plots import twins
+
+    waits = {"fifo": [[1.0, 2.0]], "priority": [[0.5]], "graceful": [[0.5]], "x": [[0.5]], "y": [[3.0]]}
+    assert twins(waits) == {"graceful": "priority", "x": "priority"}
+    assert twins({"a": [[1.0]], "b": [[2.0]]}) == {}

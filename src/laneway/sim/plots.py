@@ -148,6 +148,22 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+STYLES = ("-", "--", ":", "-.")  # line styles, so that curves that coincide stay visible
+
+
+def twins(waits: dict[str, list[list[float]]]) -> dict[str, str]:
+    """Policies whose waits are, class by class, those of a policy listed before them (their
+    curves would hide under its): policy -> that policy."""
+    out: dict[str, str] = {}
+    order = list(waits)
+    for i, policy in enumerate(order):
+        for earlier in order[:i]:
+            if earlier not in out and waits[earlier] == waits[policy]:
+                out[policy] = earlier
+                break
+    return out
+
+
 def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
     names = results[0].scheduler.classes.names
     waits = {
@@ -158,6 +174,7 @@ def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
         for r in results
     }
     shown = [c for c in range(len(names)) if any(w[c] for w in waits.values())] or [0]
+    same = twins(waits)  # (they get their own line style, and the legend says whose they are)
     ncols = min(2, len(shown))
     nrows = math.ceil(len(shown) / ncols)
     fig = Figure(figsize=(6.0 * ncols, 3.6 * nrows), layout="constrained")
@@ -167,7 +184,15 @@ def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
             xs = per_class[c]
             if xs:
                 ys = [(k + 1) / len(xs) for k in range(len(xs))]
-                ax.step([0.0, *xs], [0.0, *ys], where="post", color=f"C{i % 10}", label=policy)
+                ax.step(
+                    [0.0, *xs],
+                    [0.0, *ys],
+                    where="post",
+                    color=f"C{i % 10}",
+                    linestyle=STYLES[i % len(STYLES)],
+                    linewidth=2.2 - 0.3 * (i % 4),
+                    label=policy,
+                )
         ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
         ax.set_xlim(0.0, max(ax.get_xlim()[1], 1.0))
         ax.set_ylim(0.0, 1.02)
@@ -175,7 +200,16 @@ def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
         ax.set_xlabel("wait (s; linear up to 0.1 s, log above)")
         ax.set_ylabel("fraction of completed")
         ax.grid(True, which="major", alpha=0.3)
-    handles = [Line2D([], [], color=f"C{i % 10}", label=policy) for i, policy in enumerate(waits)]
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=f"C{i % 10}",
+            linestyle=STYLES[i % len(STYLES)],
+            label=f"{policy} (same as {same[policy]})" if policy in same else policy,
+        )
+        for i, policy in enumerate(waits)
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5))
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)

@@ -438,9 +438,46 @@ def render_rejections(summaries: Sequence[dict[str, Any]]) -> Table | None:
 def print_summaries(summaries: Sequence[dict[str, Any]], console: Console) -> None:
     """The default ``laneway simulate`` output: the class table, the totals, per-GPU
     utilization, the rejection reasons (summaries with :func:`details` merged in)."""
-    console.print(render_table(summaries))
-    console.print(render_totals(summaries))
-    extras = (render_tenants(summaries), render_estimates(summaries), render_gpus(summaries))
-    for extra in (*extras, render_rejections(summaries)):
-        if extra is not None:
-            console.print(extra)
+    tables = [(render_table(summaries), 2), (render_totals(summaries), 1), (render_tenants(summaries), 2)]
+    tables += [
+        (render_estimates(summaries), 2),
+        (render_gpus(summaries), 1),
+        (render_rejections(summaries), 2),
+    ]
+    for table, keys in tables:
+        if table is not None:
+            for part in fit(table, console, keys):
+                console.print(part)
+
+
+def fit(table: Table, console: Console, keys: int = 1) -> list[Table]:
+    """``table`` where it fits the console; else split by columns into tables that do, each
+    repeating the first ``keys`` columns (policy, class): no figure is ever cut (an
+    80-column terminal showed ``267…``)."""
+
+    def width(col: Any) -> int:  # a column with its cells on one line, padding and border
+        return 3 + max([len(str(col.header)), *(len(str(c)) for c in col.cells)])
+
+    cols = list(table.columns)
+    if 1 + sum(width(c) for c in cols) <= console.width or len(cols) <= keys + 1:
+        return [table]
+    fixed = 1 + sum(width(c) for c in cols[:keys])
+    parts: list[list[Any]] = [[]]
+    used = fixed
+    for col in cols[keys:]:
+        if parts[-1] and used + width(col) > console.width:
+            parts.append([])
+            used = fixed
+        parts[-1].append(col)
+        used += width(col)
+    rows = [list(col.cells) for col in cols]
+    out = []
+    for n, part in enumerate(parts):
+        t = Table(title=table.title if n == 0 else None, title_justify=table.title_justify)
+        for col in [*cols[:keys], *part]:
+            t.add_column(col.header, justify=col.justify, style=col.style, no_wrap=True)
+        picked = [cols.index(c) for c in [*cols[:keys], *part]]
+        for r, row in enumerate(table.rows):
+            t.add_row(*(rows[k][r] for k in picked), end_section=row.end_section)
+        out.append(t)
+    return out
