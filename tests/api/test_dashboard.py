@@ -144,3 +144,11 @@ def test_keys_as_for_metrics_and_off_when_asked(tmp_path: Path) -> None:
     with live_server(config(tmp_path / "b", dashboard=False)) as s:  # type: ignore[arg-type]
         assert httpx.get(s.url + "/dashboard").status_code == 404
         assert httpx.get(s.url + "/metrics").status_code == 200
+
+
+def test_the_root_leads_to_the_dashboard(server: LiveServer, tmp_path: Path) -> None:
+    r = httpx.get(server.url + "/", params={"key": "k"})
+    assert r.status_code == 307 and r.headers["location"] == "dashboard?key=k"
+    assert httpx.get(server.url + "/", follow_redirects=True).text.startswith("<!doctype html>")
+    with live_server(config(tmp_path / "off", dashboard=False)) as s:  # type: ignore[arg-type]
+        assert httpx.get(s.url + "/").json()["api"].startswith("/v1")

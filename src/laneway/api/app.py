@@ -41,6 +41,7 @@ ROUTES = [
     Route("/v1/batches", batches.list_batches, methods=["GET"]),
     Route("/v1/batches/{batch_id}", batches.retrieve, methods=["GET"]),
     Route("/v1/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
+    Route("/", info.index, methods=["GET"]),
     Route("/metrics", info.metrics, methods=["GET"]),
     Route("/dashboard", dashboard.page, methods=["GET"]),
     Route("/dashboard/events", dashboard.events, methods=["GET"]),

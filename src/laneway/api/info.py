@@ -6,7 +6,7 @@ import math
 import time
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from laneway.api.params import PRIORITY_HEADER, authenticate, parse_class
 from laneway.errors import ModelNotFound
@@ -95,6 +95,22 @@ async def metrics(request: Request) -> Response:
     if batches is not None:
         batches.refresh_metrics()
     return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def index(request: Request) -> Response:
+    """``GET /``: the dashboard where there is one; else what is served where."""
+    runtime = _runtime(request)
+    if runtime.config.dashboard:
+        return RedirectResponse("dashboard" + (f"?{request.url.query}" if request.url.query else ""), 307)
+    return JSONResponse(
+        {
+            "service": "laneway",
+            "api": "/v1 (OpenAI-compatible)",
+            "metrics": "/metrics",
+            "health": "/healthz",
+            "ready": "/readyz",
+        }
+    )
 
 
 async def healthz(request: Request) -> Response:
