@@ -43,9 +43,9 @@ def select_strict(lanes: Lanes, now: float, blocked: set[int], interval_s: float
         if head is None or lane in blocked:
             continue
         req = head[3]
-        at = req.arrival_s
+        at = req.tag  # (its arrival, or its place in its class's fair order)
         if ceiling is not None:  # it may have aged
-            aged = aged_rank(rank, now - at, interval_s, ceiling)
+            aged = aged_rank(rank, now - req.arrival_s, interval_s, ceiling)
             if aged < rank:  # it ranks as if it had arrived in the class it rose to that much later
                 at += (rank - aged) * interval_s  # type: ignore[operator]
                 rank = aged
@@ -73,7 +73,7 @@ def best_in_class(
         level = req.level
         if boost_s is not None and level:
             level = max(0, level - int((now - req.enqueued_s) // boost_s))
-        key = (level, req.arrival_s, req.seq)
+        key = (level, req.tag, req.seq)
         if best_key is None or key < best_key:
             best, best_key = req, key
     return best
