@@ -43,6 +43,9 @@ def test_example_files_load() -> None:
     chat, batch = cfg.tenant_for_key("chat-demo-key"), cfg.tenant_for_key("batch-demo-key")
     assert chat is not None and chat.name == "chat-frontend"
     assert batch is not None and batch.name == "batch-pipeline"
+    cluster = load_config(EXAMPLE.with_name("cluster.toml"))
+    assert cluster.cluster is not None and cluster.cluster.replica == "r1"
+    assert {w.type for w in cluster.workers} == {"upstream"}
     [upstream] = load_config(EXAMPLE.with_name("vllm.toml")).workers
     assert (upstream.type, upstream.served_name, upstream.api_key_env) == ("upstream", "llama-3.1-8b", None)
 
