@@ -229,3 +229,18 @@ def test_gpu_invariants_hold_on_crowded_gpus(
     """Few small GPUs, several models that crowd them: loads, evictions, drains
     and switches all the time."""
     check_ends(fleet, cfg, policy, events)
+
+
+def test_models_that_load_in_no_time_fill_a_fleet_one_load_after_another() -> None:
+    """Found by the property test: nine P0 requests on nine free GPUs, a model that loads in
+    0 s, naive placement — one load per step, all at t = 0. That is progress, not a spin."""
+    gpus = ["n0g0", *(f"n1g{i}" for i in range(4)), *(f"n2g{i}" for i in range(4))]
+    inv = Inventory(
+        gpus=tuple(GpuSpec(id=g, node=g[:2], vram_gb=16.0) for g in gpus),
+        models={"m0": ModelSpec(name="m0", vram_gb=6.0, gpus=1, load_s=0.0, slots=2)},
+        preload=(),
+    )
+    cfg = SchedulerConfig(aging_interval_s=None, drain_cap_s=0.5, max_preemptions=0)
+    events = [decode(0)] * 9 + [decode(5270)]
+    d = check_ends(Fleet(inv=inv, switch_wait_s=5.0), cfg, "naive", events)
+    assert len(d.loads) >= 5
