@@ -15,20 +15,9 @@ from laneway.core import ClassTable, CostModel, SchedulerConfig
 from laneway.core.inventory import Inventory
 from laneway.sim.engine import SimResult, simulate
 from laneway.sim.plots import definitions, summary_markdown, write_report
-from laneway.sim.report import (
-    capacity,
-    details,
-    estimate_errors,
-    merge_intervals,
-    percentile,
-    print_summaries,
-    render_gpus,
-    render_rejections,
-    render_table,
-    render_totals,
-    summarize,
-)
+from laneway.sim.report import capacity, details, estimate_errors, merge_intervals, percentile, summarize
 from laneway.sim.scenarios import gpu_mix
+from laneway.sim.tables import print_summaries, render_gpus, render_rejections, render_table, render_totals
 from laneway.sim.workload import SimRequest, parse_trace
 
 
@@ -348,8 +337,9 @@ def test_tables_are_whole_at_80_columns() -> None:
     from rich.console import Console
 
     from laneway.sim.engine import simulate
-    from laneway.sim.report import details, print_summaries, summarize
+    from laneway.sim.report import details, summarize
     from laneway.sim.scenarios import scenario
+    from laneway.sim.tables import print_summaries
 
     sc = scenario("support-desk")
     runs = [simulate(sc.requests, slots=sc.slots, policy=p) for p in ("fifo", "laneway")]

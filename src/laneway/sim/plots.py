@@ -25,9 +25,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from laneway.sim import report
+from laneway.sim import report, tables
 from laneway.sim.engine import SimResult
-from laneway.sim.report import CLASS_COLUMNS, fmt_ratio, fmt_s
+from laneway.sim.tables import CLASS_COLUMNS, fmt_ratio, fmt_s
 
 _EXTRA = (("wait_p95_s", "p95", fmt_s), ("expired", "expired", str))
 
@@ -85,7 +85,7 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
     for s in summaries:
         cells = [s["policy"], s["preemptions"], s["drains"], s["expired"], s["model_loads"]]
         cells += [s.get("model_evictions", "-")] if gpus else []
-        cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), report.fmt_errors(s["estimate_error"])]
+        cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), tables.fmt_errors(s["estimate_error"])]
         lines.append(_row(cells))
     waited = [
         (s["policy"], name, f["estimate_error"])
@@ -116,9 +116,9 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         ]
         for s in gpus:
             lines.append(_row([s["policy"], *(f"{s['gpu_utilization'].get(g, 0.0):.1%}" for g in gpu_ids)]))
-    rejected = report.rejection_rows(summaries)
+    rejected = tables.rejection_rows(summaries)
     if rejected:
-        reasons = report.reason_columns(summaries)
+        reasons = tables.reason_columns(summaries)
         lines += [
             "",
             "## Rejections by reason",
