@@ -9,9 +9,13 @@ Every process runs on 127.0.0.1 and is stopped afterwards; the stand-in engine
 setup sends to, so the engine is never the bottleneck:
 
 1. **one process**: ``laneway serve`` alone (no ``[cluster]``, no Redis);
-2. **1 replica**: the same with ``[cluster]``: it leads, and every request's
-   events and decisions go through Redis;
-3. **3 replicas**: three ``laneway serve`` with ``[cluster]``, one leading.
+2. **1 replica**: the same with ``[cluster]``: it leads (the 1-token requests
+   start on slots it lends itself, see ``laneway.cluster.lending``);
+3. **3 replicas**: three ``laneway serve`` with ``[cluster]``, one leading;
+4. the same with nothing lent (``lend_max_s = 0``): every request's events and
+   decisions go through Redis and the leader, as requests too long to start on a
+   lent slot do;
+5. three replicas and a fourth set apart for scheduling (``leader_priority``).
 
 For each: added latency of 1-token completions sent one at a time (through
 laneway vs to the stand-in directly, in turn on kept-alive connections; with
@@ -83,10 +87,12 @@ def laneways(
     make: Any = None,
     *,
     scheduler: bool = False,
+    lend: bool = True,
 ) -> Iterator[list[ServeProcess]]:
     """``n`` laneway processes (replicas of one cluster with ``redis_url``); with
     ``scheduler``, one more, last, set apart for scheduling (``leader_priority = 2``: it
-    leads once it runs; the caller sends it no clients)."""
+    leads once it runs; the caller sends it no clients); without ``lend``, every request
+    goes through the leader (``lend_max_s = 0``)."""
     prefix = f"bench{uuid.uuid4().hex[:6]}:"
     tmp = tmp / tag
     tmp.mkdir()
@@ -98,6 +104,8 @@ def laneways(
                 cluster = f'[cluster]\nredis_url = "{redis_url}"\nreplica = "r{i}"\nkey_prefix = "{prefix}"\n'
                 if i == n:
                     cluster += "leader_priority = 2\n"
+                if not lend:
+                    cluster += "lend_max_s = 0\n"
             cfg = tmp / f"r{i}.toml"
             cfg.write_text((make or toml)(tmp / f"data{i}", url, cluster))
             p = ServeProcess(["--config", str(cfg)], tmp / f"r{i}.log")
@@ -264,6 +272,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with laneways(tmp, engine.url, 3, redis.url, "three") as procs:
                     out["3 replicas + Redis"] = measure(
                         "3 replicas", procs, engine.port, redis.proc.pid, args
+                    )
+                with laneways(tmp, engine.url, 3, redis.url, "three-nl", lend=False) as procs:
+                    out["3 replicas + Redis, nothing lent"] = measure(
+                        "3 replicas, nothing lent", procs, engine.port, redis.proc.pid, args
                     )
                 with laneways(tmp, engine.url, 3, redis.url, "three-s", scheduler=True) as procs:
                     out["3 replicas + scheduler + Redis"] = measure(

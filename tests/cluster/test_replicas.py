@@ -103,3 +103,54 @@ def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, redis_ur
     assert 2 <= ok <= 2 + 2 * took + 1, (ok, took)
     assert limited >= len(statuses) - (2 + 2 * took + 1)
     assert retry and all(int(x) >= 1 for x in retry)
+
+
+def lent_starts(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("laneway_cluster_lent_starts_total "):
+            return float(line.split()[1])
+    raise AssertionError("no laneway_cluster_lent_starts_total in /metrics")
+
+
+def test_short_requests_start_on_lent_slots_and_an_upstream_stays_within_its_slots(
+    tmp_path: Path, redis_url: str
+) -> None:
+    engines = [
+        StandInProcess(tmp_path / f"standin{i}.log", ("--slots", "3", "--ms-per-token", "5"))
+        for i in range(2)
+    ]
+    workers = upstream("up0", engines[0].url, 3) + upstream("up1", engines[1].url, 3)
+    try:
+        with replicas(tmp_path, redis_url, NAMES, workers) as reps:
+            urls = [reps[n].url + "/v1" for n in NAMES]
+
+            async def go() -> list[int]:
+                async with httpx.AsyncClient(timeout=120) as c:
+                    statuses: list[int] = []
+
+                    async def client(k: int, n: int, prio: str, tokens: int) -> None:
+                        for i in range(n):  # one after another, on replica k % 3
+                            b = body(prio, tokens, f"{k}.{i}")
+                            r = await c.post(urls[k % 3] + "/completions", json=b)
+                            statuses.append(r.status_code)
+
+                    # a client of short requests on each replica (fewer than the slots: they are
+                    # lent), then 8 of them and 2 of long ones (more than the slots: loans called
+                    # back, the leader places them)
+                    await asyncio.gather(*(client(k, 20, "P2", 4) for k in range(3)))
+                    await asyncio.gather(
+                        *(client(k, 10, "P2", 4) for k in range(8)),
+                        *(client(k, 2, "P3", 150) for k in range(2)),
+                    )
+                    return statuses
+
+            statuses = asyncio.run(go())
+            lent = [lent_starts(reps[n].url) for n in NAMES]
+            stats = [httpx.get(e.url.removesuffix("/v1") + "/stats").json() for e in engines]
+    finally:
+        for e in engines:
+            e.stop()
+    assert statuses == [200] * (60 + 80 + 4)
+    for s in stats:  # the leader's requests and the lent ones together: never more than its slots
+        assert s["peak_requests"] <= 3, stats
+    assert sum(lent) >= 30, lent  # most of the short ones, once their replica had a loan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from laneway.core import CostModel, Dispatch, InvalidTransition, LanewayError, Preempt
+from laneway.core import CostModel, Dispatch, InvalidTransition, LanewayError, Preempt, Scheduler, WorkerSpec
 
 from .gpu_helpers import gpu, gpu_sched, inventory, model
 from .helpers import ids, req, sched
@@ -113,3 +113,27 @@ def test_adopt_takes_in_running_requests_that_then_end_or_are_preempted_as_any()
     s.finished("old-chat", 8.0)
     assert ids(s.schedule(8.0)) == ["old-batch"]  # (it waited longer than "new")
     s.check_invariants()
+
+
+def test_held_slots_are_neither_free_nor_running_and_come_back_when_let_go() -> None:
+    s = Scheduler([WorkerSpec("w0", 2), WorkerSpec("w1", 2)])
+    s.hold("w0", 2)
+    s.hold("w1", 1)
+    s.check_invariants()
+    assert s.free_slots == 1
+    for i in range(3):
+        s.submit(req(f"r{i}", 2, float(i)), float(i))
+    assert [(d.request_id, d.worker_id) for d in s.schedule(3.0)] == [("r0", "w1")]
+    with pytest.raises(LanewayError):
+        s.hold("w1", 2)  # its other slot runs r0: holding takes free slots only
+    with pytest.raises(LanewayError):
+        s.hold("nope", 1)
+    with pytest.raises(LanewayError):
+        s.hold("w0", -1)
+    s.hold("w0", 1)  # one given back: the next in line starts there
+    assert [(d.request_id, d.worker_id) for d in s.schedule(4.0)] == [("r1", "w0")]
+    s.hold("w0", 0)
+    s.hold("w1", 0)
+    assert ids(s.schedule(5.0)) == ["r2"]
+    s.check_invariants()
+    assert s.free_slots == 1 and s.snapshot().slots_free == 1

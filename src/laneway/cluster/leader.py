@@ -13,7 +13,11 @@ goes on from the position: nothing is applied twice or lost.
 
 A replica that stops saying it lives (``PREFIX alive:REPLICA``) is taken for
 dead: its requests are cancelled in the core, which frees their slots (their
-HTTP streams to the upstreams died with it).
+HTTP streams to the upstreams died with it), and so are the slots lent to it.
+
+Spare slots are lent to the replicas that ask (:mod:`laneway.cluster.lending`);
+the loans are written with the rest (``PREFIX loans``), so that a new leader
+holds them too.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from laneway.cluster.lease import Lease, NotLeader
-from laneway.cluster.remote import ESTIMATES_EVERY_S, decode_decision, decode_request, encode_decision
+from laneway.cluster.lending import Lender, Loan
+from laneway.cluster.remote import ESTIMATES_EVERY_S, decode_request, encode_decision
 from laneway.core import (
     Decision,
     Dispatch,
@@ -51,9 +56,11 @@ READ_COUNT = 8  # stream entries (of up to 64 events each) applied per commit (b
 # changes they make become script arguments)
 IDLE_BLOCK_MS = 200
 REAP_EVERY_S = 1.0
+ASKED_FOR_S = 2.0  # a replica that asked for slots is lent what comes free for this long
 
-# after the fence: KEYS reqs, pos; ARGV prefix, pos, n sets (rid, entry)..., n dels (rid)...,
-# n replicas (replica, its decisions as one JSON list)...
+# after the fence: KEYS reqs, pos, loans; ARGV prefix, pos, n sets (rid, entry)..., n dels (rid)...,
+# n replicas (replica, its decisions as one JSON list)..., n loans set (replica|worker, loan)...,
+# n loans ended (replica|worker)...
 _COMMIT = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -67,6 +74,10 @@ for _ = 1, n do
   redis.call('PEXPIRE', key, 3600000)
   i = i + 2
 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); i = i + 2 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('HDEL', KEYS[3], ARGV[i]); i = i + 1 end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
 """
@@ -83,7 +94,10 @@ class Leader:
         config: SchedulerConfig,
         policy: str,
         models: Sequence[str],
-        deliver: Callable[[list[Decision]], None],
+        deliver: Callable[[list[list[Any]]], None],
+        *,
+        lend_reserve: int = 1,
+        lending: bool = False,
     ) -> None:
         self.r = client
         self.p = prefix
@@ -93,7 +107,13 @@ class Leader:
         self.config = config
         self.policy = policy
         self.models = list(models)
-        self.deliver = deliver  # decisions for this replica's own requests
+        self.deliver = deliver  # what is for this replica's own requests (encoded)
+        self.lending = lending  # (whether replicas ask for slots at all)
+        self.reserve = lend_reserve
+        self.lender = Lender(self.specs, lend_reserve)
+        # replicas that asked for slots -> the models they asked for -> when they last did
+        self.wanting: dict[str, dict[str, float]] = {}
+        self.serves = {w.id: set(w.models or ()) for w in self.specs}
         self.core: Scheduler | None = None
         self.lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
@@ -145,6 +165,7 @@ class Leader:
         now = time.time()
         core = Scheduler(self.specs, self.config, self.policy)
         raw = await self.r.hgetall(self.p + "reqs")
+        loans = await self.r.hgetall(self.p + "loans")
         pos = await self.r.get(self.p + "events:pos")
         self.pos = pos.decode() if pos is not None else "0-0"
         self.home, self.entries = {}, {}
@@ -171,6 +192,7 @@ class Leader:
             entry[12], entry[13] = "q", None
             self.entries[rid] = entry
             queued += 1
+        self._hold_lent(core, loans)
         self.core = core
         log.info(
             "replica %s leads: %d requests running, %d queued, events from %s",
@@ -181,6 +203,50 @@ class Leader:
         )
         if pending:
             await self._write([], [rid for _, e in pending for rid in [e[1]]], pending)
+
+    def _hold_lent(self, core: Scheduler, loans: dict[bytes, bytes]) -> None:
+        """The loans the last leader made: held in the new core (as far as slots are free:
+        a worker configured smaller since lends less)."""
+        self.lender = Lender(self.specs, self.reserve)
+        for key, raw in loans.items():
+            home, _, worker = key.decode().rpartition("|")
+            if worker not in core.workers:
+                continue
+            loan = self.lender.loans.setdefault((home, worker), Loan())
+            loan.sent, loan.seq, loan.used, loan.hold = json.loads(raw)
+        for w in core.workers:
+            held = self.lender.held(w)
+            if held > core.workers[w].free:
+                log.warning("worker %s: %d slots lent, only %d free to hold", w, held, core.workers[w].free)
+                held = core.workers[w].free
+            core.hold(w, held)
+
+    def _lend(self, core: Scheduler, out: list[tuple[str, list[Any]]]) -> None:
+        """Lend spare slots to the replicas that asked, or call every loan back while
+        something waits; the core holds what is lent."""
+        if self.lending or self.lender.loans:
+            now = time.time()
+            asking = {}
+            for home, models in list(self.wanting.items()):
+                fresh = {m for m, t in models.items() if now - t < ASKED_FOR_S}
+                if fresh:
+                    asking[home] = fresh
+                else:
+                    del self.wanting[home]
+            down = getattr(core.placement, "down", set())
+            free = {w: s.free for w, s in core.workers.items()}
+            lent = self.lender.plan(free, asking, core.queued > 0, down, self.serves)
+            for home, m in lent:
+                if m[2] > 0:  # (asked and answered: it asks again if it needs more)
+                    self.wanting.pop(home, None)
+            out += lent
+        self._held(core)
+
+    def _held(self, core: Scheduler) -> None:
+        for w, state in core.workers.items():
+            held = self.lender.held(w)
+            if held != state.held:
+                core.hold(w, min(held, state.held + state.free))
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -210,12 +276,14 @@ class Leader:
                     moved = True
                     for e in json.loads(fields[b"b"]):
                         self._apply(e, now, sets, dels, out)
+            self._held(core)  # (loans that came back: their slots are the core's again)
             for d in core.schedule(now):
                 self._decided(d, sets, dels, out)
             if now - last_reap >= REAP_EVERY_S:
                 last_reap = now
                 await self._reap(now, sets, dels, out)
-            if moved or sets or dels or out:
+            self._lend(core, out)
+            if moved or sets or dels or out or self.lender.changed:
                 changed = [(rid, self.entries[rid]) for rid in sets if rid in self.entries]
                 while True:  # the core has moved on: this must be written (or the lease is lost)
                     try:
@@ -277,6 +345,10 @@ class Leader:
                 core.set_available(rid, bool(e[2]))
             elif kind == "o":  # a replica measured the pace of a model (rid: the model)
                 self.pace.observe(rid, int(e[2]), float(e[3]))
+            elif kind == "w":  # a replica asks for slots (rid: the replica) for a model
+                self.wanting.setdefault(rid, {})[e[2] or ""] = now
+            elif kind == "u":  # a replica took a loan's new figure (rid: the replica)
+                self.lender.report(rid, e[2], int(e[3]), int(e[4]))
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             if kind in ("f", "c"):
                 self._forget(rid, sets, dels)
@@ -316,7 +388,7 @@ class Leader:
         self, now: float, sets: dict[str, list[Any]], dels: set[str], out: list[tuple[str, list[Any]]]
     ) -> None:
         """Cancel the requests of replicas that stopped saying they live."""
-        homes = sorted(set(self.home.values()) - {self.me})
+        homes = sorted((set(self.home.values()) | self.lender.homes()) - {self.me})
         if not homes:
             return
         alive = await self.r.mget([f"{self.p}alive:{h}" for h in homes])
@@ -325,6 +397,9 @@ class Leader:
             return
         core = self.core
         assert core is not None
+        self.lender.drop(dead)
+        for h in dead:
+            self.wanting.pop(h, None)
         gone = [rid for rid, h in self.home.items() if h in dead]
         for rid in gone:
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
@@ -353,10 +428,19 @@ class Leader:
         args.append(len(remote))
         for home, es in remote.items():  # a replica's decisions in one entry (``b``: a list)
             args += [home, json.dumps(es, separators=(",", ":"))]
-        await self._commit([self.p + "reqs", self.p + "events:pos"], args)
+        changed = self.lender.changed
+        lent = [k for k in changed if k in self.lender.loans]
+        args.append(len(lent))
+        for home, w in lent:
+            args += [f"{home}|{w}", json.dumps(self.lender.loans[(home, w)].to_list())]
+        ended = [f"{home}|{w}" for home, w in changed if (home, w) not in self.lender.loans]
+        args.append(len(ended))
+        args += ended
+        await self._commit([self.p + "reqs", self.p + "events:pos", self.p + "loans"], args)
+        self.lender.changed = set()
         mine = [e for h, e in out if h == self.me]
         if mine:
-            self.deliver([decode_decision(e) for e in mine])
+            self.deliver(mine)
 
     async def _publish(self, now: float) -> None:
         core = self.core

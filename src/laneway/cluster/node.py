@@ -44,7 +44,17 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     client = aioredis.Redis.from_url(cluster.redis_url, socket_timeout=10, socket_connect_timeout=10)
     await client.ping()
     config = runtime.config
-    remote = RemoteScheduler(client, cluster.key_prefix, cluster.replica, runtime.classes.names, runtime.kick)
+    remote = RemoteScheduler(
+        client,
+        cluster.key_prefix,
+        cluster.replica,
+        runtime.classes.names,
+        runtime.kick,
+        specs=runtime.specs,
+        config=config.scheduler,
+        lend_max_s=cluster.lend_max_s,
+    )
+    remote.on_lent_start = runtime.metrics.lent_starts.inc
     runtime.use_scheduler(remote)
     runtime.sizing = remote.share(runtime.sizing)
     leader = Leader(
@@ -57,6 +67,8 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         config.policy,
         runtime.models,
         remote.deliver,
+        lend_reserve=cluster.lend_reserve,
+        lending=cluster.lend_max_s > 0,
     )
     lease = Lease(
         client, cluster.key_prefix, cluster.replica, ttl_s=LEASE_TTL_S, priority=cluster.leader_priority

@@ -11,6 +11,9 @@ its :class:`~laneway.core.Reject` as a decision, a moment later.
 
 Estimates come from the figures the leader publishes (``PREFIX est``) a few
 times a second.
+
+A short request may start at once instead, on a slot the leader lent this
+replica (:mod:`laneway.cluster.lending`): then the leader hears nothing of it.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from laneway.core import Decision, Dispatch, Preempt, Reject, Request
+from laneway.cluster.lending import Borrower, starts_itself
+from laneway.core import Decision, Dispatch, Preempt, Reject, Request, WorkerSpec
+from laneway.core.admission import Admission
+from laneway.core.config import SchedulerConfig
 from laneway.core.stats import Snapshot
 from laneway.runtime.sizing import Sizing
 
@@ -110,11 +116,25 @@ class SharedSizing(Sizing):
         super().__init__(base.costs, base.default_max_tokens)
         self.decode_tokens_s = dict(base.decode_tokens_s)
         self._emit = emit
+        self._seen: dict[str, list[float]] = {}  # model -> [tokens after the first, seconds]
+        self._told: set[str] = set()  # models whose pace this replica has sent
 
     def observe(self, model: str, tokens: int, seconds: float) -> None:
         super().observe(model, tokens, seconds)
         if tokens >= 2 and seconds > 0:
-            self._emit(["o", model, tokens, seconds])
+            if model not in self._told:  # the first of a model at once (the others size by it)
+                self._told.add(model)
+                self._emit(["o", model, tokens, seconds])
+                return
+            seen = self._seen.setdefault(model, [0.0, 0.0])
+            seen[0] += tokens - 1
+            seen[1] += seconds
+
+    def send(self) -> None:
+        """What was measured since the last call, one event per model (its pace over all)."""
+        for model, (tokens, seconds) in self._seen.items():
+            self._emit(["o", model, tokens + 1, seconds])
+        self._seen = {}
 
     def adopt(self, pace: dict[str, float]) -> None:
         for model, rate in pace.items():
@@ -130,6 +150,10 @@ class RemoteScheduler:
         replica: str,
         class_names: tuple[str, ...],
         kick: Callable[[], None],
+        *,
+        specs: Sequence[WorkerSpec] = (),
+        config: SchedulerConfig | None = None,
+        lend_max_s: float = 0.0,
     ) -> None:
         self.r = client
         self.p = prefix
@@ -151,6 +175,11 @@ class RemoteScheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self.live_leader: str | None = None
         self.sizing: SharedSizing | None = None  # (set by the node: the runtime's sizing)
+        self.borrower = Borrower(list(specs))  # slots the leader lent, and what runs on them
+        self.lend_max_s = lend_max_s
+        self.on_lent_start: Callable[[], None] = lambda: None  # (the node counts them in metrics)
+        cfg = config or SchedulerConfig()
+        self._tenants = Admission(cfg.tenants, cfg.default_tenant, class_names)
 
     def share(self, sizing: Sizing) -> SharedSizing:
         """``sizing`` as a replica of the cluster measures: with every replica's pace."""
@@ -186,14 +215,38 @@ class RemoteScheduler:
     def submit(self, req: Request, now: float) -> Reject | None:
         req.arrival_s = time.time()  # (the cluster's clock: every replica's wall clock)
         self._mine.add(req.id)
+        if self._may_start(req):
+            worker = self.borrower.take(req)
+            if worker is not None:  # on a lent slot: at once, and the leader hears nothing
+                self._inbox.append(Dispatch(req.id, worker, None))
+                self.on_lent_start()
+                return None
+            self._emit(["w", self.home, req.model])  # (it asks for slots)
         self._emit(encode_request(req, self.home))
         return None  # admitted or refused by the leader: a decision comes back
+
+    def _may_start(self, req: Request) -> bool:
+        est = req.est_service_s
+        return (
+            est is not None
+            and est <= self.lend_max_s
+            and not req.depends_on
+            and starts_itself(self._tenants.policy_for(req.tenant), req.priority)
+        )
+
+    def _gave_back(self, request_id: str) -> Request | None:
+        """``request_id`` left a lent slot (if it ran on one): that request."""
+        b, report = self.borrower.give_back(self.home, request_id)
+        if report is not None:
+            self._emit(report)
+        return None if b is None else b.req
 
     def finished(
         self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
     ) -> None:
         self._mine.discard(request_id)
-        self._emit(["f", request_id, failed, tokens])
+        if self._gave_back(request_id) is None:
+            self._emit(["f", request_id, failed, tokens])
 
     def preempted(
         self,
@@ -204,21 +257,32 @@ class RemoteScheduler:
         checkpoint_bytes: int | None = None,
         save_s: float | None = None,
     ) -> None:
+        req = self._gave_back(request_id)
+        if req is not None:  # (stopped on a lent slot: it waits in the leader's queues now)
+            self._emit(encode_request(req, self.home))
+            return
         self._emit(["p", request_id, tokens_done, checkpoint_bytes, save_s])
 
     def cancel(self, request_id: str, now: float) -> bool:
         live = request_id in self._mine
         self._mine.discard(request_id)
-        self._emit(["c", request_id])
+        if self._gave_back(request_id) is None:
+            self._emit(["c", request_id])
         return live
 
     def requeue(self, request_id: str, now: float) -> None:
-        self._emit(["q", request_id])
+        req = self._gave_back(request_id)
+        self._emit(["q", request_id] if req is None else encode_request(req, self.home))
 
     def progress(self, request_id: str, tokens: int, now: float) -> None:
-        self._emit(["g", request_id, tokens])
+        if request_id not in self.borrower.running:
+            self._emit(["g", request_id, tokens])
 
     def set_available(self, worker_id: str, available: bool) -> None:
+        if available:
+            self.borrower.down.discard(worker_id)
+        else:
+            self.borrower.down.add(worker_id)
         self._emit(["a", worker_id, available])
 
     def withdraw(
@@ -228,13 +292,19 @@ class RemoteScheduler:
         self.cancel(request_id, now)
         return Reject(request_id, reason, message, retry_after_s, retry_after_s)
 
-    def deliver(self, decisions: list[Decision]) -> None:
-        """Decisions of the leader running in this very process (no round trip)."""
-        for d in decisions:
+    def deliver(self, entries: list[list[Any]]) -> None:
+        """What the leader sends this replica (decisions, loans), encoded; the leader
+        running in this very process calls it without a round trip."""
+        for e in entries:
+            if e[0] == "G":  # a loan: [G, worker, slots, its number]
+                self._emit(self.borrower.granted(self.home, e[1], e[2], e[3]))
+                continue
+            d = decode_decision(e)
             if type(d) is Reject:
                 self._mine.discard(d.request_id)
-        self._inbox += decisions
-        self.kick()
+            self._inbox.append(d)
+        if self._inbox:
+            self.kick()
 
     def schedule(self, now: float) -> list[Decision]:
         out, self._inbox = self._inbox, []
@@ -269,9 +339,10 @@ class RemoteScheduler:
 
     def snapshot(self) -> Snapshot:
         n = dict.fromkeys(self.names, 0)
+        lent = self.borrower.running_per_class(self.names)  # (the leader does not count those)
         return Snapshot(
             queue_depth={**n, **self._queued},
-            running={**n, **self._running},
+            running={k: self._running.get(k, 0) + lent[k] for k in n},
             slots_total=0,
             slots_free=0,
             submitted=0,
@@ -313,15 +384,11 @@ class RemoteScheduler:
                 for _, entries in got or ():
                     for entry_id, fields in entries:
                         last = entry_id.decode()
-                        for e in json.loads(fields[b"b"]):
-                            d = decode_decision(e)
-                            if type(d) is Reject:
-                                self._mine.discard(d.request_id)
-                            self._inbox.append(d)
-                if self._inbox:
-                    self.kick()
+                        self.deliver(json.loads(fields[b"b"]))
                 if loop.time() - read_est >= ESTIMATES_EVERY_S:
                     read_est = loop.time()
+                    if self.sizing is not None:
+                        self.sizing.send()
                     await self._read_estimates()
             except asyncio.CancelledError:
                 raise

@@ -135,6 +135,8 @@ def _cluster(t: Table) -> ClusterConfig | None:
         replica,
         t.str("key_prefix", ClusterConfig.key_prefix),
         t.int("leader_priority", ClusterConfig.leader_priority, low=0),
+        t.float("lend_max_s", ClusterConfig.lend_max_s) or 0.0,  # ("none": nothing lent)
+        t.int("lend_reserve", ClusterConfig.lend_reserve, low=0),
     )
     t.done()
     return out

@@ -92,6 +92,10 @@ class ClusterConfig:
     replica: str  # this replica's name (default: host name and process id)
     key_prefix: str = "laneway:"  # every key laneway writes starts with it
     leader_priority: int = 1  # the live replica of the highest leads (ties: the first to try)
+    # requests expected to take at most this long start on slots the leader lent this
+    # replica, with no round trip (0: every request goes through the leader)
+    lend_max_s: float = 0.5
+    lend_reserve: int = 1  # slots of each worker never lent (for what the leader places)
 
 
 # the server's scheduler defaults, where a bare SchedulerConfig (the simulator's) bounds

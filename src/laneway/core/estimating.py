@@ -116,7 +116,7 @@ class Estimating:
             else:
                 ahead += n
                 work += queued_work
-        available = self._free
+        available = self._free + self._held  # (held slots come back when asked: see hold)
         blocking = 0
         remaining = 0.0
         for v, running in enumerate(self._running):

@@ -46,12 +46,14 @@ class Inspecting:
         incoming = [0] * k
         on_workers: dict[str, str] = {}
         for w in self.workers.values():
-            assert 0 <= w.free == w.spec.slots - len(w.running), f"worker {w.id} slot count"
+            assert 0 <= w.free == w.spec.slots - len(w.running) - w.held, f"worker {w.id} slot count"
+            assert w.held >= 0, f"worker {w.id} holds {w.held}"
             for rid, r in w.running.items():
                 assert rid not in on_workers, f"{rid} on two workers"
                 on_workers[rid] = w.id
                 assert r.state in (_RUNNING, _PREEMPTED), f"{rid} on a worker while {r.state}"
         assert self._free == sum(w.free for w in self.workers.values())
+        assert self._held == sum(w.held for w in self.workers.values())
         for rid, r in self._reqs.items():
             assert r.state in (_QUEUED, _RUNNING, _PREEMPTED), f"{rid} live while {r.state}"
             if r.state is _QUEUED:

@@ -73,6 +73,7 @@ class Scheduler(
         "_feedback_on",
         "_free",
         "_gated",
+        "_held",
         "_incoming",
         "_interval",
         "_max_queued",
@@ -149,6 +150,7 @@ class Scheduler(
         self.counters = Counters(k)
         self.slots = sum(w.spec.slots for w in self.workers.values())
         self._free = self.slots
+        self._held = 0  # slots held for use outside this scheduler (WorkerFailures.hold)
         # tenants inside a class share by tokens (not under fifo: one queue, an engine's)
         self.fair: FairShares | None = (
             FairShares(

@@ -1,5 +1,6 @@
 """Workers that fail: requeueing what they could not run, taking them out of placement,
-and taking in what a scheduler that failed left running on them.
+and taking in what a scheduler that failed left running on them; slots held for use
+outside the scheduler (lent to replicas of a cluster).
 
 A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 """
@@ -85,3 +86,29 @@ class WorkerFailures:
         if req.tenant is not None:
             self.admission.on_admit(req.tenant)
             self.admission.on_dequeue(req.tenant)
+
+    def hold(self, worker_id: str, n: int) -> None:
+        """Hold ``n`` slots of ``worker_id`` (in all, not more) out of this scheduler's
+        hands: in use elsewhere, e.g. lent to a replica of a cluster that starts requests
+        on them itself. Held slots are neither free nor running; holding more takes free
+        ones only. Estimates count them as available (whoever holds them gives them back
+        when asked)."""
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        take = getattr(self.placement, "take", None)
+        if take is None:
+            raise LanewayError("slots can be held only with slot placement")
+        if n < 0:
+            raise LanewayError(f"cannot hold {n} slots")
+        more = n - w.held
+        if more > w.free:
+            raise LanewayError(f"worker {worker_id} has {w.free} free slots, not {more}")
+        for _ in range(more):
+            take(w)
+        for _ in range(-more):
+            self.placement.free_slot(w)
+        w.held = n
+        self._free -= more
+        self._held += more
+        self._changes += 1

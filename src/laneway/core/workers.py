@@ -37,13 +37,14 @@ class WorkerSpec:
 
 
 class WorkerState:
-    __slots__ = ("free", "id", "running", "spec")
+    __slots__ = ("free", "held", "id", "running", "spec")
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         self.id = spec.id
         self.running: dict[str, Request] = {}
         self.free = spec.slots
+        self.held = 0  # slots in use outside this scheduler (Scheduler.hold)
 
 
 class Placement(Protocol):

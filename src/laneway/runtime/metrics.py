@@ -67,6 +67,11 @@ class Metrics:
         self.requests = Counter(
             "laneway_requests_total", "Requests ended, by class and outcome", ["class", "outcome"], registry=r
         )
+        self.lent_starts = Counter(
+            "laneway_cluster_lent_starts_total",
+            "Requests this replica started on slots the cluster's leader lent it (no round trip)",
+            registry=r,
+        )
         self.preemptions = Counter(
             "laneway_preemptions_total",
             "Preemptions, by class of the preempted request",

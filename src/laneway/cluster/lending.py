@@ -1,0 +1,210 @@
+"""Slots the leader lends to replicas, so that short requests start without a round trip.
+
+Through the leader, a request costs its replica an event out, a decision back and
+an event at its end, and the leader a read, a scheduling step and a write; when
+the upstreams have slots to spare, that is all overhead. So the leader lends
+spare slots: while nothing waits in its queues, a replica that asks (it sent a
+request that could have started itself) is lent some of a worker's free slots,
+which the leader's core then holds (:meth:`laneway.core.Scheduler.hold`). The
+replica starts a request on a lent slot at once and tells the leader nothing of
+it; the slot is its own again when the request ends.
+
+What a replica may start itself: a request expected to take at most
+``local_max_s`` (the leader cannot preempt it: it does not know it), with no
+dependency, whose tenant has no quota, token quota or concurrency cap for its
+class (those are counted by the leader, exactly, across replicas).
+
+Lending stops as soon as something waits: the leader lowers every loan to 0
+and holds, for each replica, what it still uses (the replica says so as its
+requests end) until it is all back. A worker's ``reserve`` slots are never lent,
+so that urgent work the leader places finds a slot at once.
+
+The figures are absolute and numbered: a replica may start a request on a worker
+only while its count there is below the last figure it was sent; the leader
+holds for it at least that figure, and after lowering one, what the replica
+last said it uses, until the replica confirms the new figure. So at any moment
+the requests running on a worker (the leader's and every replica's lent ones)
+are at most its slots. :class:`Lender` is the leader's side, :class:`Borrower`
+a replica's; both are pure bookkeeping, and a model-based test checks the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneway.core import Request, WorkerSpec
+from laneway.core.admission import TenantPolicy
+
+
+@dataclass(slots=True)
+class Loan:
+    """What the leader lent one replica on one worker."""
+
+    sent: int = 0  # slots lent: the last figure sent
+    seq: int = 0  # that figure's number
+    used: int = 0  # slots the replica said it uses, when it confirmed ``seq`` or since
+    hold: int = 0  # slots held for it in the core
+
+    def to_list(self) -> list[int]:
+        return [self.sent, self.seq, self.used, self.hold]
+
+
+class Lender:
+    """The leader's loans, per (replica, worker), and what to lend next."""
+
+    def __init__(self, specs: Sequence[WorkerSpec], reserve: int) -> None:
+        self.slots = {w.id: w.slots for w in specs}
+        # never lent (and a worker of fewer slots lends none)
+        self.reserve = {w.id: min(w.slots, reserve) for w in specs}
+        self.loans: dict[tuple[str, str], Loan] = {}
+        self.changed: set[tuple[str, str]] = set()  # since the last write (to the table in Redis)
+
+    def held(self, worker: str) -> int:
+        return sum(loan.hold for (_, w), loan in self.loans.items() if w == worker)
+
+    def lend(self, home: str, worker: str, n: int) -> list[Any]:
+        """Lend ``home`` ``n`` slots of ``worker`` (in all): the message to send it."""
+        loan = self.loans.setdefault((home, worker), Loan())
+        loan.sent = n
+        loan.seq += 1
+        loan.hold = max(loan.hold, n)  # lowered only once the replica confirms
+        self.changed.add((home, worker))
+        return ["G", worker, n, loan.seq]
+
+    def report(self, home: str, worker: str, seq: int, used: int) -> None:
+        """``home`` applied figure ``seq`` on ``worker`` and uses ``used`` of its slots."""
+        loan = self.loans.get((home, worker))
+        if loan is None or seq != loan.seq:
+            return  # (a newer figure is on its way: its confirmation will come)
+        loan.used = used
+        hold = max(loan.sent, used)
+        if hold != loan.hold:
+            loan.hold = hold
+            self.changed.add((home, worker))
+        if hold == 0 and loan.sent == 0:
+            del self.loans[(home, worker)]
+
+    def drop(self, homes: Iterable[str]) -> None:
+        """Replicas that are gone: their loans end (their requests died with them)."""
+        gone = set(homes)
+        for key in [k for k in self.loans if k[0] in gone]:
+            del self.loans[key]
+            self.changed.add(key)
+
+    def homes(self) -> set[str]:
+        return {h for h, _ in self.loans}
+
+    def plan(
+        self,
+        free: Mapping[str, int],
+        wanting: Mapping[str, set[str]],
+        contested: bool,
+        down: set[str],
+        serves: Mapping[str, set[str]],
+    ) -> list[tuple[str, list[Any]]]:
+        """The messages to send now: every loan to 0 while something waits (``contested``)
+        and on workers taken out (``down``); else more of ``free`` (slots the core has
+        free, per worker) to the replicas ``wanting`` (home -> models it asked for) on the
+        workers that serve those models (``serves``: worker -> models; empty: any)."""
+        out: list[tuple[str, list[Any]]] = []
+        for (home, w), loan in list(self.loans.items()):
+            if loan.sent > 0 and (contested or w in down):
+                out.append((home, self.lend(home, w, 0)))
+        if contested or not wanting:
+            return out
+        for w, slots in self.slots.items():
+            if w in down:
+                continue
+            models = serves.get(w) or set()
+            asking = sorted(h for h, ms in wanting.items() if not models or ms & models)
+            if not asking:
+                continue
+            borrowers = {h for (h, v), loan in self.loans.items() if v == w and loan.sent > 0}
+            cap = max(1, (slots - self.reserve[w]) // max(1, len(borrowers | set(asking))))
+            lendable = free.get(w, 0) - self.reserve[w]
+            for home in asking:
+                sent = self.loans[(home, w)].sent if (home, w) in self.loans else 0
+                more = min(cap - sent, lendable, max(sent, 2))  # (doubling up to its share)
+                if more <= 0:
+                    continue
+                lendable -= more
+                out.append((home, self.lend(home, w, sent + more)))
+            if lendable <= 0:  # others may hold more than their share: down to it (they
+                for h in sorted(borrowers - set(asking)):  # give back what they do not use)
+                    if self.loans[(h, w)].sent > cap:
+                        out.append((h, self.lend(h, w, cap)))
+        return out
+
+
+def starts_itself(policy: TenantPolicy | None, cls: int) -> bool:
+    """Whether a tenant's requests of class ``cls`` may start under lent slots: nothing
+    the leader must count (a quota, a token quota or a concurrency cap) applies."""
+    if policy is None:
+        return True
+    return (
+        (policy.allowed is None or cls in policy.allowed)
+        and cls not in policy.quotas
+        and cls not in policy.token_quotas
+        and policy.max_concurrent is None
+        and policy.max_queued is None
+    )
+
+
+@dataclass(slots=True)
+class Borrowed:
+    worker: str
+    req: Request
+
+
+@dataclass
+class Borrower:
+    """A replica's side: the slots lent to it per worker, and its requests on them."""
+
+    specs: Sequence[WorkerSpec]
+    lent: dict[str, int] = field(default_factory=dict)  # worker -> slots lent
+    seq: dict[str, int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
+    running: dict[str, Borrowed] = field(default_factory=dict)  # request id -> where
+    down: set[str] = field(default_factory=set)  # workers this replica saw fail
+
+    def granted(self, home: str, worker: str, n: int, seq: int) -> list[Any]:
+        """The leader lends ``n`` slots of ``worker`` (figure ``seq``): the confirmation."""
+        if seq > self.seq.get(worker, 0):
+            self.lent[worker] = n
+            self.seq[worker] = seq
+        return ["u", home, worker, self.seq.get(worker, 0), self.used.get(worker, 0)]
+
+    def take(self, req: Request) -> str | None:
+        """A lent slot for ``req`` (its worker, now counted as used), or ``None``."""
+        best, room = None, 0
+        for spec in self.specs:
+            w = spec.id
+            spare = self.lent.get(w, 0) - self.used.get(w, 0)
+            if spare > room and w not in self.down and spec.serves(req.model) and spec.admits(req.priority):
+                best, room = w, spare
+        if best is None:
+            return None
+        self.used[best] = self.used.get(best, 0) + 1
+        self.running[req.id] = Borrowed(best, req)
+        return best
+
+    def give_back(self, home: str, request_id: str) -> tuple[Borrowed | None, list[Any] | None]:
+        """``request_id`` ended (or left): its slot is free again. The request (if it ran on
+        a lent slot) and the report to send (when the leader waits for that slot)."""
+        b = self.running.pop(request_id, None)
+        if b is None:
+            return None, None
+        w = b.worker
+        before = self.used[w]
+        self.used[w] = before - 1
+        if before > self.lent.get(w, 0):  # over the figure: the leader holds it until told
+            return b, ["u", home, w, self.seq.get(w, 0), before - 1]
+        return b, None
+
+    def running_per_class(self, names: Sequence[str]) -> dict[str, int]:
+        out = dict.fromkeys(names, 0)
+        for b in self.running.values():
+            out[names[b.req.priority]] += 1
+        return out

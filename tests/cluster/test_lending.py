@@ -1,0 +1,211 @@
+"""Slots lent to replicas, model-checked: the leader's core (a real Scheduler holding what
+it lends), two replicas' borrowers, and the messages between them delivered late and in
+any interleaving (in order from each sender). Whatever happens, no worker ever runs
+more requests than its slots — the leader's and the replicas' lent ones together — and
+every loan is back once the replicas' requests end."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from laneway.cluster.lending import Borrower, Lender, starts_itself
+from laneway.core import Dispatch, Request, Scheduler, WorkerSpec
+from laneway.core.admission import Quota, TenantPolicy
+
+SPECS = [WorkerSpec("w0", 4), WorkerSpec("w1", 3)]
+HOMES = ("a", "b")
+# (kind, replica, a class / which request / how many messages: 0 for all there are)
+op = st.tuples(
+    st.sampled_from(["arrive"] * 3 + ["end"] * 2 + ["leader"] * 2 + ["step"] * 2 + ["deliver"] * 2 + ["die"]),
+    st.sampled_from(HOMES),
+    st.integers(0, 3),
+)
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.core = Scheduler(SPECS)
+        self.lender = Lender(SPECS, reserve=1)
+        self.borrowers = {h: Borrower(SPECS) for h in HOMES}
+        self.to_leader: dict[str, deque[list[Any]]] = {h: deque() for h in HOMES}
+        self.to_replica: dict[str, deque[list[Any]]] = {h: deque() for h in HOMES}
+        self.on_worker = dict.fromkeys((w.id for w in SPECS), 0)  # what the upstreams run
+        self.runs: dict[str, tuple[str, str, bool]] = {}  # request -> (home, worker, lent)
+        self.wanting: dict[str, set[str]] = {}
+        self.sent: dict[str, set[str]] = {h: set() for h in HOMES}  # through the leader
+        self.n = 0
+        self.now = 0.0
+
+    def check(self) -> None:
+        for w in SPECS:
+            assert self.on_worker[w.id] <= w.slots, (w.id, self.on_worker, self.lender.loans)
+            assert self.core.workers[w.id].held == self.lender.held(w.id)
+        self.core.check_invariants()
+
+    def arrive(self, home: str, cls: int) -> None:
+        self.n += 1
+        rid = f"{home}{self.n}"
+        req = Request(rid, cls, self.now)
+        w = self.borrowers[home].take(req)
+        if w is not None:
+            self.on_worker[w] += 1
+            self.runs[rid] = (home, w, True)
+        else:
+            self.to_leader[home].append(["w", home])
+            self.to_leader[home].append(["s", req])
+            self.sent[home].add(rid)
+
+    def end(self, home: str, k: int) -> None:
+        mine = sorted(rid for rid, (h, _, _) in self.runs.items() if h == home)
+        if not mine:
+            return
+        rid = mine[k % len(mine)]
+        _, w, lent = self.runs.pop(rid)
+        self.on_worker[w] -= 1  # the upstream is done with it at once
+        if lent:
+            b, report = self.borrowers[home].give_back(home, rid)
+            assert b is not None and b.worker == w
+            if report is not None:
+                self.to_leader[home].append(report)
+        else:
+            self.to_leader[home].append(["f", rid])
+
+    def leader(self, home: str, n: int = 1) -> None:
+        for _ in range(n or len(self.to_leader[home])):
+            if self.to_leader[home]:
+                self.read(home, self.to_leader[home].popleft())
+
+    def read(self, home: str, e: list[Any]) -> None:
+        if e[0] == "s":
+            assert self.core.submit(e[1], self.now) is None
+            self.sent[home].add(e[1].id)
+        elif e[0] == "f":
+            self.core.finished(e[1], self.now)
+        elif e[0] == "w":
+            self.wanting.setdefault(home, set()).add("")
+        else:
+            _, h, w, seq, used = e
+            self.lender.report(h, w, seq, used)
+            self.core.hold(w, self.lender.held(w))
+
+    def step(self) -> None:
+        self.now += 1.0
+        for d in self.core.schedule(self.now):
+            if type(d) is not Dispatch:
+                continue  # (a queue timeout)
+            home = d.request_id[0]
+            self.on_worker[d.worker_id] += 1
+            self.runs[d.request_id] = (home, d.worker_id, False)
+        free = {w: s.free for w, s in self.core.workers.items()}
+        msgs = self.lender.plan(free, self.wanting, self.core.queued > 0, set(), {})
+        self.wanting = {}
+        for home, m in msgs:
+            self.to_replica[home].append(m)
+        for w in self.core.workers:
+            self.core.hold(w, self.lender.held(w))
+
+    def deliver(self, home: str, n: int = 1) -> None:
+        for _ in range(n or len(self.to_replica[home])):
+            if self.to_replica[home]:
+                _, w, lent, seq = self.to_replica[home].popleft()
+                self.to_leader[home].append(self.borrowers[home].granted(home, w, lent, seq))
+
+    def die(self, home: str) -> None:
+        for rid, (h, w, _) in list(self.runs.items()):
+            if h == home:
+                del self.runs[rid]
+                self.on_worker[w] -= 1  # (its connections to the upstreams close with it)
+                if rid in self.core:
+                    self.core.cancel(rid, self.now)
+        for rid in self.sent[home]:  # (the leader's reaper cancels what the core has of it)
+            if rid in self.core:
+                self.core.cancel(rid, self.now)
+        self.sent[home].clear()
+        self.to_leader[home].clear()
+        self.to_replica[home].clear()
+        self.lender.drop([home])
+        for w in self.core.workers:
+            self.core.hold(w, self.lender.held(w))
+        self.borrowers[home] = Borrower(SPECS)  # (it restarts as a new replica)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(op, min_size=30, max_size=150))
+def test_lent_and_placed_requests_never_exceed_a_workers_slots(ops: list[tuple[str, str, int]]) -> None:
+    c = Cluster()
+    for kind, home, k in ops:
+        if kind == "arrive":  # a burst of k + 1 (of class k)
+            for _ in range(k + 1):
+                c.arrive(home, k)
+        elif kind == "end":
+            c.end(home, k)
+        elif kind == "leader":
+            c.leader(home, k)
+        elif kind == "step":
+            c.step()
+        elif kind == "deliver":
+            c.deliver(home, k)
+        else:
+            c.die(home)
+        c.check()
+    # everything ends and every message is delivered: every loan comes back once lowered
+    for _ in range(200):
+        for home in HOMES:
+            while c.runs and any(h == home for h, _, _ in c.runs.values()):
+                c.end(home, 0)
+            while c.to_replica[home] or c.to_leader[home]:
+                c.deliver(home)
+                c.leader(home)
+        for i in range(c.core.free_slots + 1):  # something waits: loans go to 0
+            c.core.submit(Request(f"a-late{_}.{i}", 0, c.now), c.now)
+        c.step()
+        c.check()
+        if not c.lender.loans and not c.runs and not any(c.to_replica.values()):
+            break
+    assert not c.lender.loans, c.lender.loans
+    assert all(s.held == 0 for s in c.core.workers.values())
+
+
+def test_loans_grow_to_a_share_and_stop_short_of_the_reserve() -> None:
+    lender = Lender([WorkerSpec("w", 16)], reserve=2)
+    free = {"w": 16}
+    sent: dict[str, int] = {}
+    for _ in range(6):
+        for home, (_, _, n, _) in lender.plan(free, {"a": {""}, "b": {""}}, False, set(), {}):
+            sent[home] = n
+        free = {"w": 16 - lender.held("w")}
+    assert sent == {"a": 7, "b": 7}  # (16 - 2 reserved) ÷ 2 replicas
+    assert lender.held("w") == 14
+    out = lender.plan(free, {}, True, set(), {})  # something waits: every loan goes to 0
+    assert sorted((h, m[2]) for h, m in out) == [("a", 0), ("b", 0)]
+    assert lender.held("w") == 14  # held until the replicas confirm
+    lender.report("a", "w", lender.loans[("a", "w")].seq, 3)
+    assert lender.held("w") == 10  # a still uses 3
+    lender.report("a", "w", lender.loans[("a", "w")].seq, 0)
+    lender.drop(["b"])
+    assert lender.held("w") == 0 and not lender.loans
+
+
+def test_only_requests_the_leader_need_not_count_start_under_lent_slots() -> None:
+    assert starts_itself(None, 0)
+    assert starts_itself(TenantPolicy(), 2)
+    assert not starts_itself(TenantPolicy(quotas={0: Quota(2.0)}), 0)
+    assert starts_itself(TenantPolicy(quotas={0: Quota(2.0)}), 1)
+    assert not starts_itself(TenantPolicy(max_concurrent=4), 2)
+    assert not starts_itself(TenantPolicy(allowed=frozenset({3})), 2)  # the leader refuses it
+
+
+def test_a_replica_over_its_share_is_lowered_to_it_when_another_asks() -> None:
+    lender = Lender([WorkerSpec("w", 9)], reserve=1)
+    for _ in range(4):  # a alone asks, again and again: up to every slot but the reserve
+        lender.plan({"w": 9 - lender.held("w")}, {"a": {""}}, False, set(), {})
+    assert lender.loans[("a", "w")].sent == 8
+    out = lender.plan({"w": 9 - lender.held("w")}, {"b": {""}}, False, set(), {})
+    assert [(h, m[2]) for h, m in out] == [("a", 4)]  # nothing left for b: a down to its share
+    lender.report("a", "w", lender.loans[("a", "w")].seq, 1)  # a uses 1
+    out = lender.plan({"w": 9 - lender.held("w")}, {"b": {""}}, False, set(), {})
+    assert [(h, m[2]) for h, m in out] == [("b", 2)]
