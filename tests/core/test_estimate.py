@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from laneway.core.estimate import ArrivalRates, ServiceStats, wait_estimate
+from laneway.core.estimate import ArrivalRates, ServiceStats, first_end_median, wait_estimate
 
 from .helpers import Driver, req, sched
 
@@ -163,11 +163,24 @@ def test_running_work_past_its_estimate_is_not_taken_to_end_at_once() -> None:
     d.finish("short")
     d.submit(req("long", 2, 1.0))
     d.step()
-    expected_end = d.sched.get("long").expected_end_s
-    d.now = expected_end - 2.0  # before its expected end: the time left
-    assert d.sched.estimate_wait(2, None, d.now) == pytest.approx(2.0, rel=0.3)
+    long = d.sched.get("long")
+    mean = long.est_s  # (it announced no size: its class's mean)
+    expected_end = long.expected_end_s
+    d.now = expected_end - 2.0  # before its expected end: it may end any time before 2 x mean
+    ran = d.now - long.started_s
+    assert d.sched.estimate_wait(2, None, d.now) == pytest.approx((2 * mean - ran) / 2, rel=0.05)
     d.now = expected_end + 20.0  # 20 s past its expected end, still running
     assert d.sched.estimate_wait(2, None, d.now) == pytest.approx(20.0, rel=0.3)  # about as much again
+
+
+def test_the_first_end_among_requests_of_unknown_size_is_sooner_than_the_earliest_expected() -> None:
+    assert first_end_median([(0.0, 10.0)]) == pytest.approx(5.0, abs=1e-3)
+    # two alike: none ended by x with chance ((10 - x) / 10)^2 = 1/2
+    assert first_end_median([(0.0, 10.0)] * 2) == pytest.approx(10 * (1 - 0.5**0.5), abs=1e-3)
+    assert first_end_median([(3.0, 3.0), (0.0, 100.0)]) == pytest.approx(3.0, abs=1e-3)  # a sized one
+    spans = [(0.0, 12.0 - i * 0.5) for i in range(16)]
+    earliest_expected = min(hi / 2 for _, hi in spans)  # 2.25 s
+    assert first_end_median(spans) < earliest_expected / 3
 
 
 def test_progress_moves_a_running_request_s_expected_end_to_its_own_pace() -> None:

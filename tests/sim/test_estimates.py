@@ -9,7 +9,7 @@ import pytest
 
 from laneway.core.estimate import Calibration
 from laneway.sim.engine import simulate
-from laneway.sim.report import summarize, waited_errors
+from laneway.sim.report import estimate_errors, summarize, waited_errors
 from laneway.sim.scenarios import scenario
 
 
@@ -31,13 +31,14 @@ def test_calibration_learns_the_ratio_and_ignores_what_teaches_nothing() -> None
 
 @pytest.mark.parametrize(
     ("name", "classes"),
-    [("code-review", ("P2",)), ("mixed", ("P2", "P3")), ("support-desk", ("P2", "P3"))],
+    [("code-review", ("P2",)), ("mixed", ("P1", "P2", "P3")), ("support-desk", ("P2", "P3"))],
 )
 def test_estimates_of_the_requests_that_waited_are_within_a_quarter_at_the_median(
     name: str, classes: tuple[str, ...]
 ) -> None:
     """laneway on its scenarios: per class (with enough requests that waited), the
-    median error is measured at 0.07-0.23; the bound leaves room."""
+    median error is measured at 0.07-0.23; the bound leaves room. (support-desk's P1,
+    0.48, waits for the first of 16 requests of unknown sizes to end: not bounded here.)"""
     sc = scenario(name, 0)
     res = simulate(sc.requests, slots=sc.slots, policy="laneway", scenario=sc.name)
     summary = summarize(res)
@@ -45,6 +46,6 @@ def test_estimates_of_the_requests_that_waited_are_within_a_quarter_at_the_media
         err = summary["classes"][cls]["estimate_error"]
         assert err["waited"] >= 5
         assert err["median"] <= 0.3, (cls, err)
-    # the old figure counted requests that never waited, which makes any estimator look right
+    # the old figure counted requests that never waited too (their estimate is easy: 0)
     assert summary["estimate_error"]["waited"] == len(waited_errors(res.outcomes))
-    assert summary["estimate_error_median"] <= summary["estimate_error"]["median"]
+    assert len(estimate_errors(res.outcomes)) > len(waited_errors(res.outcomes))

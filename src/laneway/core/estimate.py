@@ -146,6 +146,36 @@ def wait_estimate(
     return t / (1.0 - load)
 
 
+FIRST_END_STEPS = 24  # bisection steps for the median of the first end
+
+
+def first_end_median(spans: list[tuple[float, float]]) -> float:
+    """The median time until the first of some running requests ends, each ending at a
+    uniformly distributed time in its ``(earliest, latest)`` span from now (a point
+    where both are equal).
+
+    The first end is a minimum: of many requests whose sizes are not known, the one
+    that ran longest (the earliest expected end) is not the one that ends first; of 16
+    running chats of 1–12 s, one ends well within a second on average. It
+    is taken where the chance that none has ended yet falls to one half."""
+    latest = max(hi for _, hi in spans)
+    lo, hi = 0.0, latest
+    for _ in range(FIRST_END_STEPS):
+        x = (lo + hi) / 2
+        alive = 1.0  # chance that none has ended by x
+        for a, b in spans:
+            if x >= b:
+                alive = 0.0
+                break
+            if x > a:  # (a < x < b: a real span)
+                alive *= (b - x) / (b - a)
+        if alive > 0.5:
+            lo = x
+        else:
+            hi = x
+    return (lo + hi) / 2
+
+
 CALIBRATE_EVERY = 4  # one submission in this many is estimated on arrival, to learn from
 CALIBRATE_AFTER = 8  # ... once its class has this many service times measured
 CALIBRATION_FLOOR_S = 1.0  # waits and estimates both under this teach nothing

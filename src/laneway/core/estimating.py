@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
-from laneway.core.estimate import wait_estimate
-from laneway.core.request import State
+from laneway.core.estimate import first_end_median, wait_estimate
+from laneway.core.request import Request, State
 
 _RUNNING = State.RUNNING
 EXACT_BLOCKING = 64  # up to this many running requests in its way, their own ends are used
@@ -133,13 +133,23 @@ class Estimating:
         k = ahead + 1 - available  # it starts when the k-th slot it cannot take frees
         if 0 < k <= blocking <= EXACT_BLOCKING:
             # few enough to look at: when the k-th of them is expected to end
-            ends = [
-                abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
-                for v, running in enumerate(self._running)
-                if v not in rights
-                for r in running.values()
-            ]
-            t = heapq.nsmallest(k, ends)[-1]
+            if k == 1:  # the first of them to end (one not sized may end early or late)
+                t = first_end_median(
+                    [
+                        _end_span(r, now)
+                        for v, running in enumerate(self._running)
+                        if v not in rights
+                        for r in running.values()
+                    ]
+                )
+            else:
+                ends = [
+                    abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
+                    for v, running in enumerate(self._running)
+                    if v not in rights
+                    for r in running.values()
+                ]
+                t = heapq.nsmallest(k, ends)[-1]
         else:
             t = wait_estimate(
                 slots=self.slots,
@@ -167,3 +177,16 @@ class Estimating:
                 rate = always + (rate - always) * min(1.0, horizon / t)
             t /= 1.0 - min(rate / self.slots, 0.9)
         return t
+
+
+def _end_span(r: Request, now: float) -> tuple[float, float]:
+    """When a running request may end, from now. One that announced its size ends when
+    expected (overdue: as much again as it overran, as below). Of one that did not, only
+    its class's mean service is known: it may end any time before twice that mean (a
+    service time uniform from 0 to twice it) or, once it ran past the mean, before twice
+    its overrun."""
+    if r.est_service_s is not None:
+        left = abs(r.expected_end_s - now)
+        return left, left
+    ran = now - r.started_s + r.run_s
+    return 0.0, max(2.0 * r.est_s - ran, 2.0 * (ran - r.est_s), 1e-3)
