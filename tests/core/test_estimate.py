@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from laneway.core.estimate import ArrivalRates, ServiceStats, first_end_median, wait_estimate
+from laneway.core.estimate import ArrivalRates, ServiceStats, first_end_median, start_after, wait_estimate
 
 from .helpers import Driver, req, sched
 
@@ -209,3 +209,18 @@ def test_a_model_with_no_worker_up_has_no_finite_estimate() -> None:
     assert s.estimate_wait(1, None, 0.0) == math.inf and not s.available_for(None)
     s.set_available("w0", True)
     assert s.estimate_wait(1, None, 0.0) == 0.0
+
+
+def test_a_short_request_ahead_takes_a_slot_and_gives_it_back_before_the_long_ones_end() -> None:
+    assert start_after(0, [1.7, 5.1, 6.9, 7.2], 1, 0.2) == pytest.approx(1.9)  # not the 2nd end, 5.1
+    assert start_after(2, [], 3, 1.0) == pytest.approx(1.0)  # two free: the 3rd ahead takes one at 1 s
+    assert start_after(0, [3.0], 0, 5.0) == pytest.approx(3.0)
+    assert start_after(0, [], 2, 1.0) == math.inf  # no slot at all
+    # in the scheduler: 4 slots held by long P3 work sized to end at 2, 5, 7 and 7.5 s;
+    # a short P2 queued; a new P2 starts once the short one had the first slot to free
+    s = sched(4)
+    for i, size in enumerate((2.0, 5.0, 7.0, 7.5)):
+        s.submit(req(f"long{i}", 3, 0.0, est_service_s=size), 0.0)
+    s.schedule(0.0)
+    s.submit(req("short", 2, 0.0, est_service_s=0.25), 0.0)
+    assert s.estimate_wait(2, None, 0.0, raw=True) == pytest.approx(2.25, abs=0.01)

@@ -8,6 +8,7 @@ so an estimate accounts for more urgent work that will arrive while one waits;
 
 from __future__ import annotations
 
+import heapq
 import math
 
 
@@ -174,6 +175,20 @@ def first_end_median(spans: list[tuple[float, float]]) -> float:
         else:
             hi = x
     return (lo + hi) / 2
+
+
+def start_after(free: int, ends: list[float], ahead: int, service_s: float) -> float:
+    """When a request starts behind ``ahead`` queued ones of ``service_s`` each: each of
+    those takes the first slot to come free (``free`` slots now, the others at ``ends``
+    from now) and frees it again after its service; it takes the next. A short request
+    ahead uses a slot and gives it back before the long ones running end."""
+    slots = [0.0] * free + list(ends)
+    if not slots:
+        return math.inf
+    heapq.heapify(slots)
+    for _ in range(ahead):
+        heapq.heappush(slots, heapq.heappop(slots) + service_s)
+    return slots[0]
 
 
 CALIBRATE_EVERY = 4  # one submission in this many is estimated on arrival, to learn from

@@ -12,11 +12,12 @@ import math
 from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
-from laneway.core.estimate import first_end_median, wait_estimate
+from laneway.core.estimate import first_end_median, start_after, wait_estimate
 from laneway.core.request import Request, State
 
 _RUNNING = State.RUNNING
 EXACT_BLOCKING = 64  # up to this many running requests in its way, their own ends are used
+EXACT_AHEAD = 64  # ... and with up to this many queued ahead, each one's turn on the slots
 LONG_WAIT_S = 300.0  # a wait this long is stretched by urgent arrivals over the long window
 
 
@@ -131,25 +132,29 @@ class Estimating:
                 # much again as they overran (not to end at once); O(1) from the sums
                 remaining += abs(self._end_sum[v] - n * now)
         k = ahead + 1 - available  # it starts when the k-th slot it cannot take frees
-        if 0 < k <= blocking <= EXACT_BLOCKING:
-            # few enough to look at: when the k-th of them is expected to end
-            if k == 1:  # the first of them to end (one not sized may end early or late)
-                t = first_end_median(
-                    [
-                        _end_span(r, now)
-                        for v, running in enumerate(self._running)
-                        if v not in rights
-                        for r in running.values()
-                    ]
-                )
-            else:
-                ends = [
-                    abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
-                    for v, running in enumerate(self._running)
-                    if v not in rights
-                    for r in running.values()
-                ]
-                t = heapq.nsmallest(k, ends)[-1]
+        if k > 0 and blocking <= EXACT_BLOCKING and ahead <= EXACT_AHEAD and (ahead or blocking):
+            # few enough to look at, one by one
+            blockers = [
+                r for v, running in enumerate(self._running) if v not in rights for r in running.values()
+            ]
+            # the first of them to end (one not sized may end early or late)
+            first = first_end_median([_end_span(r, now) for r in blockers]) if blockers else math.inf
+            if not ahead:
+                t = first
+            else:  # the queue ahead takes each slot as it frees, and frees it again after its service
+                ends = sorted(abs(r.expected_end_s - now) for r in blockers)  # (overdue: as much again)
+                if ends:
+                    ends[0] = min(ends[0], first)
+                t = start_after(available, ends, ahead, work / ahead)
+        elif 0 < k <= blocking <= EXACT_BLOCKING:
+            # when the k-th of them is expected to end
+            ends = [
+                abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
+                for v, running in enumerate(self._running)
+                if v not in rights
+                for r in running.values()
+            ]
+            t = heapq.nsmallest(k, ends)[-1]
         else:
             t = wait_estimate(
                 slots=self.slots,
