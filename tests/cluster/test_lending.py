@@ -209,3 +209,15 @@ def test_a_replica_over_its_share_is_lowered_to_it_when_another_asks() -> None:
     lender.report("a", "w", lender.loans[("a", "w")].seq, 1)  # a uses 1
     out = lender.plan({"w": 9 - lender.held("w")}, {"b": {""}}, False, set(), {})
     assert [(h, m[2]) for h, m in out] == [("b", 2)]
+
+
+def test_a_replica_that_may_have_been_taken_for_dead_starts_nothing_on_lent_slots() -> None:
+    b = Borrower(SPECS)
+    b.granted("a", "w0", 2, 1)
+    b.valid_until = 10.0
+    assert b.take(Request("r1", 2, 0.0), now=5.0) == "w0"
+    assert b.take(Request("r2", 2, 0.0), now=11.0) is None  # (its liveness is not known fresh)
+    b.valid_until = 20.0
+    b.lost()  # its liveness had expired: the leader ended its loans
+    assert b.take(Request("r3", 2, 0.0), now=12.0) is None
+    assert b.give_back("a", "r1")[1] == ["u", "a", "w0", 1, 0]  # (over the figure: it reports)

@@ -30,6 +30,7 @@ a replica's; both are pure bookkeeping, and a model-based test checks the bound.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +169,9 @@ class Borrower:
     used: dict[str, int] = field(default_factory=dict)
     running: dict[str, Borrowed] = field(default_factory=dict)  # request id -> where
     down: set[str] = field(default_factory=set)  # workers this replica saw fail
+    # (monotonic) until when the leader cannot have taken this replica for dead: past it,
+    # no new request starts on a lent slot (a replica paused past its liveness lost them)
+    valid_until: float = math.inf
 
     def granted(self, home: str, worker: str, n: int, seq: int) -> list[Any]:
         """The leader lends ``n`` slots of ``worker`` (figure ``seq``): the confirmation."""
@@ -176,8 +180,11 @@ class Borrower:
             self.seq[worker] = seq
         return ["u", home, worker, self.seq.get(worker, 0), self.used.get(worker, 0)]
 
-    def take(self, req: Request) -> str | None:
-        """A lent slot for ``req`` (its worker, now counted as used), or ``None``."""
+    def take(self, req: Request, now: float = 0.0) -> str | None:
+        """A lent slot for ``req`` (its worker, now counted as used), or ``None``; ``now``
+        on the clock of :attr:`valid_until`."""
+        if now > self.valid_until:
+            return None
         best, room = None, 0
         for spec in self.specs:
             w = spec.id
@@ -202,6 +209,11 @@ class Borrower:
         if before > self.lent.get(w, 0):  # over the figure: the leader holds it until told
             return b, ["u", home, w, self.seq.get(w, 0), before - 1]
         return b, None
+
+    def lost(self) -> None:
+        """The leader took this replica for dead (and ended its loans): none is left."""
+        for w in self.lent:
+            self.lent[w] = 0
 
     def running_per_class(self, names: Sequence[str]) -> dict[str, int]:
         out = dict.fromkeys(names, 0)

@@ -216,7 +216,7 @@ class RemoteScheduler:
         req.arrival_s = time.time()  # (the cluster's clock: every replica's wall clock)
         self._mine.add(req.id)
         if self._may_start(req):
-            worker = self.borrower.take(req)
+            worker = self.borrower.take(req, time.monotonic())
             if worker is not None:  # on a lent slot: at once, and the leader hears nothing
                 self._inbox.append(Dispatch(req.id, worker, None))
                 self.on_lent_start()
@@ -411,6 +411,15 @@ class RemoteScheduler:
 
     async def _heartbeat(self) -> None:
         while True:
+            sent = time.monotonic()
             with contextlib.suppress(aioredis.RedisError, OSError):
-                await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
+                was = await self.r.set(
+                    f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000), get=True
+                )
+                if was is None:  # it had expired: the leader may have ended this replica's loans
+                    if any(self.borrower.lent.values()):
+                        log.warning("replica %s was taken for dead: its lent slots are gone", self.replica)
+                    self.borrower.lost()
+                # lent slots are used only while the leader cannot have taken it for dead
+                self.borrower.valid_until = sent + ALIVE_TTL_S * 2 / 3
             await asyncio.sleep(ALIVE_TTL_S / 3)
