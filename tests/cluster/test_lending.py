@@ -221,3 +221,22 @@ def test_a_replica_that_may_have_been_taken_for_dead_starts_nothing_on_lent_slot
     b.lost()  # its liveness had expired: the leader ended its loans
     assert b.take(Request("r3", 2, 0.0), now=12.0) is None
     assert b.give_back("a", "r1")[1] == ["u", "a", "w0", 1, 0]  # (over the figure: it reports)
+
+
+def test_a_loan_that_ended_and_begins_again_is_used_and_comes_back() -> None:
+    lender, borrower = Lender([WorkerSpec("w", 4)], reserve=1), Borrower([WorkerSpec("w", 4)])
+
+    def deliver(out: list[tuple[str, list[Any]]]) -> None:
+        for home, (_, w, n, seq) in out:
+            _, h, w2, s, used = borrower.granted(home, w, n, seq)
+            lender.report(h, w2, s, used)
+
+    for round_ in range(3):  # lent, called back to nothing (the loan ends), lent again
+        deliver(lender.plan({"w": 4 - lender.held("w")}, {"a": {""}}, False, set(), {}))
+        assert borrower.take(Request(f"r{round_}", 2, 0.0)) == "w", round_
+        deliver(lender.plan({"w": 4 - lender.held("w")}, {}, True, set(), {}))
+        assert lender.held("w") == 1  # r still runs on it
+        _, report = borrower.give_back("a", f"r{round_}")
+        assert report is not None
+        lender.report(*report[1:])
+        assert lender.held("w") == 0 and not lender.loans, (round_, lender.loans)

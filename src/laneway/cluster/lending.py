@@ -61,15 +61,20 @@ class Lender:
         self.reserve = {w.id: min(w.slots, reserve) for w in specs}
         self.loans: dict[tuple[str, str], Loan] = {}
         self.changed: set[tuple[str, str]] = set()  # since the last write (to the table in Redis)
+        self.last_seq: dict[tuple[str, str], int] = {}  # of loans that ended too
 
     def held(self, worker: str) -> int:
         return sum(loan.hold for (_, w), loan in self.loans.items() if w == worker)
 
     def lend(self, home: str, worker: str, n: int) -> list[Any]:
         """Lend ``home`` ``n`` slots of ``worker`` (in all): the message to send it."""
-        loan = self.loans.setdefault((home, worker), Loan())
+        key = (home, worker)
+        loan = self.loans.get(key)
+        if loan is None:  # (numbers go on from the loan's last one, if it ended)
+            loan = self.loans[key] = Loan(seq=self.last_seq.get(key, 0))
         loan.sent = n
         loan.seq += 1
+        self.last_seq[key] = loan.seq
         loan.hold = max(loan.hold, n)  # lowered only once the replica confirms
         self.changed.add((home, worker))
         return ["G", worker, n, loan.seq]
@@ -86,6 +91,7 @@ class Lender:
             self.changed.add((home, worker))
         if hold == 0 and loan.sent == 0:
             del self.loans[(home, worker)]
+            self.changed.add((home, worker))
 
     def drop(self, homes: Iterable[str]) -> None:
         """Replicas that are gone: their loans end (their requests died with them)."""
@@ -93,6 +99,8 @@ class Lender:
         for key in [k for k in self.loans if k[0] in gone]:
             del self.loans[key]
             self.changed.add(key)
+        for key in [k for k in self.last_seq if k[0] in gone]:
+            del self.last_seq[key]
 
     def homes(self) -> set[str]:
         return {h for h, _ in self.loans}
@@ -174,11 +182,12 @@ class Borrower:
     valid_until: float = math.inf
 
     def granted(self, home: str, worker: str, n: int, seq: int) -> list[Any]:
-        """The leader lends ``n`` slots of ``worker`` (figure ``seq``): the confirmation."""
-        if seq > self.seq.get(worker, 0):
-            self.lent[worker] = n
-            self.seq[worker] = seq
-        return ["u", home, worker, self.seq.get(worker, 0), self.used.get(worker, 0)]
+        """The leader lends ``n`` slots of ``worker`` (figure ``seq``): the confirmation.
+        Figures come in the order they were sent (one stream), so the last one holds,
+        whatever its number (a loan that ended and began again numbers afresh)."""
+        self.lent[worker] = n
+        self.seq[worker] = seq
+        return ["u", home, worker, seq, self.used.get(worker, 0)]
 
     def take(self, req: Request, now: float = 0.0) -> str | None:
         """A lent slot for ``req`` (its worker, now counted as used), or ``None``; ``now``
