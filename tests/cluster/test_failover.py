@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -188,6 +190,52 @@ def test_a_dead_replicas_requests_free_their_slots(tmp_path: Path, redis_url: st
                 json={"model": "m", "prompt": "z", "max_tokens": 3},
                 timeout=30,
             )
+            assert r.status_code == 200, r.text
+    finally:
+        standin.stop()
+        client.close()
+
+
+def test_a_replica_paused_past_its_liveness_ends_what_it_had_in_flight_and_goes_on(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """r2 holds both slots with long requests and has a short one queued, then stops for
+    longer than its liveness (SIGSTOP): the leader gives r2's slots away. Once it runs again,
+    r2 ends all three with a clean 503 (rather than let its requests run on slots that are
+    no longer theirs, or wait for decisions that will never come) and serves new ones."""
+    standin = StandInProcess(tmp_path / "standin.log", ("--slots", "2", "--ms-per-token", "5"))
+    client = redis.Redis.from_url(redis_url)
+    prefix = f"pause{time.monotonic_ns()}:"
+    try:
+        with replicas(
+            tmp_path, redis_url, ["r1", "r2"], upstream("up", standin.url, 2), prefix=prefix
+        ) as reps:
+            assert leader_of(client, prefix) == "r1"
+            url = reps["r2"].url + "/v1/completions"
+
+            async def go() -> list[int]:
+                async with httpx.AsyncClient(timeout=60) as c:
+                    hogs = [
+                        asyncio.create_task(
+                            c.post(url, json={"model": "m", "prompt": f"h{i}", "max_tokens": 4000})
+                        )
+                        for i in range(2)
+                    ]
+                    await asyncio.sleep(1.0)  # both slots are r2's
+                    queued = asyncio.create_task(
+                        c.post(url, json={"model": "m", "prompt": "q", "max_tokens": 3, "priority": "P1"})
+                    )
+                    await asyncio.sleep(0.5)
+                    os.kill(reps["r2"].proc.pid, signal.SIGSTOP)
+                    await asyncio.sleep(5.0)  # past its liveness (3 s) and a reap (1 s)
+                    os.kill(reps["r2"].proc.pid, signal.SIGCONT)
+                    done = await asyncio.wait_for(asyncio.gather(*hogs, queued), timeout=15.0)
+                    return [r.status_code for r in done]
+
+            statuses = asyncio.run(go())
+            assert statuses == [503, 503, 503], statuses
+            assert "taken for dead" in reps["r2"].log.read_text()
+            r = httpx.post(url, json={"model": "m", "prompt": "z", "max_tokens": 3}, timeout=30)
             assert r.status_code == 200, r.text
     finally:
         standin.stop()

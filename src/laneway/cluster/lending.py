@@ -219,11 +219,6 @@ class Borrower:
             return b, ["u", home, w, self.seq.get(w, 0), before - 1]
         return b, None
 
-    def lost(self) -> None:
-        """The leader took this replica for dead (and ended its loans): none is left."""
-        for w in self.lent:
-            self.lent[w] = 0
-
     def running_per_class(self, names: Sequence[str]) -> dict[str, int]:
         out = dict.fromkeys(names, 0)
         for b in self.running.values():

@@ -39,6 +39,7 @@ class Node:
 async def join(runtime: object, cluster: ClusterConfig) -> Node:
     """``runtime`` (a :class:`~laneway.runtime.Runtime`) schedules through the cluster's leader."""
     from laneway.runtime import Runtime
+    from laneway.runtime.rejections import taken_for_dead
 
     assert isinstance(runtime, Runtime)
     client = aioredis.Redis.from_url(cluster.redis_url, socket_timeout=10, socket_connect_timeout=10)
@@ -74,6 +75,15 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         client, cluster.key_prefix, cluster.replica, ttl_s=LEASE_TTL_S, priority=cluster.leader_priority
     )
     leader.use(lease)
+
+    def reborn(home: str, lost: list[str]) -> None:
+        leader.me = home
+        for rid in lost:
+            ticket = runtime.tickets.get(rid)
+            if ticket is not None:
+                runtime.cancel(ticket, taken_for_dead())
+
+    remote.on_reborn = reborn
     campaign = Campaign(lease, leader.lead, leader.lose, every_s=LEASE_TTL_S / 6)
     await remote.start()
     campaign.start()

@@ -178,6 +178,9 @@ class RemoteScheduler:
         self.borrower = Borrower(list(specs))  # slots the leader lent, and what runs on them
         self.lend_max_s = lend_max_s
         self.on_lent_start: Callable[[], None] = lambda: None  # (the node counts them in metrics)
+        # (the node ends the requests it had in flight): its new name, their ids
+        self.on_reborn: Callable[[str, list[str]], None] = lambda home, ids: None
+        self._last = "0-0"  # the last decision read
         cfg = config or SchedulerConfig()
         self._tenants = Admission(cfg.tenants, cfg.default_tenant, class_names)
 
@@ -376,14 +379,16 @@ class RemoteScheduler:
     async def _receive(self, last: str) -> None:
         loop = asyncio.get_running_loop()
         read_est = 0.0
+        self._last = last
         while True:
             try:
-                got = await self.r.xread(
-                    {self.decisions_key: last}, count=500, block=int(ESTIMATES_EVERY_S * 1000)
-                )
+                key = self.decisions_key
+                got = await self.r.xread({key: self._last}, count=500, block=int(ESTIMATES_EVERY_S * 1000))
+                if key != self.decisions_key:
+                    continue  # (this replica was taken for dead meanwhile: a stream of its new name)
                 for _, entries in got or ():
                     for entry_id, fields in entries:
-                        last = entry_id.decode()
+                        self._last = entry_id.decode()
                         self.deliver(json.loads(fields[b"b"]))
                 if loop.time() - read_est >= ESTIMATES_EVERY_S:
                     read_est = loop.time()
@@ -413,13 +418,32 @@ class RemoteScheduler:
         while True:
             sent = time.monotonic()
             with contextlib.suppress(aioredis.RedisError, OSError):
-                was = await self.r.set(
-                    f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000), get=True
-                )
-                if was is None:  # it had expired: the leader may have ended this replica's loans
-                    if any(self.borrower.lent.values()):
-                        log.warning("replica %s was taken for dead: its lent slots are gone", self.replica)
-                    self.borrower.lost()
-                # lent slots are used only while the leader cannot have taken it for dead
-                self.borrower.valid_until = sent + ALIVE_TTL_S * 2 / 3
+                key = f"{self.p}alive:{self.home}"
+                if await self.r.set(key, "1", px=int(ALIVE_TTL_S * 1000), xx=True):
+                    # lent slots are used only while the leader cannot have taken it for dead
+                    self.borrower.valid_until = sent + ALIVE_TTL_S * 2 / 3
+                else:  # it had expired (a pause past it): the leader takes this name for dead
+                    await self._reborn()
             await asyncio.sleep(ALIVE_TTL_S / 3)
+
+    async def _reborn(self) -> None:
+        """Taken for dead (its liveness expired): the leader cancels what it scheduled for
+        this replica and ends its loans, whether or not this process lives on. So it lives
+        on under a new name, with nothing: its requests in flight are ended here (their slots
+        are no longer theirs), and it schedules anew through the leader."""
+        old, self.home = self.home, f"{self.replica}.{uuid.uuid4().hex[:8]}"
+        self.decisions_key = f"{self.p}dec:{self.home}"
+        self._last = "0-0"
+        lost = sorted(self._mine)
+        self._mine.clear()
+        self._inbox = []
+        self.borrower = Borrower(self.borrower.specs)
+        await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
+        log.warning(
+            "replica %s was taken for dead (%s expired): %d requests in flight ended; it goes on as %s",
+            self.replica,
+            old,
+            len(lost),
+            self.home,
+        )
+        self.on_reborn(self.home, lost)

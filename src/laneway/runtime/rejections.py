@@ -32,3 +32,14 @@ def error_for(reject: Reject) -> RequestError:
 def shutting_down() -> Unavailable:
     """503 ``shutting_down``: the server stops (a restart, or another replica, may answer)."""
     return Unavailable("the server is shutting down", code="shutting_down", retry_after_s=5.0)
+
+
+def taken_for_dead() -> Unavailable:
+    """503: this replica of a cluster stopped saying it lives for too long (a pause), so
+    the leader gave its requests' slots away; the request may be sent again."""
+    return Unavailable(
+        "this replica was taken for dead by the cluster (it stopped answering for seconds) and "
+        "its requests in flight were ended; send it again",
+        code="unavailable",
+        retry_after_s=1.0,
+    )
