@@ -27,6 +27,10 @@ Redis. On a machine with fewer cores than processes the replicas share the
 cores, so requests/s cannot grow with them; the CPU per request says what
 they would do with a core each (see the note in the report).
 
+In turn: with several replicas, the same clients on each replica alone as well,
+which measures what each process spends per request without the crowding of
+every process busy at once on few cores.
+
 Then (``flood``) P0 under a P3 flood on a 4-slot stand-in (2 ms a token), one
 process vs three replicas: P0 one a second (streamed, on a replica that does
 not lead), the flood spread over the three; the ratio to idle.
@@ -187,7 +191,35 @@ def measure(
     # with a core for each process (and one for Redis): the busiest one bounds the rate
     busiest = max([*thr["laneway_cpu_us_per_req"], thr["redis_cpu_us_per_req"]])
     thr["req_per_s_a_core_each"] = 1e6 / busiest if busiest > 0 else float("nan")
+    if len(procs) > 1:
+        thr["in_turn"] = in_turn(procs, every, redis_pid, args)
     return {"latency": lat, "load": thr}
+
+
+def in_turn(
+    procs: list[ServeProcess], every: list[ServeProcess], redis_pid: int | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The same clients on one replica at a time (the others idle, as the cluster they are):
+    the CPU every process spends per request sent to each replica, without the crowding of
+    every process busy at once on this machine's few cores. With the load spread evenly, each
+    process spends the mean of those per request; the busiest bounds the rate, a core each."""
+    per: list[list[float]] = []  # [client-facing replica][process] -> µs per request
+    rper: list[float] = []
+    for p in procs:
+        cpu0 = [cpu_of(q.proc.pid) for q in every]
+        rcpu0 = cpu_of(redis_pid) if redis_pid else 0.0
+        thr = load([p], args)
+        n = max(1, thr["requests"])
+        per.append([(cpu_of(q.proc.pid) - c) / n * 1e6 for q, c in zip(every, cpu0, strict=True)])
+        rper.append(((cpu_of(redis_pid) - rcpu0) if redis_pid else 0.0) / n * 1e6)
+    spread = [sum(row[j] for row in per) / len(per) for j in range(len(every))]
+    redis = sum(rper) / len(rper)
+    busiest = max([*spread, redis])
+    return {
+        "laneway_cpu_us_per_req": spread,
+        "redis_cpu_us_per_req": redis,
+        "req_per_s_a_core_each": 1e6 / busiest if busiest > 0 else float("nan"),
+    }
 
 
 async def flood(batch_urls: list[str], urgent_url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -288,7 +320,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
             finally:
                 redis.stop()
+            # the machine's pace drifts (other work on the host): one process again, at the
+            # end, and the ratios against both
+            with laneways(tmp, engine.url, 1, None, "one-again") as procs:
+                out["one process, again"] = measure("one process, again", procs, engine.port, None, args)
     return out
+
+
+def baseline(r: dict[str, Any]) -> float | None:
+    """Requests/s of one process with a core: from its mean CPU per request over both runs."""
+    cpu = [r[k]["load"]["laneway_cpu_us_per_req"][0] for k in ("one process", "one process, again") if k in r]
+    return 1e6 / (sum(cpu) / len(cpu)) if cpu else None
 
 
 def report(r: dict[str, Any], console: Console) -> None:
@@ -296,7 +338,7 @@ def report(r: dict[str, Any], console: Console) -> None:
     cols = ("setup", "req/s", "p50 / p99 under load", "added p50 / p99 (one at a time)", "CPU µs/req")
     for col in (*cols, "req/s, a core each"):
         t.add_column(col, justify="right" if col != "setup" else "left")
-    base = r.get("one process", {}).get("load", {}).get("req_per_s_a_core_each")
+    base = baseline(r)
     for name, m in r.items():
         load_ = m["load"]
         lat = "; ".join(
@@ -312,13 +354,22 @@ def report(r: dict[str, Any], console: Console) -> None:
             lat,
             cpu,
             f"{load_['req_per_s_a_core_each']:,.0f}"
-            + (f" ({load_['req_per_s_a_core_each'] / base:.2f}×)" if base and name != "one process" else ""),
+            + (f" ({load_['req_per_s_a_core_each'] / base:.2f}×)" if base and "one" not in name else "")
+            + (
+                f"; in turn {load_['in_turn']['req_per_s_a_core_each']:,.0f}"
+                f" ({load_['in_turn']['req_per_s_a_core_each'] / base:.2f}×)"
+                if base and "in_turn" in load_
+                else ""
+            ),
         )
     console.print(t)
     console.print(
         "req/s, a core each: 10⁶ ÷ the CPU µs per request of the busiest process (laneway or "
-        "Redis), what the setup does with a core for every process; the req/s column is "
-        "measured on this machine's cores, which the processes share."
+        "Redis), what the setup does with a core for every process; the ratios are to one "
+        "process's mean over its two runs (first and last: the host's pace drifts). In turn: "
+        "the clients on one replica at a time, the CPU per request each process spends, "
+        "averaged as if the load were spread (no crowding of busy processes on few cores). "
+        "The req/s column is measured on this machine's cores, which the processes share."
     )
 
 
