@@ -7,8 +7,11 @@ A mixin of :class:`~laneway.core.scheduler.Scheduler`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from laneway.core.errors import InvalidTransition, LanewayError
 from laneway.core.request import Request, State
+from laneway.core.workers import WorkerState
 
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
@@ -60,12 +63,7 @@ class WorkerFailures:
             raise InvalidTransition(f"request {req.id} was already submitted")
         if req.id in self._reqs:
             raise LanewayError(f"request id {req.id!r} is already live")
-        w = self.workers.get(worker_id)
-        if w is None:
-            raise LanewayError(f"unknown worker {worker_id!r}")
-        take = getattr(self.placement, "take", None)
-        if take is None:
-            raise LanewayError("running requests can be taken in only with slot placement")
+        w, take = self._slot_taker(worker_id, "running requests can be taken in")
         if w.free <= 0:
             raise LanewayError(f"worker {worker_id} has no free slot for {req.id}")
         req.seq = self._seq
@@ -93,12 +91,7 @@ class WorkerFailures:
         on them itself. Held slots are neither free nor running; holding more takes free
         ones only. Estimates count them as available (whoever holds them gives them back
         when asked)."""
-        w = self.workers.get(worker_id)
-        if w is None:
-            raise LanewayError(f"unknown worker {worker_id!r}")
-        take = getattr(self.placement, "take", None)
-        if take is None:
-            raise LanewayError("slots can be held only with slot placement")
+        w, take = self._slot_taker(worker_id, "slots can be held")
         if n < 0:
             raise LanewayError(f"cannot hold {n} slots")
         more = n - w.held
@@ -112,3 +105,13 @@ class WorkerFailures:
         self._free -= more
         self._held += more
         self._changes += 1
+
+    def _slot_taker(self, worker_id: str, what: str) -> tuple[WorkerState, Callable[[WorkerState], None]]:
+        """``worker_id``'s state and the placement's way to take one of its slots."""
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        take = getattr(self.placement, "take", None)
+        if take is None:
+            raise LanewayError(f"{what} only with slot placement")
+        return w, take
