@@ -21,14 +21,19 @@ def body(priority: str, tokens: int, prompt: str = "x") -> dict[str, Any]:
     return {"model": "m", "prompt": prompt, "max_tokens": tokens, "priority": priority}
 
 
+def two_standins(tmp_path: Path, slots: int) -> tuple[list[StandInProcess], str]:
+    """Two stand-in engines of ``slots`` (5 ms a token) and the workers for them."""
+    engines = [
+        StandInProcess(tmp_path / f"standin{i}.log", ("--slots", str(slots), "--ms-per-token", "5"))
+        for i in range(2)
+    ]
+    return engines, upstream("up0", engines[0].url, slots) + upstream("up1", engines[1].url, slots)
+
+
 def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
     tmp_path: Path, redis_url: str
 ) -> None:
-    engines = [
-        StandInProcess(tmp_path / f"standin{i}.log", ("--slots", "2", "--ms-per-token", "5"))
-        for i in range(2)
-    ]
-    workers = upstream("up0", engines[0].url, 2) + upstream("up1", engines[1].url, 2)
+    engines, workers = two_standins(tmp_path, 2)
     try:
         with replicas(tmp_path, redis_url, NAMES, workers) as reps:
             urls = [reps[n].url + "/v1" for n in NAMES]
@@ -115,11 +120,7 @@ def lent_starts(url: str) -> float:
 def test_short_requests_start_on_lent_slots_and_an_upstream_stays_within_its_slots(
     tmp_path: Path, redis_url: str
 ) -> None:
-    engines = [
-        StandInProcess(tmp_path / f"standin{i}.log", ("--slots", "3", "--ms-per-token", "5"))
-        for i in range(2)
-    ]
-    workers = upstream("up0", engines[0].url, 3) + upstream("up1", engines[1].url, 3)
+    engines, workers = two_standins(tmp_path, 3)
     try:
         with replicas(tmp_path, redis_url, NAMES, workers) as reps:
             urls = [reps[n].url + "/v1" for n in NAMES]

@@ -33,9 +33,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from laneway.cluster.codec import decode_request, encode_decision
+from laneway.cluster.commit import COMMIT, commit_args
 from laneway.cluster.lease import Lease, NotLeader
-from laneway.cluster.lending import Lender, Loan
-from laneway.cluster.remote import ESTIMATES_EVERY_S, decode_request, encode_decision
+from laneway.cluster.lending import Lender
+from laneway.cluster.remote import ESTIMATES_EVERY_S
 from laneway.core import (
     Decision,
     Dispatch,
@@ -56,31 +58,6 @@ READ_COUNT = 8  # stream entries (of up to 64 events each) applied per commit (b
 # changes they make become script arguments)
 IDLE_BLOCK_MS = 200
 REAP_EVERY_S = 1.0
-ASKED_FOR_S = 2.0  # a replica that asked for slots is lent what comes free for this long
-
-# after the fence: KEYS reqs, pos, loans; ARGV prefix, pos, n sets (rid, entry)..., n dels (rid)...,
-# n replicas (replica, its decisions as one JSON list)..., n loans set (replica|worker, loan)...,
-# n loans ended (replica|worker)...
-_COMMIT = """
-local i = 3
-local n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]); i = i + 2 end
-n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HDEL', KEYS[1], ARGV[i]); i = i + 1 end
-n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do
-  local key = ARGV[1] .. 'dec:' .. ARGV[i]
-  redis.call('XADD', key, 'MAXLEN', '~', 10000, '*', 'b', ARGV[i + 1])
-  redis.call('PEXPIRE', key, 3600000)
-  i = i + 2
-end
-n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); i = i + 2 end
-n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HDEL', KEYS[3], ARGV[i]); i = i + 1 end
-redis.call('SET', KEYS[2], ARGV[2])
-return 1
-"""
 
 
 class Leader:
@@ -109,10 +86,7 @@ class Leader:
         self.models = list(models)
         self.deliver = deliver  # what is for this replica's own requests (encoded)
         self.lending = lending  # (whether replicas ask for slots at all)
-        self.reserve = lend_reserve
         self.lender = Lender(self.specs, lend_reserve)
-        # replicas that asked for slots -> the models they asked for -> when they last did
-        self.wanting: dict[str, dict[str, float]] = {}
         self.serves = {w.id: set(w.models or ()) for w in self.specs}
         self.core: Scheduler | None = None
         self.lease: Lease | None = None
@@ -127,7 +101,7 @@ class Leader:
     # ------------------------------------------------------------------ the lease
     def use(self, lease: Lease) -> None:
         self.lease = lease
-        self._commit = lease.fenced(_COMMIT)
+        self._commit = lease.fenced(COMMIT)
 
     async def lead(self, token: int) -> None:
         await self._rebuild()
@@ -192,7 +166,9 @@ class Leader:
             entry[12], entry[13] = "q", None
             self.entries[rid] = entry
             queued += 1
-        self._hold_lent(core, loans)
+        self.lender.restore({k.decode(): json.loads(v) for k, v in loans.items()}, core.workers)
+        for w, lent, held in self.lender.hold_in(core):
+            log.warning("worker %s: %d slots lent, only %d free to hold", w, lent, held)
         self.core = core
         log.info(
             "replica %s leads: %d requests running, %d queued, events from %s",
@@ -204,49 +180,17 @@ class Leader:
         if pending:
             await self._write([], [rid for _, e in pending for rid in [e[1]]], pending)
 
-    def _hold_lent(self, core: Scheduler, loans: dict[bytes, bytes]) -> None:
-        """The loans the last leader made: held in the new core (as far as slots are free:
-        a worker configured smaller since lends less)."""
-        self.lender = Lender(self.specs, self.reserve)
-        for key, raw in loans.items():
-            home, _, worker = key.decode().rpartition("|")
-            if worker not in core.workers:
-                continue
-            loan = self.lender.loans.setdefault((home, worker), Loan())
-            loan.sent, loan.seq, loan.used, loan.hold = json.loads(raw)
-        for w in core.workers:
-            held = self.lender.held(w)
-            if held > core.workers[w].free:
-                log.warning("worker %s: %d slots lent, only %d free to hold", w, held, core.workers[w].free)
-                held = core.workers[w].free
-            core.hold(w, held)
-
     def _lend(self, core: Scheduler, out: list[tuple[str, list[Any]]]) -> None:
         """Lend spare slots to the replicas that asked, or call every loan back while
         something waits; the core holds what is lent."""
-        if self.lending or self.lender.loans:
-            now = time.time()
-            asking = {}
-            for home, models in list(self.wanting.items()):
-                fresh = {m for m, t in models.items() if now - t < ASKED_FOR_S}
-                if fresh:
-                    asking[home] = fresh
-                else:
-                    del self.wanting[home]
+        lender = self.lender
+        if self.lending or lender.loans:
             down = getattr(core.placement, "down", set())
             free = {w: s.free for w, s in core.workers.items()}
-            lent = self.lender.plan(free, asking, core.queued > 0, down, self.serves)
-            for home, m in lent:
-                if m[2] > 0:  # (asked and answered: it asks again if it needs more)
-                    self.wanting.pop(home, None)
+            lent = lender.plan(free, lender.asking(time.time()), core.queued > 0, down, self.serves)
+            lender.answered(lent)
             out += lent
-        self._held(core)
-
-    def _held(self, core: Scheduler) -> None:
-        for w, state in core.workers.items():
-            held = self.lender.held(w)
-            if held != state.held:
-                core.hold(w, min(held, state.held + state.free))
+        lender.hold_in(core)
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -276,7 +220,7 @@ class Leader:
                     moved = True
                     for e in json.loads(fields[b"b"]):
                         self._apply(e, now, sets, dels, out)
-            self._held(core)  # (loans that came back: their slots are the core's again)
+            self.lender.hold_in(core)  # (loans that came back: their slots are the core's again)
             for d in core.schedule(now):
                 self._decided(d, sets, dels, out)
             if now - last_reap >= REAP_EVERY_S:
@@ -346,7 +290,7 @@ class Leader:
             elif kind == "o":  # a replica measured the pace of a model (rid: the model)
                 self.pace.observe(rid, int(e[2]), float(e[3]))
             elif kind == "w":  # a replica asks for slots (rid: the replica) for a model
-                self.wanting.setdefault(rid, {})[e[2] or ""] = now
+                self.lender.ask(rid, e[2] or "", now)
             elif kind == "u":  # a replica took a loan's new figure (rid: the replica)
                 self.lender.report(rid, e[2], int(e[3]), int(e[4]))
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
@@ -398,8 +342,6 @@ class Leader:
         core = self.core
         assert core is not None
         self.lender.drop(dead)
-        for h in dead:
-            self.wanting.pop(h, None)
         gone = [rid for rid, h in self.home.items() if h in dead]
         for rid in gone:
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
@@ -416,26 +358,7 @@ class Leader:
         out: Sequence[tuple[str, list[Any]]],
     ) -> None:
         assert self._commit is not None
-        args: list[Any] = [self.p, self.pos, len(sets)]
-        for rid, entry in sets:
-            args += [rid, json.dumps(entry, separators=(",", ":"))]
-        args.append(len(dels))
-        args += list(dels)
-        remote: dict[str, list[list[Any]]] = {}
-        for home, e in out:
-            if home != self.me:
-                remote.setdefault(home, []).append(e)
-        args.append(len(remote))
-        for home, es in remote.items():  # a replica's decisions in one entry (``b``: a list)
-            args += [home, json.dumps(es, separators=(",", ":"))]
-        changed = self.lender.changed
-        lent = [k for k in changed if k in self.lender.loans]
-        args.append(len(lent))
-        for home, w in lent:
-            args += [f"{home}|{w}", json.dumps(self.lender.loans[(home, w)].to_list())]
-        ended = [f"{home}|{w}" for home, w in changed if (home, w) not in self.lender.loans]
-        args.append(len(ended))
-        args += ended
+        args = commit_args(self.p, self.pos, sets, dels, out, self.me, self.lender)
         await self._commit([self.p + "reqs", self.p + "events:pos", self.p + "loans"], args)
         self.lender.changed = set()
         mine = [e for h, e in out if h == self.me]

@@ -35,8 +35,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from laneway.core import Request, WorkerSpec
+from laneway.core import Request, Scheduler, WorkerSpec
 from laneway.core.admission import TenantPolicy
+
+ASKED_FOR_S = 2.0  # a replica that asked for slots is lent what comes free for this long
 
 
 @dataclass(slots=True)
@@ -62,6 +64,7 @@ class Lender:
         self.loans: dict[tuple[str, str], Loan] = {}
         self.changed: set[tuple[str, str]] = set()  # since the last write (to the table in Redis)
         self.last_seq: dict[tuple[str, str], int] = {}  # of loans that ended too
+        self.asks: dict[str, dict[str, float]] = {}  # replica -> model -> when it last asked
 
     def held(self, worker: str) -> int:
         return sum(loan.hold for (_, w), loan in self.loans.items() if w == worker)
@@ -101,9 +104,57 @@ class Lender:
             self.changed.add(key)
         for key in [k for k in self.last_seq if k[0] in gone]:
             del self.last_seq[key]
+        for home in gone:
+            self.asks.pop(home, None)
 
     def homes(self) -> set[str]:
         return {h for h, _ in self.loans}
+
+    def restore(self, table: Mapping[str, list[int]], workers: Iterable[str]) -> None:
+        """The loans a leader before wrote (``"home|worker"`` -> :meth:`Loan.to_list`), on
+        the workers still configured."""
+        known = set(workers)
+        self.loans.clear()
+        self.last_seq.clear()
+        self.asks.clear()
+        for key, figures in table.items():
+            home, _, worker = key.rpartition("|")
+            if worker in known:
+                self.loans[(home, worker)] = Loan(*figures)
+
+    def hold_in(self, core: Scheduler) -> list[tuple[str, int, int]]:
+        """Make ``core`` hold what is lent on each worker, as far as its slots are free (a
+        worker configured smaller since lends less): those short, (worker, lent, held)."""
+        short = []
+        for w, state in core.workers.items():
+            held = self.held(w)
+            if held != state.held:
+                room = state.held + state.free
+                core.hold(w, min(held, room))
+                if held > room:
+                    short.append((w, held, room))
+        return short
+
+    def ask(self, home: str, model: str, now: float) -> None:
+        """``home`` had a request of ``model`` that could have started on a lent slot."""
+        self.asks.setdefault(home, {})[model] = now
+
+    def asking(self, now: float) -> dict[str, set[str]]:
+        """The replicas that asked within :data:`ASKED_FOR_S` -> the models they asked for."""
+        out = {}
+        for home, models in list(self.asks.items()):
+            fresh = {m for m, t in models.items() if now - t < ASKED_FOR_S}
+            if fresh:
+                out[home] = fresh
+            else:
+                del self.asks[home]
+        return out
+
+    def answered(self, messages: Iterable[tuple[str, list[Any]]]) -> None:
+        """Replicas lent more are no longer asking (they ask again if they need more)."""
+        for home, m in messages:
+            if m[2] > 0:
+                self.asks.pop(home, None)
 
     def plan(
         self,

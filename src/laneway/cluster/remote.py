@@ -30,8 +30,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from laneway.cluster.codec import decode_decision, encode_request
 from laneway.cluster.lending import Borrower, starts_itself
-from laneway.core import Decision, Dispatch, Preempt, Reject, Request, WorkerSpec
+from laneway.core import Decision, Dispatch, Reject, Request, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.stats import Snapshot
@@ -42,66 +43,6 @@ log = logging.getLogger("laneway.cluster")
 ESTIMATES_EVERY_S = 0.25  # how often the leader publishes estimates (and a replica reads them)
 EVENTS_PER_ENTRY = 64  # events sent in one stream entry (one command, one parse)
 ALIVE_TTL_S = 3.0  # a replica that has not said it lives for this long is taken for dead
-
-
-def encode_request(req: Request, home: str) -> list[Any]:
-    return [
-        "s",
-        req.id,
-        home,
-        req.priority,
-        req.arrival_s,
-        req.model,
-        req.tenant,
-        req.preemptible,
-        req.timeout_s,
-        req.est_service_s,
-        req.prompt_tokens,
-        req.output_tokens,
-    ]
-
-
-def decode_request(e: list[Any]) -> tuple[Request, str]:
-    _, rid, home, priority, arrival, model, tenant, preemptible, timeout, est, prompt, output = e
-    req = Request(
-        rid,
-        priority,
-        arrival,
-        model=model,
-        tenant=tenant,
-        preemptible=preemptible,
-        timeout_s=timeout,
-        est_service_s=est,
-        prompt_tokens=prompt,
-        output_tokens=output,
-    )
-    return req, home
-
-
-def encode_decision(d: Decision) -> list[Any]:
-    if type(d) is Dispatch:
-        return ["D", d.request_id, d.worker_id, d.resume]
-    if type(d) is Preempt:
-        return ["P", d.request_id, d.worker_id, d.mode, d.for_class]
-    assert type(d) is Reject
-    return ["R", d.request_id, d.reason, d.message, d.estimated_wait_s, d.retry_after_s]
-
-
-def decode_decision(e: list[Any]) -> Decision:
-    kind = e[0]
-    if kind == "D":
-        return Dispatch(e[1], e[2], e[3])
-    if kind == "P":
-        return Preempt(e[1], e[2], e[3], e[4])
-    return Reject(e[1], e[2], e[3], _inf(e[4]), _inf(e[5]))
-
-
-def _inf(v: float | None) -> float:
-    return math.inf if v is None else float(v)
-
-
-def _finite(v: float) -> float | None:
-    return v if math.isfinite(v) else None
 
 
 class SharedSizing(Sizing):
