@@ -13,19 +13,9 @@ import pytest
 
 from laneway import logs
 from laneway.testing import ServeProcess
+from test_cli_serve import SIM_CONFIG
 
-CONFIG = """
-[server]
-data_dir = "{data}"
-[[workers]]
-name = "sim0"
-type = "simulated"
-model = "sim"
-slots = 2
-tokens_per_s = 1000
-[tenants.team]
-key_sha256 = ["{key}"]
-"""
+CONFIG = SIM_CONFIG + '[tenants.team]\nkey_sha256 = ["{key}"]\n'
 
 
 def test_json_server_log(tmp_path: Path) -> None:
