@@ -8,7 +8,16 @@ import math
 
 import pytest
 
-from laneway.core.estimate import ArrivalRates, ServiceStats, first_end_median, start_after, wait_estimate
+from laneway.core.estimate import (
+    SPREAD_AFTER,
+    SPREAD_WINDOW,
+    ArrivalRates,
+    ServiceStats,
+    SizeSpread,
+    first_end_median,
+    start_after,
+    wait_estimate,
+)
 
 from .helpers import Driver, req, sched
 
@@ -181,6 +190,45 @@ def test_the_first_end_among_requests_of_unknown_size_is_sooner_than_the_earlies
     spans = [(0.0, 12.0 - i * 0.5) for i in range(16)]
     earliest_expected = min(hi / 2 for _, hi in spans)  # 2.25 s
     assert first_end_median(spans) < earliest_expected / 3
+
+
+def test_the_spread_of_announced_sizes_is_measured_per_class_over_recent_requests() -> None:
+    spread = SizeSpread(2)
+    for i in range(SPREAD_AFTER - 1):
+        spread.record(0, 0.5 + i / 100)
+    assert spread.ranges[0] is None  # too few yet
+    for i in range(SPREAD_AFTER - 1, 101):
+        spread.record(0, 0.5 + i / 200)  # 0.5 ... 1.0
+    lo, hi = spread.ranges[0]  # type: ignore[misc]
+    assert 0.5 <= lo < 0.75 < hi <= 1.0 and spread.ranges[1] is None
+    for ratio in (0.0, -1.0, math.inf, math.nan):
+        spread.record(1, ratio)  # nothing to learn from
+    assert spread.ranges[1] is None
+    for _ in range(2 * SPREAD_WINDOW):
+        spread.record(0, 2.0)  # only the recent ones count
+    assert spread.ranges[0] == (2.0, 2.0)
+
+
+def test_a_running_sized_request_may_end_anywhere_in_its_class_s_measured_spread() -> None:
+    """P2 requests sized at 100 s ended after 50 to 100 s: the one running now, just started,
+    frees its slot for a P1 (which may not preempt it) about 75 s from now, not 100."""
+    d = Driver(sched(1))
+    n = 2 * SPREAD_AFTER  # (its range is worked out at this count)
+    for i in range(n):
+        d.submit(req(f"done{i}", 2, d.now, est_service_s=100.0))
+        d.step()
+        d.now += 50.0 + 50.0 * i / (n - 1)
+        d.finish(f"done{i}")
+    assert d.sched.estimate_wait(1, None, d.now, raw=True) == 0.0
+    d.submit(req("long", 2, d.now, est_service_s=100.0))
+    d.step()
+    assert d.sched.estimate_wait(1, None, d.now, raw=True) == pytest.approx(75.0, rel=0.05)
+    lo, hi = d.sched.spread.ranges[2]  # type: ignore[misc]
+    assert 0.5 <= lo < 0.6 and 0.9 < hi <= 1.0
+    d.now += 90.0  # in the last part of its spread: it ends before (hi x 100 - 90) s
+    assert d.sched.estimate_wait(1, None, d.now, raw=True) == pytest.approx((hi * 100 - 90) / 2, rel=0.05)
+    d.now += 30.0  # past the spread: overdue, as much again as it overran its expected end
+    assert d.sched.estimate_wait(1, None, d.now, raw=True) == pytest.approx(20.0, rel=0.05)
 
 
 def test_progress_moves_a_running_request_s_expected_end_to_its_own_pace() -> None:

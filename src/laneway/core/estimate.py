@@ -53,6 +53,40 @@ class ServiceStats:
         return self.overall if m != m else m  # NaN: not measured yet
 
 
+SPREAD_WINDOW = 64  # the last this many sized requests of a class tell how their sizes erred
+SPREAD_AFTER = 8  # ... once there were this many
+SPREAD_EVERY = 8  # its range is worked out again after this many more
+
+
+class SizeSpread:
+    """Per class, how the service of requests that announced their size compared with
+    what the size said: the range (5th to 95th percentile) of the ratio over the last
+    :data:`SPREAD_WINDOW` of them. A running sized request is taken to end anywhere in
+    that range of its expected service: an announced ``max_tokens`` is a bound that many
+    requests stop short of, a client's size hint is off either way. Nothing is assumed
+    until a class has :data:`SPREAD_AFTER` of them (its requests end when expected)."""
+
+    def __init__(self, n_classes: int) -> None:
+        self._ratios: list[list[float]] = [[] for _ in range(n_classes)]
+        self._n = [0] * n_classes
+        self.ranges: list[tuple[float, float] | None] = [None] * n_classes
+
+    def record(self, cls: int, ratio: float) -> None:
+        if not (0.0 < ratio < math.inf):
+            return
+        ratios = self._ratios[cls]
+        n = self._n[cls]
+        if len(ratios) < SPREAD_WINDOW:
+            ratios.append(ratio)
+        else:
+            ratios[n % SPREAD_WINDOW] = ratio
+        n = self._n[cls] = n + 1
+        if n >= SPREAD_AFTER and not (n - SPREAD_AFTER) % SPREAD_EVERY:
+            ordered = sorted(ratios)
+            last = len(ordered) - 1
+            self.ranges[cls] = (ordered[round(0.05 * last)], ordered[round(0.95 * last)])
+
+
 class ArrivalRates:
     """Work arriving per class (service-seconds per second) over a sliding window
     of two buckets: the current one and the last complete one."""

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
-from laneway.core.estimate import first_end_median, start_after, wait_estimate
+from laneway.core.estimate import SizeSpread, first_end_median, start_after, wait_estimate
 from laneway.core.request import Request, State
 
 _RUNNING = State.RUNNING
@@ -138,7 +138,8 @@ class Estimating:
                 r for v, running in enumerate(self._running) if v not in rights for r in running.values()
             ]
             # the first of them to end (one not sized may end early or late)
-            first = first_end_median([_end_span(r, now) for r in blockers]) if blockers else math.inf
+            spread = self.spread
+            first = first_end_median([_end_span(r, now, spread) for r in blockers]) if blockers else math.inf
             if not ahead:
                 t = first
             else:  # the queue ahead takes each slot as it frees, and frees it again after its service
@@ -184,14 +185,20 @@ class Estimating:
         return t
 
 
-def _end_span(r: Request, now: float) -> tuple[float, float]:
-    """When a running request may end, from now. One that announced its size ends when
-    expected (overdue: as much again as it overran, as below). Of one that did not, only
-    its class's mean service is known: it may end any time before twice that mean (a
-    service time uniform from 0 to twice it) or, once it ran past the mean, before twice
-    its overrun."""
+def _end_span(r: Request, now: float, spread: SizeSpread) -> tuple[float, float]:
+    """When a running request may end, from now. One that announced its size ends within
+    its class's measured spread of the service it is expected to need, or when expected
+    where none is measured yet (overdue: as much again as it overran, as below). Of one
+    that did not, only its class's mean service is known: it may end any time before
+    twice that mean (a service time uniform from 0 to twice it) or, once it ran past the
+    mean, before twice its overrun."""
+    ran = now - r.started_s + r.run_s
     if r.est_service_s is not None:
+        within = spread.ranges[r.priority]
+        if within is not None:
+            latest = within[1] * r.est_s - ran
+            if latest > 0.0:
+                return max(within[0] * r.est_s - ran, 0.0), latest
         left = abs(r.expected_end_s - now)
         return left, left
-    ran = now - r.started_s + r.run_s
     return 0.0, max(2.0 * r.est_s - ran, 2.0 * (ran - r.est_s), 1e-3)

@@ -23,7 +23,14 @@ from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import Decision, Dispatch, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
-from laneway.core.estimate import CALIBRATE_AFTER, CALIBRATE_EVERY, ArrivalRates, Calibration, ServiceStats
+from laneway.core.estimate import (
+    CALIBRATE_AFTER,
+    CALIBRATE_EVERY,
+    ArrivalRates,
+    Calibration,
+    ServiceStats,
+    SizeSpread,
+)
 from laneway.core.estimating import Estimating, estimate_tables
 from laneway.core.expiry import Expiry
 from laneway.core.fairness import FairShares
@@ -109,6 +116,7 @@ class Scheduler(
         "pol",
         "service",
         "slots",
+        "spread",
         "workers",
     )
 
@@ -147,6 +155,7 @@ class Scheduler(
         self.service = ServiceStats(k, cfg.default_service_s)
         self.arrivals = ArrivalRates(k)
         self.calibration = Calibration(k)
+        self.spread = SizeSpread(k)
         self.counters = Counters(k)
         self.slots = sum(w.spec.slots for w in self.workers.values())
         self._free = self.slots
@@ -342,6 +351,8 @@ class Scheduler(
         else:
             req.state = _FINISHED
             self.service.record(req.priority, req.model, service)  # also counts completions
+            if req.est_service_s is not None:
+                self.spread.record(req.priority, service / req.est_s)
         if req.tenant is None and not req.depends_on:
             del self._reqs[request_id]  # _end(req) with nothing else to do: the hot path
         else:
