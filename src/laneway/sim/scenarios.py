@@ -76,10 +76,14 @@ def _review_time(rng: random.Random) -> float:
     return min(120.0, max(15.0, rng.lognormvariate(math.log(16.0), 1.2)))
 
 
+HINT_TOKENS_S = 30.0  # announced sizes are in tokens at this decode speed
+HINT_ERROR = 0.3  # ... off from the true work by up to this share, either way
+
+
 def _hint_tokens(rng: random.Random, duration_s: float) -> int:
     """Output tokens a client announces (its ``max_tokens``-like size): the true
     work within +-30 %, at 30 tokens/s of decode."""
-    return max(1, round(duration_s * 30.0 * rng.uniform(0.7, 1.3)))
+    return max(1, round(duration_s * HINT_TOKENS_S * rng.uniform(1 - HINT_ERROR, 1 + HINT_ERROR)))
 
 
 def code_review(seed: int = 0, reviews: int = 1000) -> Scenario:
@@ -144,6 +148,7 @@ def mixed(seed: int = 0, requests: int | None = None) -> Scenario:
 
 
 _DESK_BURSTS = (1200.0, 3900.0, 6000.0)  # starts of the 10-minute P0 bursts
+DESK_SIZES_S = ((1.0, 12.0), (1.0, 50.0), (10.0, 40.0), (100.0, 300.0))  # per class: uniform
 
 
 def support_desk(seed: int = 0) -> Scenario:
@@ -154,14 +159,14 @@ def support_desk(seed: int = 0) -> Scenario:
     for start in _DESK_BURSTS:
         chat += _poisson(rng, 0.6, start, start + 600.0)  # (on top: 1/s in all)
     for t in chat:
-        drawn.append((t, "chat", 0, rng.uniform(1.0, 12.0), None, 400))
+        drawn.append((t, "chat", 0, rng.uniform(*DESK_SIZES_S[0]), None, 400))
     for t in _poisson(rng, 2 / 60.0, 0.0, end):
-        drawn.append((t, "api", 1, rng.uniform(1.0, 50.0), None, 1200))
+        drawn.append((t, "api", 1, rng.uniform(*DESK_SIZES_S[1]), None, 1200))
     for b, start in enumerate((0.0, 1800.0, 3600.0, 5400.0)):
         for _ in range(rng.randint(500, 800)):
-            drawn.append((start, f"batch{b}", 2, rng.uniform(10.0, 40.0), DAY_S, 2000))
+            drawn.append((start, f"batch{b}", 2, rng.uniform(*DESK_SIZES_S[2]), DAY_S, 2000))
     for t in sorted(rng.uniform(0.0, end - 600.0) for _ in range(8)):
-        drawn.append((t, "analytics", 3, rng.uniform(100.0, 300.0), None, 6000))
+        drawn.append((t, "analytics", 3, rng.uniform(*DESK_SIZES_S[3]), None, 6000))
     drawn.sort(key=lambda d: d[0])
     reqs = [  # batch and analytics jobs announce their size (max_tokens), +-30 %; chat does not
         SimRequest(
