@@ -52,6 +52,26 @@ def test_grows_with_the_queue_ahead(policy: str) -> None:
     assert all(b > a for a, b in itertools.pairwise(seen)), seen
 
 
+def test_under_drain_only_preemption_p0_waits_for_the_victim_it_drains() -> None:
+    """graceful drains the victim that ends soonest when it ends within the drain cap
+    (30 s), and preempts past it: P0's estimate is that victim's end, or ~0 beyond the cap."""
+    d = Driver(sched(2, "graceful"))
+    d.submit(req("a", 2, 0.0, est_service_s=40.0))
+    d.submit(req("b", 2, 0.0, est_service_s=50.0))
+    d.step()
+    assert d.sched.estimate_wait(0, None, 0.0, raw=True) == 0.0  # 40 s to go: preempted at once
+    d.now = 25.0
+    assert d.sched.estimate_wait(0, None, d.now, raw=True) == pytest.approx(15.0)  # a is drained
+    d.submit(req("chat", 0, d.now))
+    d.step()  # claims a, which it drains
+    assert d.sched.get("a").claimed_for == 0
+    assert d.sched.estimate_wait(0, None, d.now, raw=True) == pytest.approx(25.0)  # then b
+    d.now = 26.0
+    assert d.sched.estimate_wait(0, None, d.now, raw=True) == pytest.approx(24.0)
+    laneway = _busy(n_slots=1, cls=2, preemptible=True)
+    assert laneway.sched.estimate_wait(0, None, 0.0, raw=True) == 0.0  # (checkpoints instead)
+
+
 def test_less_urgent_queues_are_not_ahead() -> None:
     d = _busy()
     before = {c: d.sched.estimate_wait(c, None, 0.0) for c in range(4)}

@@ -94,6 +94,37 @@ class Estimating:
             t = self._estimate_on_slots(cls, model, now, est_service_s)
         return t if raw else t * self.calibration.factor[cls]
 
+    def _drain_wait(self, rights: frozenset[int], ahead: tuple[int, ...], n: int, now: float) -> float:
+        """Under drain-only preemption, when the ``n``-th slot it waits on frees. Victims
+        claimed already (for the classes ahead of it) free theirs first, as they end.
+        Each further need drains the soonest victim to end that is not claimed yet, if it
+        ends within the drain cap (as the preemption search reckons its end), and preempts
+        at once past the cap. Meanwhile a request it may not preempt may end first."""
+        claimed: list[float] = []
+        free: list[float] = []
+        ends: list[float] = []
+        for v, running in enumerate(self._running):
+            if v not in rights:
+                if len(running) <= EXACT_BLOCKING:
+                    ends += (abs(r.expected_end_s - now) for r in running.values())
+                continue
+            for r in running.values():
+                if not r.preemptible:
+                    continue
+                eta = max(r.est_s - r.run_s - (now - r.started_s), 0.25 * r.est_s)
+                if r.claimed_for is None:
+                    free.append(eta)
+                elif r.claimed_for in ahead:
+                    claimed.append(eta)
+        if n <= len(claimed):
+            t = heapq.nsmallest(n, claimed)[-1]
+        elif n - len(claimed) <= len(free):
+            eta = heapq.nsmallest(n - len(claimed), free)[-1]
+            t = eta if eta <= self.cfg.drain_cap_s else 0.0
+        else:
+            t = 0.0  # more needs than victims: as the general formula, which counts them free
+        return min(t, heapq.nsmallest(n, ends)[-1]) if len(ends) >= n else t
+
     def _estimate_on_slots(
         self, cls: int, model: str | None, now: float, est_service_s: float | None
     ) -> float:
@@ -132,6 +163,10 @@ class Estimating:
                 # much again as they overran (not to end at once); O(1) from the sums
                 remaining += abs(self._end_sum[v] - n * now)
         k = ahead + 1 - available  # it starts when the k-th slot it cannot take frees
+        if k <= 0 and rights and self.pol.preemption == "drain":
+            n = ahead + 1 - self._free - self._held  # the slots it waits on victims for
+            if n > 0:
+                return self._drain_wait(rights, self._est_ahead[cls], n, now)
         if k > 0 and blocking <= EXACT_BLOCKING and ahead <= EXACT_AHEAD and (ahead or blocking):
             # few enough to look at, one by one
             blockers = [
