@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
 from laneway.core.estimate import SizeSpread, first_end_median, start_after, wait_estimate
+from laneway.core.preemption import eta_of
 from laneway.core.request import Request, State
 
 _RUNNING = State.RUNNING
@@ -111,7 +112,7 @@ class Estimating:
             for r in running.values():
                 if not r.preemptible:
                     continue
-                eta = max(r.est_s - r.run_s - (now - r.started_s), 0.25 * r.est_s)
+                eta = eta_of(r, now)
                 if r.claimed_for is None:
                     free.append(eta)
                 elif r.claimed_for in ahead:

@@ -60,6 +60,13 @@ class Action(NamedTuple):
     mode: str  # "checkpoint" / "recompute" for a preemption, "drain" for a drain
 
 
+def eta_of(r: Request, now: float) -> float:
+    """How long running ``r`` is reckoned to need yet, for drains: its expected service
+    left, but never under a quarter of its expected service (one past its expected end
+    is not taken to end at once)."""
+    return max(r.est_s - r.run_s - (now - r.started_s), 0.25 * r.est_s)
+
+
 def _victim_key(c: Candidate) -> tuple[int, float, int]:
     # what it would lose now plus what it lost before: preemptions spread over the
     # victims rather than hitting again and again the one resumed last
@@ -162,12 +169,20 @@ def gather_candidates(
                     continue  # its slot could not serve the waiting request
                 seen.add(r.id)
                 taken += 1
-                ran = now - r.started_s
-                checkpoint_s, recompute_s = costs.round_trips(r.prompt_tokens, r.tokens_done, ran)
-                eta = max(r.est_s - r.run_s - ran, 0.25 * r.est_s)
+                checkpoint_s, recompute_s = costs.round_trips(
+                    r.prompt_tokens, r.tokens_done, now - r.started_s
+                )
                 out.append(
                     Candidate(
-                        r.id, spec.id, v, r.seq, eta, checkpoint_s, recompute_s, spec.can_checkpoint, r.lost_s
+                        r.id,
+                        spec.id,
+                        v,
+                        r.seq,
+                        eta_of(r, now),
+                        checkpoint_s,
+                        recompute_s,
+                        spec.can_checkpoint,
+                        r.lost_s,
                     )
                 )
     return out
