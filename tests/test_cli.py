@@ -179,9 +179,18 @@ def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         ('{"arrival_s": 1, "priority": 0}', "duration_s"),
         ('{"arrival_s": -1, "priority": 0, "duration_s": 1}', "arrival_s"),
         ('{"arrival_s": 1, "priority": "P9", "duration_s": 1}', "P9"),
+        ('{"arrival_s": 1, "priority": 0, "output_tokens": 0}', "'output_tokens' must be > 0"),
+        ('{"arrival_s": 1, "priority": "\u0663", "duration_s": 1}', "unknown priority"),
         ('{"arrival_s": 1, "priority": 0, "duration_s": 1', "not valid JSON"),
     ],
-    ids=["missing-field", "negative-arrival", "unknown-class", "invalid-json"],
+    ids=[
+        "missing-field",
+        "negative-arrival",
+        "unknown-class",
+        "no-output-tokens",
+        "non-ascii-digit",
+        "bad-json",
+    ],
 )
 def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str, words: str) -> None:
     trace = write_trace(tmp_path, GOOD_LINE, bad)

@@ -152,15 +152,16 @@ def test_ctrl_c_gives_running_requests_the_grace_period_then_ends_them(tmp_path:
         server.stop()
 
 
-def test_a_second_ctrl_c_ends_requests_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_second_ctrl_c_ends_requests_at_once(tmp_path: Path, sig: signal.Signals) -> None:
     server = _slow_server(tmp_path, "")  # the default grace period: 30 s
     try:
         long, got = _start_stream(server, 1000)
-        server.proc.send_signal(signal.SIGINT)
+        server.proc.send_signal(sig)
         time.sleep(0.5)
         assert long.is_alive()  # still streaming in the grace period
         sent = time.monotonic()
-        server.proc.send_signal(signal.SIGINT)
+        server.proc.send_signal(sig)
         long.join(30)
         assert "the server is shutting down" in str(got["last"]), got
         assert float(got["ended"]) - sent < 10  # type: ignore[arg-type]

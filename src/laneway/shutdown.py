@@ -2,7 +2,7 @@
 
 - The first SIGINT / SIGTERM stops accepting connections and gives running
   requests ``grace_s`` seconds to finish (``None``: as long as they take).
-- Then, or at once on a second Ctrl-C, batch work stops where it is (its
+- Then, or at once on a second Ctrl-C or SIGTERM, batch work stops where it is (its
   lines run again at the next start) and every other request ends: a waiting
   client gets 503 "the server is shutting down", a stream gets that error as
   its last event. The connections close and the server exits cleanly.
@@ -63,7 +63,7 @@ class LanewayServer(uvicorn.Server):
             super().handle_exit(sig, frame)
             if loop is not None:  # (before start-up, uvicorn stops without serving)
                 loop.call_soon_threadsafe(self._grace)
-        elif sig == signal.SIGINT and not self._ending and loop is not None:
+        elif not self._ending and loop is not None:  # a second Ctrl-C or SIGTERM
             self._ending = True
             loop.call_soon_threadsafe(
                 self._end_requests, "ending every request now (Ctrl-C again: force the exit)"

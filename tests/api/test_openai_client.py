@@ -63,6 +63,10 @@ def test_streaming_chat_with_usage(sim_server: LiveServer) -> None:
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finish == ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
+    ended = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    # the laneway object is on the finishing chunk and on the last one
+    assert ended.model_extra["laneway"] == chunks[-1].model_extra["laneway"]
+    assert chunks[-1].model_extra["laneway"]["priority"] == "P1"  # (the default class)
 
 
 def test_streaming_completion_ends_with_done(sim_server: LiveServer) -> None:

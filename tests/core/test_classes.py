@@ -94,7 +94,27 @@ def test_parse(value: object, rank: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [4, -1, 99, "P4", "4", "-1", "high", "", True, False, None, 4.0, 2.5, float("nan"), b"P1", [1]]
+    "value",
+    [
+        4,
+        -1,
+        99,
+        "P4",
+        "4",
+        "-1",
+        "high",
+        "",
+        "\u0663",
+        "\uff13",
+        True,
+        False,
+        None,
+        4.0,
+        2.5,
+        float("nan"),
+        b"P1",
+        [1],
+    ],
 )
 def test_parse_rejects(value: object) -> None:
     with pytest.raises(ValueError, match="priority"):

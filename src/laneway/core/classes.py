@@ -94,6 +94,6 @@ class ClassTable:
             for c in self.classes:
                 if c.name.lower() == text.lower():
                     return c.rank
-            if text.isdigit():
+            if text.isascii() and text.isdigit():  # (int() would also read '٣' and '３')
                 return self.parse(int(text))
         raise ValueError(f"unknown priority {value!r}: expected 0–{n - 1} or one of {', '.join(self.names)}")

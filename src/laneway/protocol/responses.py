@@ -170,16 +170,20 @@ class Shape:
         return body
 
     def last_chunks(self, done: Done, ext: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
-        """The end of a stream: the chunk(s) that finish it, the first with the ``laneway``
-        object, then usage if asked (an upstream's own chunks where it sent them)."""
+        """The end of a stream: the chunk(s) that finish it, then usage if asked (an
+        upstream's own chunks where it sent them). The ``laneway`` object is on the first
+        chunk that finishes and on the last one, so a client reading either finds it."""
         if done.chunks:
             out = [self.own(c) for c in done.chunks]
-            out[0]["laneway"] = ext
-            return out
-        out = [self.chunk(None if self.chat else "", e.finish_reason, index=e.index) for e in _endings(done)]
+            first = 0
+        else:
+            empty = None if self.chat else ""
+            out = [self.chunk(empty, e.finish_reason, index=e.index) for e in _endings(done)]
+            first = len(out) - 1
+            if include_usage:
+                out.append(self.usage_chunk(done.usage))
+        out[first]["laneway"] = ext
         out[-1]["laneway"] = ext
-        if include_usage:
-            out.append(self.usage_chunk(done.usage))
         return out
 
 

@@ -95,8 +95,13 @@ def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
     for key in ("arrival_s", "priority"):
         if key not in obj:
             raise ValueError(f"missing field {key!r}")
-    if "duration_s" not in obj and not obj.get("output_tokens"):
-        raise ValueError("missing field 'duration_s' (or 'output_tokens' to derive it)")
+    if "duration_s" not in obj:
+        if "output_tokens" not in obj:
+            raise ValueError("missing field 'duration_s' (or 'output_tokens' to derive it)")
+        if not obj["output_tokens"]:
+            raise ValueError(
+                "field 'output_tokens' must be > 0 to derive the duration (or give 'duration_s')"
+            )
     arrival = _number(obj, "arrival_s", minimum=0.0)
     if arrival is None:
         raise ValueError("field 'arrival_s' must be a number, got null")
