@@ -75,6 +75,10 @@ def test_a_trace_without_models_on_a_fleet_is_an_error(
         ('[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]\n[models.m]\nload_s = 3', "models.m.vram_gb"),
         ('preload = ["nope"]\n[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]', "preload"),
         ("[nodes.a\n", "not valid TOML"),
+        (
+            '[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]\n[models.m]\nvram_gb = 8\nslots = 0',
+            ": models.m.slots:",
+        ),
     ],
 )
 def test_bad_fleet_is_one_clear_line(
@@ -86,6 +90,7 @@ def test_bad_fleet_is_one_clear_line(
     assert main(["simulate", "--trace", str(trace), "--fleet", str(fleet)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("laneway: error: ") and needle in err and "\n" not in err
+    assert err.count(str(fleet)) == 1  # the file is named once
 
 
 def test_fleet_only_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:

@@ -147,8 +147,9 @@ def load_fleet(path: Path) -> Inventory:
     """A GPU fleet from TOML: ``[nodes.NAME]`` with ``gpus = [{id, vram_gb,
     kv_reserve_gb, reserved_for}, ...]``, ``[models.NAME]`` with ``vram_gb,
     gpus, load_s, slots``, and ``preload = [...]``; errors name the key."""
+    data = read_toml(path)  # (its errors name the file)
     try:
-        return Inventory.from_dict(read_toml(path))
+        return Inventory.from_dict(data)
     except ConfigError as exc:
         raise UsageError(f"{path}: {exc}") from None
 

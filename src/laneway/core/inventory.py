@@ -124,10 +124,13 @@ class Inventory:
         reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?}}}``;
         errors name the key."""
         gpus: list[GpuSpec] = []
+        _known(data, "", ("nodes", "models", "preload"))
         nodes = data.get("nodes")
         if not isinstance(nodes, Mapping) or not nodes:
             raise ConfigError("nodes: a table of nodes, each with a list of gpus, is required")
         for node, body in nodes.items():
+            if isinstance(body, Mapping):
+                _known(body, f"nodes.{node}.", ("gpus",))
             items = body.get("gpus") if isinstance(body, Mapping) else None
             if not isinstance(items, list) or not items:
                 raise ConfigError(f"nodes.{node}.gpus: a non-empty list is required")
@@ -135,6 +138,7 @@ class Inventory:
                 key = f"nodes.{node}.gpus[{i}]"
                 if not isinstance(g, Mapping):
                     raise ConfigError(f"{key}: expected a table")
+                _known(g, f"{key}.", ("id", "vram_gb", "kv_reserve_gb", "reserved_for"))
                 reserved = g.get("reserved_for")
                 ranks = None
                 if reserved is not None:
@@ -166,6 +170,7 @@ class Inventory:
             key = f"models.{name}"
             if not isinstance(m, Mapping):
                 raise ConfigError(f"{key}: expected a table")
+            _known(m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots"))
             try:
                 models[name] = ModelSpec(
                     name,
@@ -176,12 +181,21 @@ class Inventory:
                 )
             except KeyError as exc:
                 raise ConfigError(f"{key}.{exc.args[0]}: required") from None
+            except ConfigError:
+                raise  # (it names its key: models.NAME.KEY)
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{key}: {exc}") from None
         preload = data.get("preload", [])
         if not isinstance(preload, list) or not all(isinstance(p, str) for p in preload):
             raise ConfigError("preload: a list of model names is expected")
         return cls(tuple(gpus), models, tuple(preload))
+
+
+def _known(table: Mapping[str, Any], prefix: str, keys: tuple[str, ...]) -> None:
+    """A key the fleet format does not have is an error (a typo never passes silently)."""
+    for k in table:
+        if k not in keys:
+            raise ConfigError(f"{prefix}{k}: unknown key (expected one of: {', '.join(keys)})")
 
 
 def _rank(value: object, names: tuple[str, ...]) -> int:
