@@ -58,6 +58,7 @@ def live_server(config: ServerConfig, workers: Mapping[str, Worker] | None = Non
         config.keep_alive_s,
         config.max_connections,
         resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        config.max_header_bytes,
     )
     cfg = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="none", **limits

@@ -154,7 +154,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logs.say(f"{store.db.recovered} batch lines left running by the last run will run again")
     app = create_app(config, workers, store)
     limits = uvicorn_options(
-        config.header_timeout_s, config.body_timeout_s, config.keep_alive_s, config.max_connections, fd_limit
+        config.header_timeout_s,
+        config.body_timeout_s,
+        config.keep_alive_s,
+        config.max_connections,
+        fd_limit,
+        config.max_header_bytes,
     )
     server = LanewayServer(
         uvicorn.Config(

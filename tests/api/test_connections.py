@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -121,3 +122,77 @@ def test_the_descriptor_limit_is_raised_and_the_cap_left_below_it() -> None:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert cap_for(1024) == 896 and cap_for(256) == 192 and cap_for(100_000) == 87_500
+
+
+def test_a_head_past_max_header_bytes_gets_431_and_one_below_it_is_served(server: LiveServer) -> None:
+    s = _connect(server)
+    try:  # 70 KB of headers (over the 64 KiB default) and no end to them yet
+        s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 70_000)
+        got = _answer(s)
+        assert got.startswith(b"HTTP/1.1 431 ") and b'"code":"headers_too_large"' in got
+        assert b"65536 bytes" in got and b"connection: close" in got
+    finally:
+        s.close()
+    with httpx.Client(timeout=10) as c:
+        big = c.get(server.url + "/healthz", headers={"x-big": "a" * 50_000})
+        assert big.status_code == 200
+        # a large body is not a large head, and two requests in one read are two requests
+        long_prompt = {"model": "sim", "prompt": "word " * 150_000, "max_tokens": 1}
+        assert c.post(server.base_url + "/completions", json=long_prompt).status_code == 200
+    s = _connect(server)
+    try:
+        body = b'{"model": "sim", "prompt": "' + b"x" * 100_000 + b'", "max_tokens": 1}'
+        one = HEAD + b"content-length: %d\r\n\r\n" % len(body) + body
+        s.sendall(one + one.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nconnection: close\r\n", 1))
+        got = _answer(s, 10)
+        assert got.count(b"HTTP/1.1 200 ") == 2, got[:300]
+    finally:
+        s.close()
+
+
+def test_megabytes_of_headers_cost_the_loop_one_read_not_seconds(tmp_path: Path) -> None:
+    """A client streaming 32 MB of one header is cut off at the limit (not by the head's
+    time limit, here long); others are answered meanwhile."""
+    config = replace(sim_config(tmp_path), header_timeout_s=60.0)
+    with live_server(config) as server:
+        _flood_headers(server)
+
+
+def _flood_headers(server: LiveServer) -> None:
+
+    s = _connect(server)
+    sent = [0]
+
+    def flood() -> None:
+        chunk = b"a" * 65536
+        try:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: ")
+            for _ in range(512):
+                s.sendall(chunk)
+                sent[0] += len(chunk)
+        except OSError:
+            pass  # (closed by the server)
+
+    t = threading.Thread(target=flood, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    try:
+        with httpx.Client(timeout=5) as c:
+            for _ in range(5):
+                assert c.get(server.url + "/healthz").status_code == 200
+        t.join(10)
+        assert not t.is_alive() and sent[0] < 32 << 20  # cut off before the end
+        assert time.monotonic() - t0 < 8
+    finally:
+        s.close()
+
+
+def test_a_malformed_request_gets_400_in_openai_shape(server: LiveServer) -> None:
+    s = _connect(server)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nbad header line\r\n\r\n")
+        got = _answer(s)
+        assert got.startswith(b"HTTP/1.1 400 ") and b"application/json" in got
+        assert b'"code":"invalid_http"' in got
+    finally:
+        s.close()

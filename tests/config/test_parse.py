@@ -22,6 +22,8 @@ def test_defaults() -> None:
     assert cfg.shutdown_grace_s == 30.0
     assert parse_config({"server": {"shutdown_grace_s": "none"}}).shutdown_grace_s is None
     assert parse_config({"server": {"shutdown_grace_s": 0}}).shutdown_grace_s == 0
+    assert cfg.max_header_bytes == 65536
+    assert parse_config({"server": {"max_header_bytes": 8192}}).max_header_bytes == 8192
 
 
 def test_cluster_settings() -> None:
@@ -94,6 +96,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
             "workers[0].stall_timeout_s",
         ),
         ({"server": {"probe_interval_s": 0}}, "server.probe_interval_s"),
+        ({"server": {"max_header_bytes": 100}}, "server.max_header_bytes"),
         ({"server": {"unavailable_hold_s": -1}}, "server.unavailable_hold_s"),
         ({"server": {"unavailable_hold_s": "none"}}, "server.unavailable_hold_s"),
         ({"workers": [{"name": "a"}, {"name": "a"}]}, "workers[1].name"),

@@ -82,6 +82,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         body_timeout_s=_seconds(server, "body_timeout_s", base.body_timeout_s),
         keep_alive_s=_seconds(server, "keep_alive_s", base.keep_alive_s),
         max_connections=server.int("max_connections", base.max_connections, low=16),
+        max_header_bytes=server.int("max_header_bytes", base.max_header_bytes, low=1024),
         max_migrations=server.int("max_migrations", base.max_migrations, low=0),
         max_queued_bytes=server.int("max_queued_bytes", base.max_queued_bytes, low=1 << 20),
         workers=workers,

@@ -126,6 +126,7 @@ class ServerConfig:
     body_timeout_s: float = 60.0
     keep_alive_s: float = 5.0
     max_connections: int | None = None
+    max_header_bytes: int = 64 << 10  # a request's line and headers; past it 431 and close
     # a stream whose worker dies goes on on another worker at most this often
     max_migrations: int = 2
     # bytes of clients' requests held (queued or running) past which new ones get 503
