@@ -74,3 +74,39 @@ def test_a_token_per_minute_quota_is_a_429_with_when_it_refills(server: LiveServ
     assert err["code"] == "rate_limited" and "tokens/min" in err["message"]
     assert int(refused.headers["retry-after"]) >= 1
     assert err["estimated_wait_s"] > 0
+
+
+def test_a_stream_the_client_leaves_is_charged_the_tokens_it_got(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Progress reaches the scheduler at 16, 48, ... tokens; a client that leaves in
+    between is charged what it streamed, not only what was last reported."""
+    cfg = parse_config(
+        {
+            "server": {"data_dir": str(tmp_path_factory.mktemp("leaver"))},
+            "workers": [{"name": "s", "type": "simulated", "model": "sim", "slots": 1, "tokens_per_s": 20}],
+            "tenants": {
+                "leaver": {
+                    "key_sha256": [hash_key(METERED)],
+                    "quotas": {"P2": {"tokens_per_min": 6, "tokens_burst": 1000}},
+                }
+            },
+        }
+    )
+    body = {"model": "sim", "prompt": "hi", "max_tokens": 200, "priority": "P2", "stream": True}
+    with live_server(cfg) as s, httpx.Client(timeout=30) as c:
+        got = 0
+        headers = {"Authorization": f"Bearer {METERED}"}
+        with c.stream("POST", s.base_url + "/completions", json=body, headers=headers) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                got += line.startswith("data: {")
+                if got == 30:
+                    break  # (30 tokens at 20 a second: well short of the report at 48)
+        deadline = time.monotonic() + 10
+        while s.runtime.tickets and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not s.runtime.tickets
+        [budget] = s.runtime.sched.admission._budgets.values()
+        spent = budget.burst - budget.tokens  # (it refills 0.1 a second)
+        assert spent >= 30, spent

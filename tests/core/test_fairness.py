@@ -145,3 +145,41 @@ def test_a_token_per_minute_quota_charges_prompts_and_output_as_they_come() -> N
     assert isinstance(got, Reject) and got.retry_after_s == pytest.approx(4.1, abs=0.05)
     d.sched.submit(req("other", 2, 1.0, tenant="u", prompt_tokens=100), 1.0)  # others are not held
     assert d.sched.get("other").tenant == "u"
+
+
+def test_a_cancelled_or_failed_request_is_charged_the_tokens_it_streamed() -> None:
+    """Progress is reported now and then (16, 48, ... tokens); what streamed after the
+    last report is charged when the request is cancelled or fails, not forgiven."""
+    tenants = {"t": TenantPolicy(token_quotas={2: TokenQuota(600.0)})}  # 10 tokens a second
+    d = Driver(Scheduler([WorkerSpec("w0", 4)], SchedulerConfig(tenants=tenants), "laneway"))
+    budget = d.sched.admission._budget
+    quota = tenants["t"].token_quotas[2]
+    for rid in ("c", "f"):
+        assert d.submit(req(rid, 2, 0.0, tenant="t", prompt_tokens=10)) is None
+    assert ids(d.step()) == ["c", "f"]
+    d.sched.progress("c", 16, 0.0)
+    assert budget("t", 2, quota, 0.0).tokens == pytest.approx(600 - 20 - 16)
+    assert d.sched.cancel("c", 0.0, tokens=40)  # the client left after 40 tokens
+    assert budget("t", 2, quota, 0.0).tokens == pytest.approx(600 - 20 - 40)
+    d.sched.finished("f", 0.0, failed=True, tokens=500)  # the worker failed after 500
+    assert budget("t", 2, quota, 0.0).tokens == pytest.approx(600 - 20 - 540)
+    got = d.sched.submit(req("next", 2, 0.0, tenant="t", prompt_tokens=100), 0.0)
+    assert got is None  # (40 left: admitted, and the bucket goes into debt)
+    got = d.sched.submit(req("after", 2, 0.0, tenant="t", prompt_tokens=1), 0.0)
+    assert isinstance(got, Reject) and got.reason == "rate_limited"
+
+
+def test_a_cancelled_request_counts_in_its_tenants_share_by_what_it_made() -> None:
+    d = Driver(Scheduler([WorkerSpec("w0", 1)], SchedulerConfig(aging_interval_s=None), "laneway"))
+    fair = d.sched.fair
+    assert fair is not None
+    for rid in ("run", "wait"):
+        d.submit(req(rid, 2, 0.0, tenant="t", prompt_tokens=10, output_tokens=100))
+    assert ids(d.step()) == ["run"]
+    start = fair.counter[(2, "t")]
+    d.sched.cancel("wait", 0.5)  # never ran: all but its prompt goes back
+    back = start - fair.counter[(2, "t")]
+    assert back == pytest.approx(fair._seconds("t", fair.cost(0, 100)))
+    d.sched.cancel("run", 0.5, tokens=300)  # ran past its size before the client left
+    assert fair.counter[(2, "t")] - (start - back) == pytest.approx(fair._seconds("t", fair.cost(0, 200)))
+    assert fair.received[(2, "t")] == pytest.approx(fair.cost(10, 0) + fair.cost(10, 300))

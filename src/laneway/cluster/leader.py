@@ -272,7 +272,7 @@ class Leader:
                 if kind == "f":
                     core.finished(rid, now, failed=bool(e[2]), tokens=e[3] if len(e) > 3 else None)
                 else:
-                    core.cancel(rid, now)
+                    core.cancel(rid, now, tokens=e[2] if len(e) > 2 else None)
                 self._forget(rid, sets, dels)
             elif kind == "p":
                 try:

@@ -207,11 +207,11 @@ class RemoteScheduler:
             return
         self._emit(["p", request_id, tokens_done, checkpoint_bytes, save_s])
 
-    def cancel(self, request_id: str, now: float) -> bool:
+    def cancel(self, request_id: str, now: float, *, tokens: int | None = None) -> bool:
         live = request_id in self._mine
         self._mine.discard(request_id)
         if self._gave_back(request_id) is None:
-            self._emit(["c", request_id])
+            self._emit(["c", request_id, tokens])
         return live
 
     def requeue(self, request_id: str, now: float) -> None:

@@ -96,9 +96,11 @@ class FairShares:
 
     def ended(self, req: Request, output_tokens: int | None) -> None:
         """``req`` ended having made ``output_tokens`` (``None``: as expected): what it was
-        charged beyond its tokens goes back, and what it received is counted."""
+        charged beyond its tokens goes back, what it made beyond its charge (since the
+        last progress report) is charged, and what it received is counted."""
         key = (req.cls, req.tenant)
         if output_tokens is not None:
+            self.charge(req, output_tokens)
             cost = self.cost(req.prompt_tokens, output_tokens)
             back = req.fair_charged - cost
             if back > 0:

@@ -358,11 +358,20 @@ class Scheduler(
         else:
             self._end(req)
 
-    def cancel(self, request_id: str, now: float) -> bool:
-        """Cancel a live request wherever it is; ``False`` if it is not live."""
+    def cancel(self, request_id: str, now: float, *, tokens: int | None = None) -> bool:
+        """Cancel a live request wherever it is, having made ``tokens`` output tokens
+        (``None``: not told); ``False`` if it is not live. Its tenant is charged the
+        tokens it made (token quota and fair share) as if it had ended."""
         req = self._reqs.get(request_id)
         if req is None:
             return False
+        if req.tenant is not None:
+            if tokens is not None and tokens > req.tokens_charged:
+                self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
+                req.tokens_charged = tokens
+            if self.fair is not None:
+                never_ran = tokens is None and req.state is _QUEUED and not req.run_s
+                self.fair.ended(req, 0 if never_ran else tokens)  # (never ran: all but its prompt back)
         if req.state is _QUEUED:
             self._dequeue(req, now)
         else:

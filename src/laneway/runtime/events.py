@@ -103,9 +103,9 @@ class WorkerEvents:
         if ticket.phase is not Phase.QUEUED and self.recovery.retry(ticket, error):
             return
         try:
-            self.sched.finished(ticket.id, self.now(), failed=True)
+            self.sched.finished(ticket.id, self.now(), failed=True, tokens=ticket.tokens)
         except (InvalidTransition, UnknownRequest):
-            self.sched.cancel(ticket.id, self.now())
+            self.sched.cancel(ticket.id, self.now(), tokens=ticket.tokens)
         if not isinstance(error, RequestError):
             log.error("request %s failed on worker %s: %s", ticket.id, ticket.worker, error)
             error = GenerationFailed(f"generation failed on worker {ticket.worker}: {error}")

@@ -208,7 +208,7 @@ class Runtime(WorkerEvents):
         if ticket.ended:
             return
         phase = ticket.phase
-        self.sched.cancel(ticket.id, self.now())
+        self.sched.cancel(ticket.id, self.now(), tokens=ticket.tokens)  # (what it streamed is charged)
         worker = self.workers[ticket.worker] if ticket.worker is not None else None
         if worker is not None and phase in (Phase.RUNNING, Phase.STOPPING):
             self.spawn(worker.cancel(ticket.id))
