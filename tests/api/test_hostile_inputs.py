@@ -337,3 +337,21 @@ def test_fuzzed_batch_files_never_wedge(hostile: Hostile, content: list[str]) ->
         assert time.monotonic() < deadline, f"batch stuck in {status}"
         time.sleep(0.05)
         status = h.send("GET", f"/v1/batches/{made.json()['id']}").json()["status"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "says"),
+    [
+        ('{"model": "sim", "prompt": [1, 2, 3]}', "prompt", "token ids is not supported by the simulated"),
+        ('{"model": "sim", "prompt": []}', "prompt", "must not be an empty list"),
+        ('{"model": "sim", "prompt": "x", "seed": ' + "9" * 5001 + "}", None, "thousands of digits"),
+        ('{"model": "sim", "prompt": "x", "max_tokens": 99999999999}', "max_tokens", "from 1 to 2147483647"),
+        ('{"model": "sim", "prompt": "x", "user": 5}', "user", "must be a string"),
+    ],
+)
+def test_what_cannot_be_taken_is_named_plainly(
+    hostile: Hostile, body: str, param: str | None, says: str
+) -> None:
+    r = hostile.post_raw("/v1/completions", body)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == param and says in err["message"], err

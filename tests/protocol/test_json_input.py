@@ -33,7 +33,8 @@ from laneway.protocol.json_input import INT_LIMIT, MAX_DEPTH, BadJSON
         ('{"k\\udfff": 1}', None, "surrogate"),
         ('{"a": 1', None, "not valid JSON"),
         (b'{"a": "\xff"}', None, "not valid JSON"),
-        ("1" * 5000, None, "not valid JSON"),  # past Python's digit limit for int()
+        ("1" * 5000, None, "64 bits"),  # past Python's digit limit for int()
+        ('{"seed": ' + "9" * 5001 + "}", None, "thousands of digits"),
     ],
 )
 def test_what_is_refused_and_where(text: str | bytes, param: str | None, says: str) -> None:

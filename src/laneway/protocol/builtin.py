@@ -175,8 +175,16 @@ def engine_job(
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     ids = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-    if ids and "token_ids" in support.features:
+    if ids and prompt:
+        if "token_ids" not in support.features:
+            raise InvalidRequest(
+                f"a prompt of token ids is not supported by {support.engine} serving {model!r}; "
+                "send the prompt as a string",
+                param="prompt",
+            )
         return Job(rid, model, _engine_params(body, kind, config), prompt=list(prompt), stream=stream)
+    if isinstance(prompt, list) and not prompt:
+        raise InvalidRequest("prompt must not be an empty list", param="prompt")
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt must be a string or token ids (one prompt per request)", param="prompt")
     return Job(rid, model, _engine_params(body, kind, config), prompt=prompt, stream=stream)

@@ -42,6 +42,10 @@ def loads(data: bytes | str, what: str = "the body") -> Any:
     except RecursionError:
         raise BadJSON(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
+        if "integer string conversion" in str(exc):  # (Python's digit limit, before ours)
+            raise BadJSON(
+                f"{what} holds an integer of thousands of digits (integers must fit in 64 bits)"
+            ) from None
         raise BadJSON(f"{what} is not valid JSON: {exc}") from None
     check(value, what)
     return value
@@ -49,42 +53,58 @@ def loads(data: bytes | str, what: str = "the body") -> Any:
 
 def check(value: Any, what: str = "the body") -> None:
     """The rules above over a value already parsed."""
-    # (value, depth, path parts) — the path is built only when something is wrong
-    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 0, ())]
-    pop, push = stack.pop, stack.append
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        _scalar(value, None)
+        return
+    # (container, depth, where) — where is (parent's where, key), the path built only when
+    # something is wrong; scalars are checked in their container's loop, never stacked
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
+    pop, push, isfinite = stack.pop, stack.append, math.isfinite
     while stack:
-        item, depth, path = pop()
-        kind = type(item)
-        if kind is str:
-            if not item.isascii() and _has_surrogate(item):
-                raise BadJSON(f"{_name(path)} holds a lone UTF-16 surrogate", param=_param(path))
-        elif kind is dict or kind is list:
-            if depth >= MAX_DEPTH:
-                raise BadJSON(f"{what} is nested more than {MAX_DEPTH} levels deep", param=_param(path))
-            if kind is dict:
-                for key, sub in item.items():
-                    if not key.isascii() and _has_surrogate(key):
-                        raise BadJSON(
-                            f"a key in {_name(path)} holds a lone UTF-16 surrogate", param=_param(path)
-                        )
-                    if type(sub) in _SCALAR_OK:
-                        continue
-                    push((sub, depth + 1, (*path, key)))
-            else:
-                for i, sub in enumerate(item):
-                    if type(sub) in _SCALAR_OK:
-                        continue
-                    push((sub, depth + 1, (*path, i)))
-        elif kind is int:
-            if not -INT_LIMIT < item < INT_LIMIT:
-                raise BadJSON(
-                    f"{_name(path)} is out of range (integers must fit in 64 bits)", param=_param(path)
-                )
-        elif kind is float and not math.isfinite(item):
-            raise BadJSON(f"{_name(path)} is not a finite number", param=_param(path))
+        item, depth, where = pop()
+        if type(item) is dict:
+            for key in item:
+                if not key.isascii() and _has_surrogate(key):
+                    raise BadJSON(
+                        f"a key in {_name(where)} holds a lone UTF-16 surrogate", param=_param(where)
+                    )
+            pairs: Any = item.items()
+        else:
+            pairs = enumerate(item)
+        for key, sub in pairs:
+            kind = type(sub)
+            if kind is str:
+                if not sub.isascii() and _has_surrogate(sub):
+                    _scalar(sub, (where, key))
+            elif kind is int:
+                if not -INT_LIMIT < sub < INT_LIMIT:
+                    _scalar(sub, (where, key))
+            elif kind is float:
+                if not isfinite(sub):
+                    _scalar(sub, (where, key))
+            elif kind is dict or kind is list:
+                if depth + 1 >= MAX_DEPTH:
+                    raise BadJSON(
+                        f"{what} is nested more than {MAX_DEPTH} levels deep", param=_param((where, key))
+                    )
+                if sub:
+                    push((sub, depth + 1, (where, key)))
 
 
-_SCALAR_OK = (bool, type(None))  # nothing to check in these
+def _scalar(item: Any, where: Any) -> None:
+    """Refuse ``item`` if it breaks a rule (the slow path, with its place named)."""
+    kind = type(item)
+    if kind is str:
+        if not item.isascii() and _has_surrogate(item):
+            raise BadJSON(f"{_name(where)} holds a lone UTF-16 surrogate", param=_param(where))
+    elif kind is int:
+        if not -INT_LIMIT < item < INT_LIMIT:
+            raise BadJSON(
+                f"{_name(where)} is out of range (integers must fit in 64 bits)", param=_param(where)
+            )
+    elif kind is float and not math.isfinite(item):
+        raise BadJSON(f"{_name(where)} is not a finite number", param=_param(where))
 
 
 def _has_surrogate(s: str) -> bool:
@@ -95,14 +115,19 @@ def _has_surrogate(s: str) -> bool:
     return False
 
 
-def _param(path: tuple[str | int, ...]) -> str | None:
+def _param(where: Any) -> str | None:
+    """``where`` as a parameter name (``messages[0].content``); None at the top."""
+    path: list[str | int] = []
+    while where is not None:
+        where, key = where
+        path.append(key)
     if not path:
         return None
     out = ""
-    for part in path:
+    for part in reversed(path):
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
-def _name(path: tuple[str | int, ...]) -> str:
-    return _param(path) or "the value"
+def _name(where: Any) -> str:
+    return _param(where) or "the value"

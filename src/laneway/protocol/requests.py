@@ -205,6 +205,9 @@ def parse_request(
         raise InvalidRequest(f"model {model!r} does not serve {kind} requests", param="model")
     stream, include_usage = stream_options(body)
     preemptible = preemptibleflag(body)
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequest("user must be a string", param="user")
     rid = ID_PREFIX[kind] + uuid.uuid4().hex[:24]
     if served.passthrough:
         job = _forwarded_job(rid, model, body, kind)

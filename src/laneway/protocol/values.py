@@ -37,7 +37,9 @@ def max_tokens(body: Mapping[str, Any], kind: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < MAX_TOKENS_LIMIT:
-        raise InvalidRequest(f"{name} must be a whole number ≥ 1, got {value!r}", param=name)
+        raise InvalidRequest(
+            f"{name} must be a whole number from 1 to {MAX_TOKENS_LIMIT - 1}, got {value!r}", param=name
+        )
     return value
 
 
