@@ -183,3 +183,30 @@ def test_a_cancelled_request_counts_in_its_tenants_share_by_what_it_made() -> No
     d.sched.cancel("run", 0.5, tokens=300)  # ran past its size before the client left
     assert fair.counter[(2, "t")] - (start - back) == pytest.approx(fair._seconds("t", fair.cost(0, 200)))
     assert fair.received[(2, "t")] == pytest.approx(fair.cost(10, 0) + fair.cost(10, 300))
+
+
+def test_a_token_quota_holds_a_requests_size_from_admission_and_gives_back_the_unused() -> None:
+    """One positive balance cannot start many long requests: each takes its prompt and
+    its size (max_tokens) at once; what it does not make comes back when it ends."""
+    tenants = {"t": TenantPolicy(token_quotas={2: TokenQuota(6.0, burst=600)})}  # 0.1 token a second
+    d = Driver(Scheduler([WorkerSpec("w0", 8)], SchedulerConfig(tenants=tenants), "laneway"))
+    budget = d.sched.admission._budget("t", 2, tenants["t"].token_quotas[2], 0.0)
+    got = [
+        d.sched.submit(req(f"r{i}", 2, 0.0, tenant="t", prompt_tokens=10, output_tokens=190), 0.0)
+        for i in range(5)
+    ]
+    assert [g is None for g in got] == [True, True, True, False, False]  # 600 -> 400 -> 200 -> 0
+    assert isinstance(got[3], Reject) and got[3].reason == "rate_limited"
+    assert budget.tokens == pytest.approx(0.0)
+    assert ids(d.step()) == ["r0", "r1", "r2"]
+    d.sched.progress("r0", 16, 0.0)  # within its size: nothing more
+    assert budget.tokens == pytest.approx(0.0)
+    d.sched.finished("r0", 0.0, tokens=40)  # 150 of its 190 never made: back
+    assert budget.tokens == pytest.approx(150.0)
+    d.sched.finished("r1", 0.0, tokens=250)  # past its size (ignore_eos upstream, say): the rest
+    assert budget.tokens == pytest.approx(90.0)
+    d.sched.cancel("r2", 0.0, tokens=0)
+    assert budget.tokens == pytest.approx(280.0)
+    assert d.sched.submit(req("r5", 2, 0.0, tenant="t", prompt_tokens=10, output_tokens=190), 0.0) is None
+    d.sched.cancel("r5", 0.0)  # queued, never ran: all of its size back (its prompt stays charged)
+    assert budget.tokens == pytest.approx(270.0)

@@ -38,9 +38,11 @@ class TokenQuota:
 
 
 class TokenBudget:
-    """A bucket of tokens that may go into debt: a request is charged its prompt on
-    admission and its output as it streams; while the bucket is empty, or in debt, new
-    requests of the tenant wait for it to refill."""
+    """A bucket of tokens that may go into debt: a request is charged its prompt and its
+    size (``max_tokens``) on admission, output past its size as it streams, and given
+    back what it did not make when it ends; while the bucket is empty, or in debt, new
+    requests of the tenant wait for it to refill. (Charging the size up front is what
+    keeps a tenant from starting many long requests on one positive balance.)"""
 
     __slots__ = ("burst", "rate", "stamp", "tokens")
 
@@ -57,8 +59,9 @@ class TokenBudget:
         return 0.0 if self.tokens > 0 else (1.0 - self.tokens) / self.rate
 
     def take(self, n: float, now: float) -> None:
+        """Take ``n`` tokens (``n < 0``: give them back, up to the burst)."""
         self.wait(now)
-        self.tokens -= n
+        self.tokens = min(self.burst, self.tokens - n)
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,9 @@ class Admission:
         return None
 
     def charge_tokens(self, tenant: str | None, cls: int, tokens: float, now: float) -> None:
-        """``tokens`` more of the tenant's class-``cls`` work (a prompt admitted, output made)."""
-        if tenant is None or tokens <= 0:
+        """``tokens`` more of the tenant's class-``cls`` work (a prompt admitted, output made;
+        fewer than 0: given back, output charged that was never made)."""
+        if tenant is None or not tokens:
             return
         pol = self.policy_for(tenant)
         tq = pol.token_quotas.get(cls) if pol is not None else None

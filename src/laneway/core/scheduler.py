@@ -308,8 +308,10 @@ class Scheduler(
             req.tag = req.arrival_s  # (FIFO by arrival, as a tenant within its share)
         else:
             req.tag = fair.tag(req, req.output_tokens or est * self.costs.decode_tokens_s)
-        if tenant is not None and req.prompt_tokens:  # (its token quota: the prompt now)
-            self.admission.charge_tokens(tenant, cls, req.prompt_tokens, now)
+        if tenant is not None:  # its token quota: the prompt and its size (max_tokens) now
+            reserve = req.output_tokens if req.output_tokens > 0 else 0
+            self.admission.charge_tokens(tenant, cls, req.prompt_tokens + reserve, now)
+            req.tokens_charged = reserve  # (settled when it ends: _settle)
         req.state = _QUEUED  # NEW -> QUEUED, checked on entry
         reqs[rid] = req
         req.enqueued_s = now
@@ -330,11 +332,10 @@ class Scheduler(
             req = self._reqs[request_id]
         except KeyError:
             raise UnknownRequest(f"unknown request {request_id!r}") from None
-        if tokens is not None and req.tenant is not None and tokens > req.tokens_charged:
-            self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
-            req.tokens_charged = tokens
-        if self.fair is not None and req.tenant is not None:
-            self.fair.ended(req, tokens)
+        if req.tenant is not None:
+            self._settle(req, tokens, now)
+            if self.fair is not None:
+                self.fair.ended(req, tokens)
         state = req.state
         if state is not _RUNNING:
             if state is not _PREEMPTED:
@@ -366,12 +367,11 @@ class Scheduler(
         if req is None:
             return False
         if req.tenant is not None:
-            if tokens is not None and tokens > req.tokens_charged:
-                self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
-                req.tokens_charged = tokens
+            if tokens is None and req.state is _QUEUED and not req.run_s:
+                tokens = 0  # never ran: what was charged for its output goes back
+            self._settle(req, tokens, now)
             if self.fair is not None:
-                never_ran = tokens is None and req.state is _QUEUED and not req.run_s
-                self.fair.ended(req, 0 if never_ran else tokens)  # (never ran: all but its prompt back)
+                self.fair.ended(req, tokens)
         if req.state is _QUEUED:
             self._dequeue(req, now)
         else:
@@ -447,6 +447,13 @@ class Scheduler(
             self._reserved_total += 1
             req.claimed_for = None
             self._drains.pop(rid, None)
+
+    def _settle(self, req: Request, tokens: int | None, now: float) -> None:
+        """``req`` (a tenant's) ended having made ``tokens`` (``None``: not told): its token
+        quota is charged what it made past what it was charged, or given back the rest."""
+        if tokens is not None and tokens != req.tokens_charged:
+            self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
+            req.tokens_charged = tokens
 
     def _end(self, req: Request) -> None:
         del self._reqs[req.id]
