@@ -29,6 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
                 "metered": {
                     "key_sha256": [hash_key(METERED)],
                     "quotas": {"P2": {"tokens_per_min": 120, "tokens_burst": 60}},
+                    "allowed": ["P2", "P3"],
                 },
             },
         }
@@ -74,6 +75,18 @@ def test_a_token_per_minute_quota_is_a_429_with_when_it_refills(server: LiveServ
     assert err["code"] == "rate_limited" and "tokens/min" in err["message"]
     assert int(refused.headers["retry-after"]) >= 1
     assert err["estimated_wait_s"] > 0
+
+    def estimate(key: str, priority: str = "P2") -> httpx.Response:
+        auth = {"Authorization": f"Bearer {key}"}
+        return httpx.get(server.base_url + "/queue/estimate", params={"priority": priority}, headers=auth)
+
+    mine = estimate(METERED).json()  # the bucket is still in debt: the estimate says so
+    assert mine["quota"]["reason"] == "rate_limited" and "tokens/min" in mine["quota"]["message"]
+    assert mine["estimated_wait_s"] >= mine["quota"]["retry_after_s"] > 0
+    assert estimate(BIG).json()["quota"] is None  # another tenant's quota is not its own
+    assert estimate(METERED, "P3").json()["quota"] is None  # nor another class's
+    denied = estimate(METERED, "P0")
+    assert denied.status_code == 403 and denied.json()["error"]["param"] == "priority"
 
 
 def test_a_stream_the_client_leaves_is_charged_the_tokens_it_got(

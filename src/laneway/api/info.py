@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from laneway.api.params import PRIORITY_HEADER, authenticate, parse_class
-from laneway.errors import ModelNotFound
+from laneway.errors import ClassNotAllowed, ModelNotFound
 from laneway.runtime import Runtime
 from laneway.runtime.metrics import CONTENT_TYPE
 
@@ -76,12 +76,22 @@ async def queue_estimate(request: Request) -> Response:
         if model not in runtime.models:
             raise ModelNotFound(f"the model {model!r} does not exist", param="model")
     wait = runtime.estimate_wait(cls, model)
+    quota_wait = 0.0
+    refused = runtime.sched.quota_refusal(tenant.name if tenant else None, cls, runtime.now())
+    if refused is not None:  # what the request would be answered now, instead of queued
+        reason, message, quota_wait = refused
+        if reason == "not_entitled":
+            raise ClassNotAllowed(message, param="priority")
+        wait += quota_wait  # (refused until then; then it waits in the queue)
     return JSONResponse(
         {
             "priority": config.scheduler.classes[cls].name,
             "model": model,
             "estimated_wait_s": round(wait, 3) if math.isfinite(wait) else None,
             "queued": runtime.sched.queued,
+            "quota": None
+            if refused is None
+            else {"reason": refused[0], "message": refused[1], "retry_after_s": round(quota_wait, 3)},
         }
     )
 

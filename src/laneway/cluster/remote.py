@@ -270,6 +270,10 @@ class RemoteScheduler:
         got = self._estimates.get(f"{self.names[cls]}|{model or ''}", self._estimates.get(self.names[cls]))
         return math.inf if got is None else got
 
+    def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
+        """Not known here: the leader holds the tenants' quotas (its 429 says)."""
+        return None
+
     def available_for(self, model: str | None) -> bool:
         return True
 

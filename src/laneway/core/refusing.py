@@ -82,6 +82,12 @@ class Refusing:
             return Reject(req.id, reason, message, retry_s, retry_s)
         return Reject(req.id, reason, message, est, max(retry_s, est))
 
+    def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
+        """Whether a new class-``cls`` request of ``tenant`` would be refused by its
+        entitlements or quotas now: ``(reason, message, retry_after_s)``, or ``None``.
+        It charges nothing."""
+        return None if tenant is None else self.admission.check(tenant, cls, now)
+
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
     ) -> Reject:

@@ -81,6 +81,11 @@ class SchedulerPort(Protocol):
         correction learned from earlier estimates, where there is one)."""
         ...
 
+    def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
+        """``(reason, message, retry_after_s)`` if the tenant's entitlements or quotas
+        would refuse a new class-``cls`` request now (``None``: not, or not known here)."""
+        ...
+
     def snapshot(self) -> Snapshot: ...
 
     @property
