@@ -25,6 +25,7 @@ def test_chat_completion_with_extension(sim_server: LiveServer) -> None:
     ext = r.model_extra["laneway"]
     assert ext["priority"] == "P0" and ext["preemptions"] == 0 and ext["worker"] == "sim0"
     assert ext["queue_ms"] >= 0
+    assert ext["resume"] == "none"  # P0 is never preempted: nothing to resume
 
 
 def test_completion_and_priority_sources(sim_server: LiveServer) -> None:
@@ -34,6 +35,7 @@ def test_completion_and_priority_sources(sim_server: LiveServer) -> None:
     assert r.model_extra["laneway"]["priority"] == "P1"  # the server default
     r = c.completions.create(model="sim", prompt="x", max_tokens=1, extra_headers={"X-Laneway-Priority": "3"})
     assert r.model_extra["laneway"]["priority"] == "P3"
+    assert r.model_extra["laneway"]["resume"] == "checkpoint"  # (the simulated worker's)
     r = c.chat.completions.create(
         model="sim", messages=[{"role": "user", "content": "x"}], max_tokens=1, service_tier="flex"
     )
@@ -46,6 +48,7 @@ def test_completion_and_priority_sources(sim_server: LiveServer) -> None:
         extra_body={"priority": 2, "preemptible": False},  # the body field wins
     )
     assert r.model_extra["laneway"]["priority"] == "P2"
+    assert r.model_extra["laneway"]["resume"] == "none"  # (it opted out of preemption)
 
 
 def test_streaming_chat_with_usage(sim_server: LiveServer) -> None:

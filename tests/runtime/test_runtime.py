@@ -240,3 +240,14 @@ def test_requests_past_the_bytes_held_get_a_503_until_others_end() -> None:
         assert rt.held_bytes == 0
 
     run_with(cfg, 1000.0, body)
+
+
+def test_the_classes_a_policy_may_stop() -> None:
+    from laneway.core.classes import ClassTable
+    from laneway.runtime.runtime import stoppable_classes
+
+    classes = ClassTable()
+    assert stoppable_classes(classes, "laneway") == {2, 3}  # P0 and P1 are never preempted
+    assert stoppable_classes(classes, "mlfq") == {2, 3}
+    for name in ("fifo", "priority", "graceful"):  # (graceful lets running work drain)
+        assert stoppable_classes(classes, name) == frozenset()

@@ -30,6 +30,8 @@ from dataclasses import replace
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
+from laneway.core.classes import ClassTable
+from laneway.core.policies import policy
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job
 from laneway.protocol.requests import Support
@@ -75,6 +77,7 @@ class Runtime(WorkerEvents):
         self.support = support_of(self.workers, self.served)
         self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
         self.classes = config.scheduler.classes
+        self.stoppable = stoppable_classes(self.classes, config.policy)
         names = self.classes.names
         thresholds = dict(zip(names, config.alert_wait_s, strict=False))
         self.metrics = Metrics(names, thresholds)
@@ -192,6 +195,8 @@ class Runtime(WorkerEvents):
         ticket = Ticket(
             job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas, size=size
         )
+        if not preemptible or priority not in self.stoppable:
+            ticket.resume = "none"  # (never stopped once started: laneway.resume says so)
         self.held_bytes += size
         self.tickets[job.id] = ticket
         self.alerts.watch(ticket, now)
@@ -284,7 +289,8 @@ class Runtime(WorkerEvents):
         else:
             job = ticket.job
             method = getattr(worker, "resume_method", None)
-            ticket.resume = method(job) if method is not None else "checkpoint"
+            if ticket.resume != "none":
+                ticket.resume = method(job) if method is not None else "checkpoint"
             model = self.upstream_model.get(d.worker_id, job.model)
             start = worker.run(job if model == job.model else replace(job, model=model), sink)
         self.spawn(self._started(ticket, ticket.run, start))
@@ -361,3 +367,16 @@ def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict
             names = {getattr(w, "engine_name", "the built-in engine") for w in group}
             out[model] = Support(False, common, " or ".join(sorted(names)))
     return out
+
+
+def stoppable_classes(classes: ClassTable, policy_name: str) -> frozenset[int]:
+    """The classes whose running work the policy may stop (and later resume): those some
+    class may preempt, or any preemptible one under feedback; none where the policy
+    never stops running work (``fifo``, ``priority``; ``graceful`` lets it drain)."""
+    spec = policy(policy_name)
+    if spec.preemption in ("none", "drain") and not spec.feedback:
+        return frozenset()
+    preemptible = {c.rank for c in classes.classes if c.preemptible}
+    if spec.feedback:
+        return frozenset(preemptible)
+    return frozenset(r for c in classes.classes for r in c.may_preempt if r in preemptible)
