@@ -204,6 +204,11 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
     [
         (["simulate", "--scenario", "nope"], "unknown scenario 'nope'"),
         (["simulate", "--scenario", "mixed", "--policy", "fifo,bogus"], "unknown policy 'bogus'"),
+        (
+            ["simulate", "--scenario", "mixed", "--policy", "fifo,,laneway"],
+            "an empty name in 'fifo,,laneway'",
+        ),
+        (["simulate", "--scenario", "mixed", "--policy", " , "], "no policy given"),
         (["simulate", "--scenario", "mixed", "--slots", "0"], "--slots"),
         (["simulate", "--scenario", "mixed", "--slots", "two"], "--slots"),
         (["simulate", "--scenario", "mixed", "--seed", "1.5"], "--seed"),
@@ -254,6 +259,19 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("laneway: error: ") and "Traceback" not in bad.stderr
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
+    """``laneway simulate --json | head``: a reader that has what it wanted is no error."""
+    script = Path(sys.executable).parent / "laneway"
+    argv = [str(script), "simulate", "--scenario", "chat-vs-batch", "--policy", "all", "--json"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # (gone before the first line: every write fails)
+        err = proc.stderr.read()
+        code = proc.wait(timeout=120)
+    assert b"naive left out" in err  # (it ran, and said what it says)
+    assert b"error" not in err and b"Traceback" not in err and code in (0, 141), (code, err)
 
 
 def test_bare_laneway_prints_its_usage(capsys: pytest.CaptureFixture[str]) -> None:

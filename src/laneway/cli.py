@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -129,9 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_policies(text: str, gpus: bool = False) -> list[str]:
     """``all`` is every policy; ``naive`` (a GPU-placement baseline) only on GPU runs."""
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
+    names = [p.strip() for p in text.split(",")]
+    if not any(names):
         raise UsageError("argument --policy: no policy given")
+    if not all(names):
+        raise UsageError(f"argument --policy: an empty name in {text!r} (names are separated by one comma)")
     if names == ["all"]:
         return [p for p in POLICIES if gpus or POLICIES[p].placement != "naive"]
     out: list[str] = []
@@ -263,13 +266,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         run: Any = args.run
-        return int(run(args))
+        code = int(run(args))
+        sys.stdout.flush()  # (a reader gone shows here, not as Python's note at exit)
+        return code
     except (UsageError, ServeError, BatchCliError) as exc:
         return _fail(str(exc))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
     except LanewayError as exc:
         return _fail(str(exc))
+    except BrokenPipeError:  # (`laneway simulate --json | head`): the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (nothing more to flush at exit)
+        return 141  # 128 + SIGPIPE, as a tool the signal ends
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         return _fail(f"{where}{exc.strerror or exc}")
