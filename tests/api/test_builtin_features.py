@@ -164,3 +164,24 @@ def test_token_ids_asked_and_prompts_given_as_ids(builtin: LiveServer) -> None:
     whole_chat = httpx.post(url + "/chat/completions", json={**chat, "stream": False}, timeout=30).json()
     assert streamed == whole_chat["choices"][0]["token_ids"]
     assert whole_chat["prompt_token_ids"] == chunks[0]["prompt_token_ids"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "says"),
+    [
+        ({"logit_bias": {"99999999": 5}}, "logit_bias", "token id 99999999 is not in model"),
+        ({"stop_token_ids": [1 << 40]}, "stop_token_ids", "is not in model"),
+        ({"n": 2, "best_of": 1}, "best_of", "must be at least n"),
+    ],
+)
+def test_token_ids_past_the_vocabulary_and_best_of_below_n_are_refused(
+    builtin: LiveServer, extra: dict[str, object], param: str, says: str
+) -> None:
+    r = httpx.post(
+        builtin.base_url + "/completions",
+        json={"model": MODEL, "prompt": "hi", "max_tokens": 2, **extra},
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and says in err["message"], err

@@ -166,6 +166,7 @@ class Engine:
             ids = tok.encode(job.prompt)
         else:
             ids = tok.chat_prompt(job.messages or (), job.continue_final)
+        self._check_ids(job)
         context = self.model.context
         if len(ids) >= context:
             raise ContextTooLong(
@@ -182,6 +183,21 @@ class Engine:
                 param="max_tokens",
             )
         return ids
+
+    def _check_ids(self, job: Job) -> None:
+        """Token ids the request names (``logit_bias``, ``stop_token_ids``) are the model's."""
+        vocab = int(self.model.config.vocab_size)
+        for name, ids in (
+            ("logit_bias", [t for t, _ in job.params.logit_bias]),
+            ("stop_token_ids", job.params.stop_token_ids),
+        ):
+            past = [t for t in ids if not 0 <= t < vocab]
+            if past:
+                raise InvalidRequest(
+                    f"{name}: token id {past[0]} is not in model {self.model.name}'s vocabulary "
+                    f"(0–{vocab - 1})",
+                    param=name,
+                )
 
     def add(self, job: Job, sink: Sink, prompt_ids: list[int] | None = None) -> None:
         """Start ``job``; it joins the batch at the next ``step()``."""

@@ -208,6 +208,9 @@ def parse_request(
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("user must be a string", param="user")
+    best_of, n = body.get("best_of"), body.get("n")
+    if type(best_of) is int and type(n) is int and best_of < n:
+        raise InvalidRequest(f"best_of ({best_of}) must be at least n ({n})", param="best_of")
     rid = ID_PREFIX[kind] + uuid.uuid4().hex[:24]
     if served.passthrough:
         job = _forwarded_job(rid, model, body, kind)
