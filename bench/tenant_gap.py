@@ -100,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['small_wait_p99_s']:,.1f}",
         )
     Console().print(table)
+    print(
+        "stretches: spells of time while both tenants had work queued; longest s: the longest spell;\n"
+        "max gap s: over a spell, the most service seconds one tenant started beyond the other;\n"
+        "small's wait p99 s: the small tenant's queue wait, 99th percentile"
+    )
     print(f"the bound of start-time fair queueing: one request of each, up to {2 * largest:.0f} s here")
     if args.json:
         args.json.write_text(json.dumps({"seed": args.seed, "largest_s": largest, "figures": out}, indent=2))
