@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from laneway.api import batches, completions, dashboard, files, info
@@ -99,9 +100,26 @@ def create_app(
             RequestError: on_request_error,
             HTTPException: on_http_error,
         },
-        middleware=[Middleware(Guard)],
+        middleware=_middleware(config),
     )
     # "/v1/chat/completions/" is an unknown route (404 in OpenAI's shape), not a
     # redirect that clients would follow with a GET
     app.router.redirect_slashes = False
     return app
+
+
+def _middleware(config: ServerConfig) -> list[Middleware]:
+    """The guard; and CORS for the browser pages of ``allowed_origins`` (their preflight
+    requests answered, their answers readable), where there are any."""
+    out = [Middleware(Guard, allowed_origins=config.allowed_origins)]
+    if config.allowed_origins:
+        out.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.allowed_origins),
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=["*"],
+                expose_headers=["Retry-After"],
+            )
+        )
+    return out

@@ -1,5 +1,15 @@
-"""The last line of defence: an error no handler expected answers 500, and the
-connection stays usable.
+"""The first and last lines of defence.
+
+A browser page of another origin may make the browser of whoever visits it send
+a ``POST`` here (a form, or ``fetch`` with a "simple" content type) with no
+preflight: without API keys, that would run requests or batches at the
+visitor's laneway. A request with an ``Origin`` header that is neither this
+server's own nor in ``allowed_origins`` is refused with 403 before it does
+anything, unless its method only reads (``GET``, ``HEAD``, ``OPTIONS``: the
+browser keeps their answers from the page). Clients that are not browsers send
+no ``Origin``.
+
+And an error no handler expected answers 500, and the connection stays usable.
 
 Starlette's own catch-all answers 500 but raises the error again to the
 server, which then drops the client's keep-alive connection (and the next
@@ -20,14 +30,48 @@ from laneway.api.errors import error_json
 log = logging.getLogger("laneway.api")
 
 
+READING = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class Guard:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, allowed_origins: tuple[str, ...] = ()) -> None:
         self.app = app
+        self.any_origin = "*" in allowed_origins
+        self.origins = frozenset(allowed_origins)
+
+    def foreign(self, scope: Scope) -> str | None:
+        """The ``Origin`` of a request that may not come from it, else ``None``."""
+        origin = host = None
+        for name, value in scope["headers"]:
+            if name == b"origin":
+                origin = value.decode("latin-1").lower()
+            elif name == b"host":
+                host = value.decode("latin-1").lower()
+        if origin is None or self.any_origin or origin in self.origins:
+            return None
+        own = origin.partition("://")[2]
+        return (
+            None
+            if host is not None and own == host and origin.startswith(("http://", "https://"))
+            else origin
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["method"] not in READING and not self.any_origin:
+            origin = self.foreign(scope)
+            if origin is not None:
+                response = error_json(
+                    403,
+                    f"a request from the page of another origin ({origin[:200]}) is refused; "
+                    "[server] allowed_origins lists the origins that may send them",
+                    "invalid_request_error",
+                    "cross_origin",
+                )
+                await response(scope, receive, send)
+                return
         started = ended = False
 
         async def watched(message: Message) -> None:

@@ -76,6 +76,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
         dashboard=server.bool("dashboard", base.dashboard),
         ops_auth=server.bool("ops_auth", base.ops_auth),
+        allowed_origins=_origins(server),
         probe_interval_s=server.float("probe_interval_s", base.probe_interval_s, positive=True),
         unavailable_hold_s=_hold(server, base.unavailable_hold_s),
         header_timeout_s=_seconds(server, "header_timeout_s", base.header_timeout_s),
@@ -423,3 +424,20 @@ def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
             )
         out[tier] = value
     return out
+
+
+def _origins(server: Table) -> tuple[str, ...]:
+    value = server.list("allowed_origins", [])
+    out = []
+    for i, o in enumerate(value):
+        if (
+            not isinstance(o, str)
+            or not (o == "*" or o.startswith(("http://", "https://")))
+            or o.endswith("/")
+        ):
+            raise ConfigError(
+                f"{server.key('allowed_origins')}[{i}]: an origin such as 'https://app.example.com' "
+                f"(scheme and host, no path) or '*', got {o!r}"
+            )
+        out.append(o.lower())
+    return tuple(out)

@@ -115,6 +115,9 @@ class ServerConfig:
     # after the first SIGINT/SIGTERM, running requests get this long to finish (None: no limit)
     dashboard: bool = True  # GET /dashboard, a live page for operators
     ops_auth: bool = False  # /metrics and /dashboard need one of the tenants' keys
+    # browser pages of other origins that may send POST/DELETE requests ("*": any); a
+    # foreign origin's request is refused with 403 before it does anything
+    allowed_origins: tuple[str, ...] = ()
     shutdown_grace_s: float | None = 30.0
     probe_interval_s: float = 2.0  # how often each worker's health is probed
     # how long a request waits for a worker of its model to come back while none is up (0: 503 at once)

@@ -1,0 +1,73 @@
+"""Requests from the browser pages of other origins (laneway.api.guard): refused unless
+allowed, before they do anything; allowed ones get CORS."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from laneway.config import parse_config
+from laneway.core import ConfigError
+from live_server import LiveServer, live_server, sim_config
+
+BODY = {"model": "sim", "prompt": "hi", "max_tokens": 2}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    with live_server(sim_config(tmp_path)) as s:
+        yield s
+
+
+def test_a_foreign_pages_post_is_refused_before_it_runs(server: LiveServer) -> None:
+    url = server.base_url + "/completions"
+    for origin in ("https://evil.example", "null", "http://127.0.0.1:1"):
+        # (text/plain: what a page may send without a preflight)
+        r = httpx.post(
+            url,
+            content=b'{"model": "sim", "prompt": "hi"}',
+            headers={"origin": origin, "content-type": "text/plain"},
+        )
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["code"] == "cross_origin" and "allowed_origins" in err["message"]
+    assert not server.runtime.tickets
+    own = server.url  # the page laneway serves itself (the dashboard) is of this origin
+    assert httpx.post(url, json=BODY, headers={"origin": own}).status_code == 200
+    assert httpx.post(url, json=BODY).status_code == 200  # clients that are not browsers send none
+    r = httpx.get(server.base_url + "/models", headers={"origin": "https://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers  # (unreadable there)
+    r = httpx.request("DELETE", server.base_url + "/files/file-x", headers={"origin": "https://evil.example"})
+    assert r.status_code == 403
+
+
+def test_an_allowed_origin_gets_cors(tmp_path: Path) -> None:
+    app_origin = "https://app.example.com"
+    config = replace(sim_config(tmp_path), allowed_origins=(app_origin,))
+    with live_server(config) as s:
+        url = s.base_url + "/completions"
+        pre = httpx.options(
+            url,
+            headers={
+                "origin": app_origin,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "content-type, authorization",
+            },
+        )
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == app_origin
+        r = httpx.post(url, json=BODY, headers={"origin": app_origin})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == app_origin
+        assert httpx.post(url, json=BODY, headers={"origin": "https://other.example"}).status_code == 403
+
+
+def test_allowed_origins_in_the_configuration() -> None:
+    cfg = parse_config({"server": {"allowed_origins": ["https://App.example.com", "*"]}})
+    assert cfg.allowed_origins == ("https://app.example.com", "*")
+    assert parse_config({}).allowed_origins == ()
+    for bad in (["app.example.com"], ["https://a.example/"], [1], "https://a.example"):
+        with pytest.raises(ConfigError, match=r"^server\.allowed_origins"):
+            parse_config({"server": {"allowed_origins": bad}})
