@@ -95,7 +95,8 @@ def test_fields_reach_vllm_and_its_answer_comes_back(
 @pytest.mark.parametrize("kind", ["chat", "completion"])
 def test_streamed_chunks_are_vllms_own(vllm: VllmProcess, gateway: LiveServer, kind: str) -> None:
     """vLLM here streams several tokens per chunk (--stream-interval 5): laneway forwards its
-    chunks as they are, usage last when asked, laneway's object on the chunk that ends it."""
+    chunks as they are, usage last when asked, laneway's object on the chunk that ends the
+    choice and on the last one (the usage chunk)."""
     body = request(kind, {"max_tokens": 40, "logprobs": True if kind == "chat" else 1})
     body["stream_options"] = {"include_usage": True}
     direct = stream(vllm.url, kind, body)
@@ -109,8 +110,9 @@ def test_streamed_chunks_are_vllms_own(vllm: VllmProcess, gateway: LiveServer, k
     assert {ch["id"] for ch in via} == {via[0]["id"]} and via[0]["id"].startswith(
         "chatcmpl-" if kind == "chat" else "cmpl-"
     )
-    [ends] = [ch for ch in via if "laneway" in ch]
+    ends, last = [ch for ch in via if "laneway" in ch]
     assert ends["choices"] and ends["choices"][0]["finish_reason"] == "length"
+    assert last is via[-1] and last["laneway"] == ends["laneway"]
     assert via[-1]["usage"]["completion_tokens"] == 40 and not via[-1]["choices"]
 
 
