@@ -249,5 +249,6 @@ def test_the_classes_a_policy_may_stop() -> None:
     classes = ClassTable()
     assert stoppable_classes(classes, "laneway") == {2, 3}  # P0 and P1 are never preempted
     assert stoppable_classes(classes, "mlfq") == {2, 3}
-    for name in ("fifo", "priority", "graceful"):  # (graceful lets running work drain)
+    assert stoppable_classes(classes, "graceful") == {2, 3}  # (past its drain cap, it preempts)
+    for name in ("fifo", "priority"):
         assert stoppable_classes(classes, name) == frozenset()

@@ -372,9 +372,10 @@ def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict
 def stoppable_classes(classes: ClassTable, policy_name: str) -> frozenset[int]:
     """The classes whose running work the policy may stop (and later resume): those some
     class may preempt, or any preemptible one under feedback; none where the policy
-    never stops running work (``fifo``, ``priority``; ``graceful`` lets it drain)."""
+    never stops running work (``fifo``, ``priority``). (``graceful`` drains first but
+    preempts a victim that would not end within its drain cap.)"""
     spec = policy(policy_name)
-    if spec.preemption in ("none", "drain") and not spec.feedback:
+    if spec.preemption == "none" and not spec.feedback:
         return frozenset()
     preemptible = {c.rank for c in classes.classes if c.preemptible}
     if spec.feedback:
