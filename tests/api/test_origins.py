@@ -45,6 +45,26 @@ def test_a_foreign_pages_post_is_refused_before_it_runs(server: LiveServer) -> N
     assert r.status_code == 403
 
 
+def test_a_page_of_a_name_rebound_to_loopback_is_foreign(server: LiveServer) -> None:
+    """DNS rebinding: evil.example made to resolve to 127.0.0.1; its page's requests carry
+    its own name as both Origin and Host. A server on 127.0.0.1 answers to loopback names."""
+    url = server.base_url + "/completions"
+    port = server.url.rsplit(":", 1)[1]
+    rebound = {"origin": f"http://evil.example:{port}", "host": f"evil.example:{port}"}
+    r = httpx.post(url, json=BODY, headers=rebound)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "cross_origin"
+    local = {"origin": f"http://localhost:{port}", "host": f"localhost:{port}"}
+    assert httpx.post(url, json=BODY, headers=local).status_code == 200
+
+
+def test_the_names_a_server_answers_to() -> None:
+    from laneway.api.guard import own_names
+
+    assert own_names("0.0.0.0") is None and own_names("::") is None  # (reachable under any name)
+    assert {"localhost", "127.0.0.1", "[::1]"} <= (own_names("127.0.0.1") or set())
+    assert own_names("10.0.0.5") == {"10.0.0.5", "[10.0.0.5]"}
+
+
 def test_an_allowed_origin_gets_cors(tmp_path: Path) -> None:
     app_origin = "https://app.example.com"
     config = replace(sim_config(tmp_path), allowed_origins=(app_origin,))

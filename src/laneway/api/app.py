@@ -111,7 +111,7 @@ def create_app(
 def _middleware(config: ServerConfig) -> list[Middleware]:
     """The guard; and CORS for the browser pages of ``allowed_origins`` (their preflight
     requests answered, their answers readable), where there are any."""
-    out = [Middleware(Guard, allowed_origins=config.allowed_origins)]
+    out = [Middleware(Guard, allowed_origins=config.allowed_origins, bind_host=config.host)]
     if config.allowed_origins:
         out.append(
             Middleware(

@@ -7,7 +7,10 @@ visitor's laneway. A request with an ``Origin`` header that is neither this
 server's own nor in ``allowed_origins`` is refused with 403 before it does
 anything, unless its method only reads (``GET``, ``HEAD``, ``OPTIONS``: the
 browser keeps their answers from the page). Clients that are not browsers send
-no ``Origin``.
+no ``Origin``. On a server bound to one address (the default, 127.0.0.1), a
+page is its own only under a name of that address (``localhost`` for
+loopback): a page of a name made to resolve to 127.0.0.1 (DNS rebinding) is
+foreign.
 
 And an error no handler expected answers 500, and the connection stays usable.
 
@@ -33,11 +36,27 @@ log = logging.getLogger("laneway.api")
 READING = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+ANY_ADDRESS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def own_names(bind_host: str) -> frozenset[str] | None:
+    """The host names a page of this server may have (``None``: any, when it listens on
+    every address and may be reached under any name)."""
+    host = bind_host.lower()
+    if host in ANY_ADDRESS:
+        return None
+    if host in LOOPBACK_NAMES or host.startswith("127."):
+        return LOOPBACK_NAMES | {host}
+    return frozenset({host, f"[{host}]"})
+
+
 class Guard:
-    def __init__(self, app: ASGIApp, allowed_origins: tuple[str, ...] = ()) -> None:
+    def __init__(self, app: ASGIApp, allowed_origins: tuple[str, ...] = (), bind_host: str = "") -> None:
         self.app = app
         self.any_origin = "*" in allowed_origins
         self.origins = frozenset(allowed_origins)
+        self.names = own_names(bind_host)
 
     def foreign(self, scope: Scope) -> str | None:
         """The ``Origin`` of a request that may not come from it, else ``None``."""
@@ -50,11 +69,13 @@ class Guard:
         if origin is None or self.any_origin or origin in self.origins:
             return None
         own = origin.partition("://")[2]
-        return (
-            None
-            if host is not None and own == host and origin.startswith(("http://", "https://"))
-            else origin
-        )
+        if host is None or own != host or not origin.startswith(("http://", "https://")):
+            return origin
+        if self.names is not None:
+            name = host if host.endswith("]") else host.rsplit(":", 1)[0]
+            if name not in self.names:  # (a name that resolves here, not this server's)
+                return origin
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
