@@ -21,14 +21,10 @@ from rich.console import Console
 from rich.table import Table
 
 from laneway.sim.engine import SimResult, simulate
+from laneway.sim.report import percentile
 from laneway.sim.scenarios import scenario
 
 BIG = "big-70b"
-
-
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] if ordered else 0.0
 
 
 def figures(seed: int) -> dict[str, float]:
@@ -45,7 +41,7 @@ def figures(seed: int) -> dict[str, float]:
         "loads_laneway": lw,
         "loads_naive": nv,
         "ratio": lw / nv if nv else math.inf,
-        "p0_wait_p99_s": p99([o.first_wait_s for o in outcomes if o.spec.priority == 0]),
+        "p0_wait_p99_s": percentile([o.first_wait_s for o in outcomes if o.spec.priority == 0], 99) or 0.0,
         "big_done": sum(o.status == "finished" for o in big),
         "big_total": len(big),
     }
