@@ -7,10 +7,12 @@ uvicorn's HTTP protocol (httptools) with three additions:
   sends its headers a byte at a time, is closed); its body within
   ``body_timeout_s`` of the head. A late request gets 408 and the connection
   closes; keep-alive connections idle ``keep_alive_s`` close (uvicorn's own).
-- a request's head (request line and headers) is at most ``max_header_bytes``;
-  past it the client gets 431 and the connection closes, so a client sending
-  megabytes of headers costs the event loop one read, not seconds of parsing.
-  A malformed request gets 400 in OpenAI's error shape (not plain text).
+- a request's head (request line and headers) is at most ``max_header_bytes``,
+  and so are a chunked body's trailers (which are read and dropped: the app
+  never sees them); past it the client gets 431 and the connection closes, so
+  a client sending megabytes of headers costs the event loop one read, not
+  seconds of parsing. A malformed request gets 400 in OpenAI's error shape (not
+  plain text).
 - at most ``max_connections`` open at once. A new connection past the cap
   closes the longest-idle keep-alive connection to make room; when none is
   idle, the newcomer gets 503 with ``Retry-After`` and is closed.
@@ -83,6 +85,10 @@ LATE = _raw(_LATE, "the request did not arrive in time", "invalid_request_error"
 MALFORMED = _raw(_MALFORMED, "malformed HTTP request", "invalid_request_error", "invalid_http")
 
 
+class HeadTooLarge(Exception):
+    """Raised in a parser callback to stop parsing a head past the limit."""
+
+
 class Limits:
     """The limits, shared by every connection of one server."""
 
@@ -130,6 +136,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._in_head = True  # what arrives is a request's head (or nothing yet)
         self._head_bytes = 0  # of the head arriving, received so far
         self._completed = False  # a request ended in the bytes being fed
+        self._head_len = 0  # the URL's and headers' bytes of this request, as parsed
+        self._oversized = False  # its head (or trailers) went past the limit
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
@@ -142,17 +150,41 @@ class GuardedProtocol(HttpToolsProtocol):
         # undercount of one read at most; never an overcount of a request with a body)
         self._head_bytes = 0 if self._completed else self._head_bytes + len(data)
         if self._head_bytes > self.limits.max_header_bytes:
-            self.limits.oversized += 1
-            self._disarm()
-            self.transport.write(self.limits.too_large)
-            self.transport.close()
+            self._too_large()
+
+    def _too_large(self) -> None:
+        self.limits.oversized += 1
+        self._disarm()
+        self.transport.write(self.limits.too_large)
+        self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        """A request httptools cannot parse: 400 in OpenAI's error shape, and close."""
+        """A request httptools cannot parse: 400 in OpenAI's error shape, and close; or
+        431 where a callback stopped the parse at a head past the limit."""
+        if self._oversized:
+            self._too_large()
+            return
         self.logger.debug("malformed request: %s", msg)
         self._disarm()
         self.transport.write(MALFORMED)
         self.transport.close()
+
+    # what the parser found, counted: a head that arrived in one read is measured too
+    def _count(self, n: int) -> None:
+        self._head_len += n
+        if self._head_len > self.limits.max_header_bytes:
+            self._oversized = True
+            raise HeadTooLarge  # (stops the parse: send_400_response answers 431)
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)  # (": " and CRLF)
+        if self._in_head:
+            super().on_header(name, value)
+        # else a chunked body's trailer: counted, and dropped (it is not the request's head)
 
     # a request's head, then its body, on a clock
     def _arm(self, seconds: float) -> None:
@@ -170,7 +202,8 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         self.limits.timed_out += 1
-        if self._reading and not self._app_started():  # (one that never began a request: closed)
+        # a head or body late (a connection that never began a request: closed, silently)
+        if self._reading and (self._in_head or not self._app_started()):
             self.transport.write(LATE)
         self.transport.close()
 
@@ -210,6 +243,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
+        self._head_len = 0
         super().on_message_begin()
         self._reading = True
         if self._deadline is None:

@@ -196,3 +196,53 @@ def test_a_malformed_request_gets_400_in_openai_shape(server: LiveServer) -> Non
         assert b'"code":"invalid_http"' in got
     finally:
         s.close()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 100_000 + b"\r\n\r\n",  # whole, in one read
+        b"GET /healthz?" + b"q" * 100_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n",  # a long URL
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + b"x-a: b\r\n" * 12_000 + b"\r\n",  # many small ones
+    ],
+    ids=["one-header", "url", "many-headers"],
+)
+def test_a_whole_head_past_the_limit_in_one_read_gets_431(server: LiveServer, head: bytes) -> None:
+    s = _connect(server)
+    try:
+        s.sendall(head)
+        got = _answer(s)
+        assert got.startswith(b"HTTP/1.1 431 ") and b'"code":"headers_too_large"' in got, got[:200]
+    finally:
+        s.close()
+
+
+def test_chunked_trailers_count_against_the_head_limit_and_are_dropped(server: LiveServer) -> None:
+    body = b'{"model": "sim", "prompt": "hi", "max_tokens": 1}'
+    chunked = HEAD + b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n"
+    s = _connect(server)
+    try:  # 100 KB of small trailers: refused, not held in memory and handed to the app
+        s.sendall(chunked + b"a: b\r\n" * 17_000 + b"\r\n")
+        got = _answer(s)
+        assert got.startswith(b"HTTP/1.1 431 "), got[:200]
+    finally:
+        s.close()
+    s = _connect(server)
+    try:  # a small trailer is fine
+        s.sendall(
+            chunked.replace(HEAD, HEAD.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nconnection: close\r\n"))
+            + b"x-checksum: 1\r\n\r\n"
+        )
+        assert _answer(s).startswith(b"HTTP/1.1 200 ")
+    finally:
+        s.close()
+
+
+def test_a_slow_second_head_on_a_kept_connection_gets_408(server: LiveServer) -> None:
+    s = _connect(server)
+    try:
+        assert _healthz(s).startswith(b"HTTP/1.1 200 ")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")  # ... and the rest never
+        assert _answer(s).startswith(b"HTTP/1.1 408 ")
+    finally:
+        s.close()
