@@ -185,3 +185,39 @@ def test_token_ids_past_the_vocabulary_and_best_of_below_n_are_refused(
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and says in err["message"], err
+
+
+def test_a_tenants_token_budget_follows_what_the_engine_counted(tmp_path: Path) -> None:
+    """A prompt the engine refuses (too long for its context) costs the tenant nothing,
+    and a chat prompt of text parts is charged its text (the tokenizer's count at the end)."""
+    from laneway.config import hash_key, parse_config
+
+    cfg = parse_config(
+        {
+            "server": {"data_dir": str(tmp_path)},
+            "workers": [{"name": "w0", "model": MODEL, "slots": 2}],
+            "tenants": {
+                "t": {
+                    "key_sha256": [hash_key("k")],
+                    "quotas": {"P2": {"tokens_per_min": 6, "tokens_burst": 3000}},
+                }
+            },
+        }
+    )
+    auth = {"Authorization": "Bearer k"}
+
+    def post(body: dict[str, object]) -> httpx.Response:
+        return httpx.post(
+            s.base_url + "/chat/completions",
+            json={"model": MODEL, "priority": "P2", **body},
+            headers=auth,
+            timeout=60,
+        )
+
+    with live_server(cfg) as s:
+        too_long = post({"messages": [{"role": "user", "content": "x" * 100_000}], "max_tokens": 1})
+        assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "context_length_exceeded"
+        assert post({"messages": HI, "max_tokens": 1}).status_code == 200  # not locked out by it
+        parts = [{"role": "user", "content": [{"type": "text", "text": "x" * 1000}]}]
+        got = [post({"messages": parts, "max_tokens": 1}).status_code for _ in range(6)]
+        assert got[0] == 200 and 429 in got, got  # ~1,000 tokens each against a burst of 3,000

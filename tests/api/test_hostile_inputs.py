@@ -347,6 +347,7 @@ def test_fuzzed_batch_files_never_wedge(hostile: Hostile, content: list[str]) ->
         ('{"model": "sim", "prompt": "x", "seed": ' + "9" * 5001 + "}", None, "thousands of digits"),
         ('{"model": "sim", "prompt": "x", "max_tokens": 99999999999}', "max_tokens", "from 1 to 2147483647"),
         ('{"model": "sim", "prompt": "x", "user": 5}', "user", "must be a string"),
+        ('{"model": "sim", "prompt": "x", "logit_bias": {"' + "9" * 5000 + '": 1}}', "logit_bias", "ids"),
     ],
 )
 def test_what_cannot_be_taken_is_named_plainly(

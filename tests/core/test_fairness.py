@@ -210,3 +210,20 @@ def test_a_token_quota_holds_a_requests_size_from_admission_and_gives_back_the_u
     assert d.sched.submit(req("r5", 2, 0.0, tenant="t", prompt_tokens=10, output_tokens=190), 0.0) is None
     d.sched.cancel("r5", 0.0)  # queued, never ran: all of its size back (its prompt stays charged)
     assert budget.tokens == pytest.approx(270.0)
+
+
+def test_a_token_quota_is_settled_on_the_prompt_the_engine_counted() -> None:
+    """The prompt is charged as estimated on admission (characters / 4); at its end the
+    real count replaces the estimate, and a request the engine refused before doing
+    anything (too long for the context, ids past the vocabulary) costs nothing."""
+    tenants = {"t": TenantPolicy(token_quotas={2: TokenQuota(6.0, burst=1000)})}
+    d = Driver(Scheduler([WorkerSpec("w0", 4)], SchedulerConfig(tenants=tenants), "laneway"))
+    budget = d.sched.admission._budget("t", 2, tenants["t"].token_quotas[2], 0.0)
+    for rid in ("ok", "refused"):
+        assert d.submit(req(rid, 2, 0.0, tenant="t", prompt_tokens=100, output_tokens=50)) is None
+    assert budget.tokens == pytest.approx(1000 - 300)
+    assert ids(d.step()) == ["ok", "refused"]
+    d.sched.finished("ok", 0.0, tokens=50, prompt_tokens=400)  # a byte-level tokenizer: 4x the estimate
+    assert budget.tokens == pytest.approx(1000 - 300 - 300)
+    d.sched.finished("refused", 0.0, failed=True, tokens=0, prompt_tokens=0)
+    assert budget.tokens == pytest.approx(1000 - 450)  # all of the refused one's charge back

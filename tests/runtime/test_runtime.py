@@ -252,3 +252,15 @@ def test_the_classes_a_policy_may_stop() -> None:
     assert stoppable_classes(classes, "graceful") == {2, 3}  # (past its drain cap, it preempts)
     for name in ("fifo", "priority"):
         assert stoppable_classes(classes, name) == frozenset()
+
+
+def test_a_prompt_of_text_parts_is_sized_by_its_text() -> None:
+    from laneway.core import CostModel
+    from laneway.generation import CHAT, Job, SamplingParams
+    from laneway.runtime.sizing import Sizing
+
+    sizing = Sizing(CostModel(), 256)
+    parts = [{"type": "text", "text": "x" * 2000}, {"type": "text", "text": "y" * 400}]
+    job = Job("r", "m", SamplingParams(), messages=({"role": "user", "content": parts},), kind=CHAT)
+    plain = Job("p", "m", SamplingParams(), messages=({"role": "user", "content": "x" * 2400},), kind=CHAT)
+    assert sizing.prompt_tokens(job) == sizing.prompt_tokens(plain) == 601

@@ -270,7 +270,13 @@ class Leader:
                 dels.discard(rid)
             elif kind in ("f", "c"):
                 if kind == "f":
-                    core.finished(rid, now, failed=bool(e[2]), tokens=e[3] if len(e) > 3 else None)
+                    core.finished(
+                        rid,
+                        now,
+                        failed=bool(e[2]),
+                        tokens=e[3] if len(e) > 3 else None,
+                        prompt_tokens=e[4] if len(e) > 4 else None,
+                    )
                 else:
                     core.cancel(rid, now, tokens=e[2] if len(e) > 2 else None)
                 self._forget(rid, sets, dels)

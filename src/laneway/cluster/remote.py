@@ -186,11 +186,17 @@ class RemoteScheduler:
         return None if b is None else b.req
 
     def finished(
-        self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
+        self,
+        request_id: str,
+        now: float,
+        *,
+        failed: bool = False,
+        tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
         self._mine.discard(request_id)
         if self._gave_back(request_id) is None:
-            self._emit(["f", request_id, failed, tokens])
+            self._emit(["f", request_id, failed, tokens, prompt_tokens])
 
     def preempted(
         self,

@@ -324,15 +324,27 @@ class Scheduler(
         return None
 
     def finished(
-        self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
+        self,
+        request_id: str,
+        now: float,
+        *,
+        failed: bool = False,
+        tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
         """The worker ended the request (``failed=True`` if it errored) having made
-        ``tokens`` output tokens (``None``: not told; its share is charged as expected)."""
+        ``tokens`` output tokens (``None``: not told; its share is charged as expected)
+        from a prompt of ``prompt_tokens`` (``None``: as estimated at submission; 0: the
+        engine refused it before doing anything)."""
         try:
             req = self._reqs[request_id]
         except KeyError:
             raise UnknownRequest(f"unknown request {request_id!r}") from None
         if req.tenant is not None:
+            if prompt_tokens is not None and prompt_tokens != req.prompt_tokens:
+                # the token quota was charged the estimate: the rest, or some back
+                self.admission.charge_tokens(req.tenant, req.priority, prompt_tokens - req.prompt_tokens, now)
+                req.prompt_tokens = prompt_tokens  # (and its fair share follows)
             self._settle(req, tokens, now)
             if self.fair is not None:
                 self.fair.ended(req, tokens)

@@ -122,8 +122,9 @@ def _logit_bias(value: object) -> tuple[tuple[int, float], ...]:
         raise InvalidRequest("logit_bias must be an object of token ids to biases", param="logit_bias")
     out = []
     for key, bias in value.items():
-        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
-            raise InvalidRequest(f"logit_bias keys must be token ids, got {key!r}", param="logit_bias")
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 19):
+            shown = key if len(key) <= 40 else key[:40] + "…"
+            raise InvalidRequest(f"logit_bias keys must be token ids, got {shown!r}", param="logit_bias")
         out.append((int(key), bias))
     return tuple(out)
 

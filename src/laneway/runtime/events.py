@@ -68,7 +68,8 @@ class WorkerEvents:
         if math.isnan(ticket.first_token_s):
             self._first_token(ticket)
         now = self.now()
-        self.sched.finished(ticket.id, now, tokens=event.usage.completion_tokens)
+        usage = event.usage
+        self.sched.finished(ticket.id, now, tokens=usage.completion_tokens, prompt_tokens=usage.prompt_tokens)
         self.metrics.took[ticket.class_name].observe(now - ticket.arrival_s)
         if not ticket.preemptions:  # one run: its pace is the model's
             self.sizing.observe(ticket.job.model, event.usage.completion_tokens, now - ticket.first_token_s)
@@ -102,8 +103,13 @@ class WorkerEvents:
             return
         if ticket.phase is not Phase.QUEUED and self.recovery.retry(ticket, error):
             return
+        # refused by the engine before it made anything (a 4xx: too long, bad ids): its
+        # tenant is charged nothing for it
+        refused = isinstance(error, RequestError) and error.status < 500 and not ticket.tokens
         try:
-            self.sched.finished(ticket.id, self.now(), failed=True, tokens=ticket.tokens)
+            self.sched.finished(
+                ticket.id, self.now(), failed=True, tokens=ticket.tokens, prompt_tokens=0 if refused else None
+            )
         except (InvalidTransition, UnknownRequest):
             self.sched.cancel(ticket.id, self.now(), tokens=ticket.tokens)
         if not isinstance(error, RequestError):

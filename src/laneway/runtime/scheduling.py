@@ -31,9 +31,16 @@ class SchedulerPort(Protocol):
         ...
 
     def finished(
-        self, request_id: str, now: float, *, failed: bool = False, tokens: int | None = None
+        self,
+        request_id: str,
+        now: float,
+        *,
+        failed: bool = False,
+        tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
-        """It ended (``failed``: with an error) having made ``tokens`` output tokens."""
+        """It ended (``failed``: with an error) having made ``tokens`` output tokens from
+        a prompt of ``prompt_tokens`` (0: refused by the engine before it ran)."""
         ...
 
     def preempted(

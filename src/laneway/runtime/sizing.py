@@ -39,7 +39,7 @@ class Sizing:
         if isinstance(job.prompt, list):
             return len(job.prompt) if all(isinstance(t, int) for t in job.prompt) else 1
         if job.messages is not None:
-            chars = sum(len(m["content"]) for m in job.messages if isinstance(m.get("content"), str))
+            chars = sum(_chars(m.get("content")) for m in job.messages)
             return chars // CHARS_PER_TOKEN + 1
         return 1
 
@@ -55,3 +55,12 @@ class Sizing:
         rate = (tokens - 1) / seconds
         old = self.decode_tokens_s.get(model)
         self.decode_tokens_s[model] = rate if old is None else (1 - WEIGHT) * old + WEIGHT * rate
+
+
+def _chars(content: object) -> int:
+    """Characters of a message's content: a string, or a list of parts (their text)."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return 0
