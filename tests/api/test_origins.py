@@ -43,6 +43,8 @@ def test_a_foreign_pages_post_is_refused_before_it_runs(server: LiveServer) -> N
     assert r.status_code == 200 and "access-control-allow-origin" not in r.headers  # (unreadable there)
     r = httpx.request("DELETE", server.base_url + "/files/file-x", headers={"origin": "https://evil.example"})
     assert r.status_code == 403
+    twice = [("origin", "https://evil.example"), ("origin", own)]  # (the last one is not the one)
+    assert httpx.post(url, json=BODY, headers=twice).status_code == 403
 
 
 def test_a_page_of_a_name_rebound_to_loopback_is_foreign(server: LiveServer) -> None:

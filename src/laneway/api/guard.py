@@ -61,12 +61,19 @@ class Guard:
     def foreign(self, scope: Scope) -> str | None:
         """The ``Origin`` of a request that may not come from it, else ``None``."""
         origin = host = None
+        twice = False  # an Origin or Host header given twice: no browser sends that
         for name, value in scope["headers"]:
             if name == b"origin":
+                twice = twice or origin is not None
                 origin = value.decode("latin-1").lower()
             elif name == b"host":
+                twice = twice or host is not None
                 host = value.decode("latin-1").lower()
-        if origin is None or self.any_origin or origin in self.origins:
+        if origin is None:
+            return None
+        if twice:
+            return origin
+        if self.any_origin or origin in self.origins:
             return None
         own = origin.partition("://")[2]
         if host is None or own != host or not origin.startswith(("http://", "https://")):
