@@ -244,7 +244,7 @@ def test_requests_past_the_bytes_held_get_a_503_until_others_end() -> None:
 
 def test_the_classes_a_policy_may_stop() -> None:
     from laneway.core.classes import ClassTable
-    from laneway.runtime.runtime import stoppable_classes
+    from laneway.core.policies import stoppable_classes
 
     classes = ClassTable()
     assert stoppable_classes(classes, "laneway") == {2, 3}  # P0 and P1 are never preempted

@@ -74,6 +74,12 @@ class ClassTable:
     def __getitem__(self, rank: int) -> PriorityClass:
         return self.classes[rank]
 
+    def victims(self) -> tuple[tuple[int, ...], ...]:
+        """Per class, the preemptible classes it may preempt (ranks, ascending)."""
+        return tuple(
+            tuple(sorted(v for v in c.may_preempt if self.classes[v].preemptible)) for c in self.classes
+        )
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.classes)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from laneway.core.classes import ClassTable
+
 PREEMPTION_MODES = ("none", "drain", "auto", "checkpoint", "recompute")
 
 
@@ -57,3 +59,16 @@ def policy(name: str | PolicySpec) -> PolicySpec:
         return POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}") from None
+
+
+def stoppable_classes(classes: ClassTable, name: str | PolicySpec) -> frozenset[int]:
+    """The classes whose running work the policy may stop (and later resume): those some
+    class may preempt, or any preemptible one under feedback; none where the policy
+    never stops running work (``fifo``, ``priority``). (``graceful`` drains first but
+    preempts a victim that would not end within its drain cap.)"""
+    spec = policy(name)
+    if spec.feedback:
+        return frozenset(c.rank for c in classes.classes if c.preemptible)
+    if spec.preemption == "none":
+        return frozenset()
+    return frozenset(v for victims in classes.victims() for v in victims)

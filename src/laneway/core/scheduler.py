@@ -224,7 +224,7 @@ class Scheduler(
         )
         table = cfg.classes.classes
         # the preemptible classes each class may preempt
-        self._victims = [tuple(sorted(v for v in c.may_preempt if table[v].preemptible)) for c in table]
+        self._victims = list(cfg.classes.victims())
         # the classes some class may preempt: with none of them running, no preemption is possible
         exposed = sorted({v for victims in self._victims for v in victims})
         self._exposed_running = tuple(self._running[v] for v in exposed)
@@ -309,7 +309,7 @@ class Scheduler(
         else:
             req.tag = fair.tag(req, req.output_tokens or est * self.costs.decode_tokens_s)
         if tenant is not None:  # its token quota: the prompt and its size (max_tokens) now
-            reserve = req.output_tokens if req.output_tokens > 0 else 0
+            reserve = max(req.output_tokens, 0)
             self.admission.charge_tokens(tenant, cls, req.prompt_tokens + reserve, now)
             req.tokens_charged = reserve  # (settled when it ends: _settle)
         req.state = _QUEUED  # NEW -> QUEUED, checked on entry
@@ -341,13 +341,7 @@ class Scheduler(
         except KeyError:
             raise UnknownRequest(f"unknown request {request_id!r}") from None
         if req.tenant is not None:
-            if prompt_tokens is not None and prompt_tokens != req.prompt_tokens:
-                # the token quota was charged the estimate: the rest, or some back
-                self.admission.charge_tokens(req.tenant, req.priority, prompt_tokens - req.prompt_tokens, now)
-                req.prompt_tokens = prompt_tokens  # (and its fair share follows)
-            self._settle(req, tokens, now)
-            if self.fair is not None:
-                self.fair.ended(req, tokens)
+            self._settle(req, tokens, prompt_tokens, now)
         state = req.state
         if state is not _RUNNING:
             if state is not _PREEMPTED:
@@ -381,9 +375,7 @@ class Scheduler(
         if req.tenant is not None:
             if tokens is None and req.state is _QUEUED and not req.run_s:
                 tokens = 0  # never ran: what was charged for its output goes back
-            self._settle(req, tokens, now)
-            if self.fair is not None:
-                self.fair.ended(req, tokens)
+            self._settle(req, tokens, None, now)
         if req.state is _QUEUED:
             self._dequeue(req, now)
         else:
@@ -460,12 +452,20 @@ class Scheduler(
             req.claimed_for = None
             self._drains.pop(rid, None)
 
-    def _settle(self, req: Request, tokens: int | None, now: float) -> None:
-        """``req`` (a tenant's) ended having made ``tokens`` (``None``: not told): its token
-        quota is charged what it made past what it was charged, or given back the rest."""
-        if tokens is not None and tokens != req.tokens_charged:
-            self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
+    def _settle(self, req: Request, tokens: int | None, prompt_tokens: int | None, now: float) -> None:
+        """``req`` (a tenant's) ended having made ``tokens`` from a prompt of
+        ``prompt_tokens`` (``None``: not told): its token quota, charged the estimates,
+        is charged the rest or given some back, and its fair share follows."""
+        charge = 0
+        if prompt_tokens is not None:
+            charge += prompt_tokens - req.prompt_tokens
+            req.prompt_tokens = prompt_tokens
+        if tokens is not None:
+            charge += tokens - req.tokens_charged
             req.tokens_charged = tokens
+        self.admission.charge_tokens(req.tenant, req.priority, charge, now)  # (0: nothing)
+        if self.fair is not None:
+            self.fair.ended(req, tokens)
 
     def _end(self, req: Request) -> None:
         del self._reqs[req.id]

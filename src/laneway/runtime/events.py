@@ -72,7 +72,7 @@ class WorkerEvents:
         self.sched.finished(ticket.id, now, tokens=usage.completion_tokens, prompt_tokens=usage.prompt_tokens)
         self.metrics.took[ticket.class_name].observe(now - ticket.arrival_s)
         if not ticket.preemptions:  # one run: its pace is the model's
-            self.sizing.observe(ticket.job.model, event.usage.completion_tokens, now - ticket.first_token_s)
+            self.sizing.observe(ticket.job.model, usage.completion_tokens, now - ticket.first_token_s)
         self._end(ticket, event, "completed")
         self.kick()
 

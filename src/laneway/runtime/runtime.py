@@ -30,8 +30,7 @@ from dataclasses import replace
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
-from laneway.core.classes import ClassTable
-from laneway.core.policies import policy
+from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job
 from laneway.protocol.requests import Support
@@ -367,17 +366,3 @@ def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict
             names = {getattr(w, "engine_name", "the built-in engine") for w in group}
             out[model] = Support(False, common, " or ".join(sorted(names)))
     return out
-
-
-def stoppable_classes(classes: ClassTable, policy_name: str) -> frozenset[int]:
-    """The classes whose running work the policy may stop (and later resume): those some
-    class may preempt, or any preemptible one under feedback; none where the policy
-    never stops running work (``fifo``, ``priority``). (``graceful`` drains first but
-    preempts a victim that would not end within its drain cap.)"""
-    spec = policy(policy_name)
-    if spec.preemption == "none" and not spec.feedback:
-        return frozenset()
-    preemptible = {c.rank for c in classes.classes if c.preemptible}
-    if spec.feedback:
-        return frozenset(preemptible)
-    return frozenset(r for c in classes.classes for r in c.may_preempt if r in preemptible)
