@@ -126,6 +126,10 @@ class StandIn:
             self.peak_requests = len(live)
             self.peak_prompts = [f"{decode(s.prompt)[:40]} ({len(s.made)}/{s.target})" for s in live]
 
+    def open_requests(self) -> int:
+        """Generation requests open now (running or waiting, their clients still there)."""
+        return sum(1 for s in (*self.waiting, *self.running) if not s.done and not s.gone)
+
     def _fill(self) -> None:
         while self.waiting and len(self.running) < self.slots:
             seq = self.waiting.popleft()
@@ -175,6 +179,7 @@ class StandIn:
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/stats":  # what tests read: peaks and counts
             stats = {"peak": self.peak, "peak_requests": self.peak_requests, "served": self.served}
+            stats["open"] = self.open_requests()
             stats["peak_prompts"] = self.peak_prompts
             await _json(send, 200, {**stats, "aborted": self.aborted})
             return

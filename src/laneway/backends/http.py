@@ -317,23 +317,30 @@ class Pool:
 
     async def _connect(self) -> _Connection:
         t = self.target
+        made: list[_Connection] = []
+
+        def protocol() -> _Connection:
+            made.append(_Connection(self))
+            return made[-1]
+
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the connection when a
+        # cancel arrives just as it is made (the cancel is lost, and the request that follows
+        # is sent for a caller that was told it ended)
         try:
-            _, conn = await asyncio.wait_for(
-                self.loop.create_connection(
-                    lambda: _Connection(self),
-                    t.host,
-                    t.port,
-                    ssl=self._ssl,
-                    server_hostname=t.host if self._ssl else None,
-                ),
-                self.connect_timeout_s,
-            )
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, conn = await self.loop.create_connection(
+                    protocol, t.host, t.port, ssl=self._ssl, server_hostname=t.host if self._ssl else None
+                )
         except TimeoutError:
             raise HttpError(
                 f"could not connect to {t.host}:{t.port} within {self.connect_timeout_s:g} s"
             ) from None
         except OSError as exc:
             raise HttpError(f"could not connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
+        except asyncio.CancelledError:
+            for c in made:  # made just before the cancel: nobody will use it
+                c.close()
+            raise
         self._open.add(conn)
         return conn
 
@@ -370,14 +377,19 @@ class Pool:
         return conn.send(head + b"\r\n", reader, stall_s)
 
     async def fetch(self, method: str, rel: str, body: bytes | None = None, *, timeout_s: float) -> Collect:
-        """A whole exchange, its answer kept; :class:`HttpError` past ``timeout_s``."""
+        """A whole exchange, its answer kept; :class:`HttpError` past ``timeout_s``. A caller
+        cancelled meanwhile aborts the exchange (the upstream sees its client leave)."""
         reader = Collect()
         exchange = await self.request(method, rel, body, reader)
         try:
-            await asyncio.wait_for(asyncio.shield(exchange.done), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(exchange.done)
         except TimeoutError:
             exchange.abort()
             raise Timeout(f"no answer within {timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            exchange.abort()
+            raise
         return reader
 
     def _release(self, conn: _Connection) -> None:

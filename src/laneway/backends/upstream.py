@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -57,6 +58,8 @@ from laneway.generation import (
 from laneway.protocol.assemble import Assembly
 
 __all__ = ["UpstreamUnavailable", "UpstreamWorker"]
+
+log = logging.getLogger("laneway.backends")
 
 PATHS = {CHAT: "chat/completions", COMPLETION: "completions", EMBEDDING: "embeddings"}
 PROBE_TIMEOUT_S = 2.0
@@ -235,7 +238,14 @@ class UpstreamWorker:
         run.via = via
         return PATHS[via], body
 
+    def _live(self, run: Run, task: asyncio.Task[None] | None) -> bool:
+        """Whether ``task`` is still ``run``'s current start: a run stopped (preempted,
+        cancelled) while its task was between two steps must not go on, even if the task's
+        cancel was lost; and a run resumed since has a task of its own."""
+        return task is not None and run.task is task and self._runs.get(run.job.id) is run
+
     async def _go(self, run: Run) -> None:
+        me = asyncio.current_task()
         try:
             if run.job.kind == EMBEDDING:
                 await self._embed(run)
@@ -243,18 +253,30 @@ class UpstreamWorker:
                 await self._generate(run)
         except asyncio.CancelledError:
             raise
-        except RequestError as exc:
-            self._end(run, Failed(run.job.id, exc))
-        except HttpError as exc:  # the upstream died or stalled: the run may go on elsewhere
+        except Exception as exc:
+            if self._live(run, me):  # (a run stopped meanwhile has had its end)
+                self._end(run, Failed(run.job.id, self._failure(run, exc)))
+
+    def _failure(self, run: Run, exc: Exception) -> Exception:
+        """What a run that raised ``exc`` fails with (and where it may go on from)."""
+        if isinstance(exc, RequestError):
+            return exc
+        if isinstance(exc, HttpError):  # the upstream died or stalled: the run may go on elsewhere
             err = UpstreamUnavailable(f"upstream {self.name}: {exc}")
             err.checkpoint = self._resumable(run)
-            self._end(run, Failed(run.job.id, err))
-        except UpstreamUnavailable as exc:
+            return err
+        if isinstance(exc, UpstreamUnavailable):
             if exc.worker_fault:
                 exc.checkpoint = self._resumable(run)
-            self._end(run, Failed(run.job.id, exc))
-        except BackendError as exc:
-            self._end(run, Failed(run.job.id, exc))
+            return exc
+        if isinstance(exc, BackendError):
+            return exc
+        # a bug of ours on what the upstream sent: the request fails, the worker goes on
+        log.error("upstream %s: job %s failed on its answer", self.name, run.job.id, exc_info=exc)
+        return UpstreamUnavailable(
+            f"upstream {self.name} sent an answer that could not be read ({type(exc).__name__})",
+            worker_fault=False,
+        )
 
     def _resumable(self, run: Run) -> Checkpoint | None:
         """Where a run that failed part-way stopped, for another worker to go on from (as a
@@ -266,9 +288,12 @@ class UpstreamWorker:
         return Checkpoint(run.job, how, run.tokens, run.text, 0, 0.0, _State(run))
 
     async def _embed(self, run: Run) -> None:
+        me = asyncio.current_task()
         path, body = self._body(run)
         raw = json.dumps(body, separators=(",", ":")).encode()
         got = await self._pool.fetch("POST", path, raw, timeout_s=self.timeout_s)
+        if not self._live(run, me):
+            return
         if got.status != 200:
             raise _error_from(got.status, got.body, self.name)
         try:
@@ -281,9 +306,12 @@ class UpstreamWorker:
         self._end(run, Done(run.job.id, "stop", Usage(prompt, 0), "", response=answer))
 
     async def _generate(self, run: Run) -> None:
+        me = asyncio.current_task()
         path, body = self._body(run)
         if run.continued and run.via == COMPLETION and (run.job.body or {}).get("stop"):
             held = await self._held_text(run)
+            if not self._live(run, me):
+                return
             if held is None and run.assembly is not None:
                 # what the upstream held back cannot be read: the client has seen nothing
                 # yet, so the request starts again from scratch (exact, at a cost)
@@ -296,6 +324,8 @@ class UpstreamWorker:
 
         def on_event(data: bytes) -> None:
             nonlocal done_seen
+            if not self._live(run, me):  # (a stopped run's last bytes, read in the same turn)
+                return
             if data == b"[DONE]":
                 done_seen = True
                 return
@@ -312,6 +342,9 @@ class UpstreamWorker:
         exchange = await self._pool.request(
             "POST", path, raw, reader, stall_s=self.stall_timeout_s, accept=b"text/event-stream"
         )
+        if not self._live(run, me):  # stopped while the request was being sent: take it back
+            exchange.abort()
+            return
         run.exchange = exchange
         timer = None
         if math.isfinite(self.timeout_s):
@@ -322,7 +355,10 @@ class UpstreamWorker:
         finally:
             if timer is not None:
                 timer.cancel()
-            run.exchange = None
+            if run.exchange is exchange:
+                run.exchange = None
+        if not self._live(run, me):
+            return
         if reader.status != 200:
             raise _error_from(reader.status, reader.error_body, self.name)
         self._end(run, run.ended())
@@ -351,7 +387,7 @@ class UpstreamWorker:
         return made[len(run.text) :] if made.startswith(run.text) else None
 
     def _end(self, run: Run, event: Done | Failed) -> None:
-        if self._runs.get(run.job.id) is run:
+        if self._runs.get(run.job.id) is run and (run.task is None or run.task is asyncio.current_task()):
             del self._runs[run.job.id]
             run.task = None
             run.sink(event)
