@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import select
+import socket
+import time
+
 import httpx
 import openai
 import pytest
@@ -132,3 +137,43 @@ def test_batch_lines_are_counted_in_metrics(batch_server: LiveServer) -> None:
     failed = 'laneway_batch_lines_total{outcome="failed"}'
     assert _metric(after, failed) == _metric(before, failed)  # every line of this batch answered
     assert _metric(after, "laneway_batch_lines_running") == 0
+
+
+def test_a_chunked_upload_past_the_limit_is_refused_as_it_arrives(batch_server: LiveServer) -> None:
+    """No length given: the 413 comes once the limit (256 KiB here) is passed, while the client
+    is still sending, not after the whole body (200 MiB) was spooled to disk."""
+    host, port = batch_server.url.removeprefix("http://").split(":")
+    boundary = "b0undary"
+    head = (
+        f"POST /v1/files HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n"
+    ).encode()
+    part = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
+        "Content-Type: application/jsonl\r\n\r\n"
+    ).encode()
+    piece = b'{"x": 1}\n' * (1 << 13)  # 72 KiB
+    sent = 0
+    answer = b""
+    pending = b""
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(head + b"%x\r\n%s\r\n" % (len(part), part))
+        deadline = time.monotonic() + 60
+        while sent < 200 << 20 and time.monotonic() < deadline:
+            readable, writable, _ = select.select([s], [s], [], 1.0)
+            if readable:
+                answer = s.recv(65536)
+                break
+            if writable:
+                if not pending:
+                    pending = b"%x\r\n%s\r\n" % (len(piece), piece)
+                n = s.send(pending)
+                pending = pending[n:]
+                sent += n
+        with contextlib.suppress(OSError):
+            s.settimeout(5)
+            answer += s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"payload_too_large" in answer
+    assert sent < 32 << 20, f"{sent >> 20} MiB were sent before the answer"

@@ -78,7 +78,7 @@ def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, redis_ur
     from laneway.config import hash_key
 
     tenant = (
-        f'[tenants.t]\nkey_sha256 = ["{hash_key("t-key")}"]\n'
+        f'[tenants.t]\nkey_sha256 = ["{hash_key("t-key")}"]\nallowed = ["P0", "P1"]\n'
         "[tenants.t.quotas]\nP0 = { rate_per_s = 2, burst = 2 }\n"
     )
     standin = StandInProcess(tmp_path / "standin.log", ("--slots", "8", "--ms-per-token", "0"))
@@ -100,6 +100,14 @@ def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, redis_ur
                     return statuses, time.monotonic() - t0, retry
 
             statuses, took, retry = asyncio.run(go())
+            # on every replica, leader or not: a class the tenant may not use is a 403 (the
+            # configuration says so), one it may use an estimate
+            key = {"Authorization": "Bearer t-key"}
+            for n in NAMES:
+                est = reps[n].url + "/v1/queue/estimate"
+                r = httpx.get(est, params={"priority": "P3"}, headers=key)
+                assert r.status_code == 403 and r.json()["error"]["code"] == "class_not_allowed", r.text
+                assert httpx.get(est, params={"priority": "P1"}, headers=key).status_code == 200
     finally:
         standin.stop()
     ok, limited = statuses.count(200), statuses.count(429)

@@ -11,6 +11,7 @@ import uuid
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive
 
 from laneway.api.objects import file_object, limit_param, page
 from laneway.api.params import authenticate
@@ -51,6 +52,9 @@ async def upload(request: Request) -> Response:
         raise PayloadTooLarge(f"the upload is {declared} bytes; files may have at most {limit}")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequest("upload a file as multipart/form-data with fields 'file' and 'purpose'")
+    # a body without a length (chunked) is counted as it arrives: past the limit it is a 413
+    # then, not once the whole of it has been spooled to disk
+    request = Request(request.scope, _bounded(request.receive, limit + FORM_OVERHEAD, limit))
     async with request.form(max_files=1, max_fields=8) as form:
         purpose = form.get("purpose")
         if purpose is None or purpose == "":
@@ -73,6 +77,22 @@ async def upload(request: Request) -> Response:
     )
     await _store(request).put_file(record, content)
     return JSONResponse(file_object(record))
+
+
+def _bounded(receive: Receive, most: int, limit: int) -> Receive:
+    """``receive``, raising :class:`PayloadTooLarge` once the body is past ``most`` bytes."""
+    got = 0
+
+    async def bounded() -> Message:
+        nonlocal got
+        message = await receive()
+        if message["type"] == "http.request":
+            got += len(message.get("body", b""))
+            if got > most:
+                raise PayloadTooLarge(f"the upload is over the limit of {limit} bytes for a file")
+        return message
+
+    return bounded
 
 
 async def list_files(request: Request) -> Response:

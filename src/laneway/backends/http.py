@@ -48,8 +48,33 @@ class Aborted(HttpError):
     """The exchange was aborted on purpose (a preemption or a cancel)."""
 
 
+class TooLarge(HttpError):
+    """The answer (or one event of it) is larger than the reader keeps."""
+
+
+class Enough(Exception):
+    """Raised by a reader that has all it wants of an answer: the exchange ends now (done,
+    not failed) and the connection is closed rather than read to its end."""
+
+
+MAX_EVENT_BYTES = 16 << 20  # one server-sent event (a chunk of a streamed answer)
+MAX_ERROR_BYTES = 64 << 10  # of an error answer's body (only its start is quoted)
+MAX_BODY_BYTES = 256 << 20  # a whole answer kept by :class:`Collect` (an embedding of many inputs)
+
+
 class Reader:
-    """What an exchange's answer is handed to (override what you need)."""
+    """What an exchange's answer is handed to (override what you need).
+
+    ``bytes_are_progress``: whether any byte received counts as progress for the
+    exchange's stall timeout; a reader that says ``False`` calls :attr:`progress` itself
+    when it has received something that counts (an event of a stream), so that an
+    upstream trickling bytes without a token still stalls.
+    """
+
+    bytes_are_progress = True
+
+    def __init__(self) -> None:
+        self.progress: Callable[[], None] = _nothing
 
     def head(self, status: int, headers: dict[bytes, bytes]) -> None:
         """The status line and headers (names lower-cased)."""
@@ -58,63 +83,114 @@ class Reader:
         """A piece of the (de-chunked) body, as it arrives."""
 
 
+def _nothing() -> None:
+    pass
+
+
 class Events(Reader):
     """A ``text/event-stream`` answer: each event's ``data`` goes to ``on_event``.
 
-    An answer that is not a 200 is kept whole instead (:attr:`error_body`),
-    for the caller to turn into an error.
+    An answer that is not a 200 is kept instead (its first :data:`MAX_ERROR_BYTES`:
+    :attr:`error_body`), for the caller to turn into an error; so is a 200 that is not
+    an event stream (:attr:`content_type` says what it was). Each byte is scanned once,
+    and an event longer than ``max_event_bytes`` fails the exchange (:class:`TooLarge`).
+    Only an event counts as progress for the stall timeout.
     """
 
-    def __init__(self, on_event: Callable[[bytes], None]) -> None:
+    bytes_are_progress = False
+
+    def __init__(self, on_event: Callable[[bytes], None], *, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__()
         self.on_event = on_event
+        self.max_event_bytes = max_event_bytes
         self.status = 0
-        self._buf = b""
-        self._error: list[bytes] | None = None
+        self.content_type = b""
+        self.events = 0
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already searched for an event's end
+        self._cr = False  # the last piece ended in "\r" (held back: "\r\n" may be split)
+        self._error: bytearray | None = None
 
     def head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.status = status
-        if status != 200:
-            self._error = []
+        self.content_type = headers.get(b"content-type", b"")
+        if status != 200 or not self.content_type.lower().startswith(b"text/event-stream"):
+            self._error = bytearray()
+        self.progress()  # (the head counts: the engine took the request)
+
+    @property
+    def is_stream(self) -> bool:
+        return self._error is None
 
     @property
     def error_body(self) -> bytes:
-        return b"".join(self._error or ())
+        return bytes(self._error or b"")
 
     def data(self, piece: bytes) -> None:
         if self._error is not None:
-            self._error.append(piece)
+            room = MAX_ERROR_BYTES - len(self._error)
+            self._error += piece[:room]
+            if len(piece) >= room:
+                raise Enough
             return
-        buf = self._buf + piece if self._buf else piece
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
+        if self._cr:
+            piece = b"\r" + piece
+            self._cr = False
+        if piece.endswith(b"\r"):
+            piece = piece[:-1]
+            self._cr = True
+        if b"\r" in piece:
+            piece = piece.replace(b"\r\n", b"\n")
+        buf = self._buf
+        buf += piece
         start = 0
         while True:
-            end = buf.find(b"\n\n", start)
+            end = buf.find(b"\n\n", max(start, self._scanned - 1))
             if end < 0:
                 break
-            block = buf[start:end]
+            self._event(bytes(buf[start:end]))
             start = end + 2
-            if block.startswith(b"data:") and b"\n" not in block:  # the usual event: one data line
-                self.on_event(block[5:].lstrip(b" "))
-                continue
-            lines = [ln[5:].lstrip(b" ") for ln in block.split(b"\n") if ln.startswith(b"data:")]
-            if lines:
-                self.on_event(b"\n".join(lines))
-        self._buf = buf[start:]
+            self._scanned = start
+        if start:
+            del buf[:start]
+        self._scanned = len(buf)
+        if len(buf) > self.max_event_bytes:
+            raise TooLarge(f"an event of the stream is over {self.max_event_bytes >> 20} MiB")
+
+    def _event(self, block: bytes) -> None:
+        if block.startswith(b"data:") and b"\n" not in block:  # the usual event: one data line
+            self.events += 1
+            self.progress()
+            self.on_event(block[5:].lstrip(b" "))
+            return
+        lines = [ln[5:].lstrip(b" ") for ln in block.split(b"\n") if ln.startswith(b"data:")]
+        if lines:
+            self.events += 1
+            self.progress()
+            self.on_event(b"\n".join(lines))
 
 
 class Collect(Reader):
-    """Keeps the whole body."""
+    """Keeps the whole body (up to ``max_bytes``: past it the exchange fails, :class:`TooLarge`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_BODY_BYTES) -> None:
+        super().__init__()
         self.status = 0
         self.headers: dict[bytes, bytes] = {}
         self.parts: list[bytes] = []
+        self.size = 0
+        self.max_bytes = max_bytes
 
     def head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.status, self.headers = status, headers
 
     def data(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self.size > self.max_bytes:
+            if self.status != 200:  # an error's start is all that is quoted of it
+                self.parts.append(piece[: max(0, MAX_ERROR_BYTES - (self.size - len(piece)))])
+                raise Enough
+            raise TooLarge(f"the answer is over {self.max_bytes >> 20} MiB")
         self.parts.append(piece)
 
     @property
@@ -190,6 +266,7 @@ class _Connection(asyncio.Protocol):
         self._last = 0.0  # loop time of the last byte received
         self._timer: asyncio.TimerHandle | None = None
         self._stall = math.inf
+        self._stop: Exception | None = None  # what a reader raised (httptools reports its own error)
 
     # -------------------------------------------------------------- asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -202,15 +279,25 @@ class _Connection(asyncio.Protocol):
             self.fail(HttpError(f"connection lost: {exc or 'closed by the upstream'}"))
 
     def data_received(self, data: bytes) -> None:
-        self._last = self.pool.loop.time()
+        exchange = self.exchange
+        if exchange is None or exchange.reader.bytes_are_progress:
+            self._last = self.pool.loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self.fail(HttpError("the upstream asked for a protocol upgrade"))
         except httptools.HttpParserError as exc:
-            self.fail(HttpError(f"malformed HTTP answer: {exc}"))
-        except Exception as exc:  # a reader that broke: the exchange fails, the connection goes
-            self.fail(exc)
+            # (httptools reports what a callback raised as its own error; the reader's is kept)
+            stop, self._stop = self._stop, None
+            if isinstance(stop, Enough):  # the reader has what it wants: the rest is not read
+                exchange, self.exchange = self.exchange, None
+                self.close()
+                if exchange is not None:
+                    exchange._finish(None)
+            elif stop is not None:  # a reader that refused the answer: the exchange fails with it
+                self.fail(stop)
+            else:
+                self.fail(HttpError(f"malformed HTTP answer: {exc}"))
 
     # -------------------------------------------------------------- httptools
     def on_message_begin(self) -> None:
@@ -221,11 +308,19 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         if self.exchange is not None:
-            self.exchange.reader.head(self.parser.get_status_code(), self._headers)
+            try:
+                self.exchange.reader.head(self.parser.get_status_code(), self._headers)
+            except Exception as exc:
+                self._stop = exc
+                raise
 
     def on_body(self, body: bytes) -> None:
         if self.exchange is not None:
-            self.exchange.reader.data(body)
+            try:
+                self.exchange.reader.data(body)
+            except Exception as exc:
+                self._stop = exc
+                raise
 
     def on_message_complete(self) -> None:
         exchange, self.exchange = self.exchange, None
@@ -239,9 +334,14 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     # -------------------------------------------------------------- ours
+    def touch(self) -> None:
+        """Progress on the exchange: its stall timer starts again."""
+        self._last = self.pool.loop.time()
+
     def send(self, raw: bytes, reader: Reader, stall_s: float) -> Exchange:
         exchange = Exchange(self, reader)
         self.exchange = exchange
+        reader.progress = self.touch
         self._last = self.pool.loop.time()
         self._stall = stall_s
         if math.isfinite(stall_s):
@@ -256,7 +356,8 @@ class _Connection(asyncio.Protocol):
             return
         idle = self.pool.loop.time() - self._last
         if idle >= self._stall:
-            self.fail(Timeout(f"the upstream sent nothing for {self._stall:g} s"))
+            what = "nothing" if self.exchange.reader.bytes_are_progress else "no event"
+            self.fail(Timeout(f"the upstream sent {what} for {self._stall:g} s"))
         else:
             self._timer = self.pool.loop.call_later(self._stall - idle, self._check_stall)
 
@@ -376,10 +477,19 @@ class Pool:
             return conn.send(head + body, reader, stall_s)
         return conn.send(head + b"\r\n", reader, stall_s)
 
-    async def fetch(self, method: str, rel: str, body: bytes | None = None, *, timeout_s: float) -> Collect:
-        """A whole exchange, its answer kept; :class:`HttpError` past ``timeout_s``. A caller
-        cancelled meanwhile aborts the exchange (the upstream sees its client leave)."""
-        reader = Collect()
+    async def fetch(
+        self,
+        method: str,
+        rel: str,
+        body: bytes | None = None,
+        *,
+        timeout_s: float,
+        max_bytes: int = MAX_BODY_BYTES,
+    ) -> Collect:
+        """A whole exchange, its answer kept (up to ``max_bytes``); :class:`HttpError` past
+        ``timeout_s``. A caller cancelled meanwhile aborts the exchange (the upstream sees
+        its client leave)."""
+        reader = Collect(max_bytes)
         exchange = await self.request(method, rel, body, reader)
         try:
             async with asyncio.timeout(timeout_s):

@@ -30,6 +30,7 @@ was streamed yet).
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import math
@@ -38,8 +39,8 @@ from typing import Any
 
 from laneway.backends.base import Capacity, Health, Sink
 from laneway.backends.continuation import by_ids, by_text, request_body
-from laneway.backends.http import Events, HttpError, Pool, Timeout
-from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of
+from laneway.backends.http import MAX_ERROR_BYTES, Events, HttpError, Pool, Timeout
+from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import BackendError, InvalidRequest, ModelNotFound, PayloadTooLarge, RequestError
 from laneway.generation import (
@@ -167,7 +168,7 @@ class UpstreamWorker:
     async def health(self) -> Health:
         """The upstream answers ``/models`` and serves this worker's model."""
         try:
-            got = await self._pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S)
+            got = await self._pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S, max_bytes=4 << 20)
         except HttpError as exc:
             return Health(False, f"{self.base}: {exc}", transient=isinstance(exc, Timeout))
         if got.status != 200:
@@ -193,6 +194,7 @@ class UpstreamWorker:
 
     # ------------------------------------------------------------ runs
     def _start(self, run: Run) -> None:
+        run.context = self.max_model_len
         if run.job.id in self._runs:
             raise InvalidRequest(f"job {run.job.id!r} is already running on worker {self.name}")
         if len(self._runs) >= self.slots:
@@ -294,15 +296,21 @@ class UpstreamWorker:
         got = await self._pool.fetch("POST", path, raw, timeout_s=self.timeout_s)
         if not self._live(run, me):
             return
+        ctype = got.headers.get(b"content-type", b"")
         if got.status != 200:
-            raise _error_from(got.status, got.body, self.name)
+            raise _error_from(got.status, got.body, self.name, ctype)
         try:
             answer = json.loads(got.body)
-            prompt = int((answer.get("usage") or {}).get("prompt_tokens") or 0)
-        except (ValueError, AttributeError, TypeError):
+            if not isinstance(answer, dict):
+                raise TypeError
+        except (ValueError, TypeError):
             raise UpstreamUnavailable(
-                f"upstream {self.name} answered an embedding that is not JSON"
+                f"upstream {self.name} answered an embedding that is not a JSON object: "
+                + describe_body(got.body, ctype)
             ) from None
+        usage = answer.get("usage")
+        prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        prompt = prompt if plausible(prompt, 0, self.max_model_len or MAX_TOKENS) else 0
         self._end(run, Done(run.job.id, "stop", Usage(prompt, 0), "", response=answer))
 
     async def _generate(self, run: Run) -> None:
@@ -360,7 +368,17 @@ class UpstreamWorker:
         if not self._live(run, me):
             return
         if reader.status != 200:
-            raise _error_from(reader.status, reader.error_body, self.name)
+            raise _error_from(reader.status, reader.error_body, self.name, reader.content_type)
+        if not reader.is_stream:  # (a proxy's page, or an engine that ignored "stream")
+            raise UpstreamUnavailable(
+                f"upstream {self.name} answered 200 but not with an event stream: "
+                + describe_body(reader.error_body, reader.content_type)
+            )
+        if not done_seen and run.open > 0:
+            raise UpstreamUnavailable(
+                f"upstream {self.name}: its stream ended before its answer did "
+                f"({reader.events} events, no finish_reason, no [DONE])"
+            )
         self._end(run, run.ended())
 
     async def _held_text(self, run: Run) -> str | None:
@@ -393,12 +411,12 @@ class UpstreamWorker:
             run.sink(event)
 
 
-def _error_from(status: int, raw: bytes, name: str) -> Exception:
+def _error_from(status: int, raw: bytes, name: str, content_type: bytes = b"") -> Exception:
     """The client-facing error for an upstream's error answer."""
     try:
-        message = message_of(json.loads(raw)["error"])
+        message = message_of(json.loads(raw)["error"])[:MAX_ERROR_CHARS]
     except (ValueError, KeyError, TypeError):
-        message = raw.decode("utf-8", "replace")[:MAX_ERROR_CHARS] or f"HTTP {status}"
+        message = f"HTTP {status}, " + describe_body(raw, content_type)
     text = f"upstream {name}: {message}"
     if status == 404:
         return ModelNotFound(text)
@@ -409,3 +427,15 @@ def _error_from(status: int, raw: bytes, name: str) -> Exception:
     # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
     fault = status in (429, 502, 503, 504) or status < 400
     return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)
+
+
+def describe_body(raw: bytes, content_type: bytes = b"") -> str:
+    """An answer that is not what was expected, quoted for an error message: its type and
+    size, and its start with white space collapsed, bounded and HTML-escaped (a proxy's
+    error page carries markup and scripts that a client may display)."""
+    kind = content_type.decode("latin-1").split(";")[0].strip() or "no content type"
+    start = " ".join(raw[: MAX_ERROR_CHARS * 4].decode("utf-8", "replace").split())
+    if len(start) > MAX_ERROR_CHARS:
+        start = start[:MAX_ERROR_CHARS] + "…"
+    quoted = html.escape(start) if start else "an empty body"
+    return f"{kind}, {len(raw)} bytes{'+' if len(raw) >= MAX_ERROR_BYTES else ''}: {quoted}"

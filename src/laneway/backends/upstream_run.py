@@ -13,6 +13,7 @@ the chunk that ends the answer, kept for the ``Done`` (which carries the
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,11 @@ from laneway.backends.http import Exchange
 from laneway.errors import BackendError
 from laneway.generation import CHAT, COMPLETION, Checkpoint, Delta, Done, Job, Usage
 from laneway.protocol.assemble import Assembly
+
+log = logging.getLogger("laneway.backends")
+
+
+MAX_TOKENS = 10_000_000  # more tokens than any context holds: a count past it is not believed
 
 
 class UpstreamUnavailable(BackendError):
@@ -65,6 +71,15 @@ class Run:
     usage_chunk: dict[str, Any] | None = None
     exchange: Exchange | None = None
     task: asyncio.Task[None] | None = None
+    context: int | None = None  # the model's context length, where the upstream says it
+
+    @property
+    def most_tokens(self) -> int:
+        """The most completion tokens one run may make: ``max_tokens`` (or the context)
+        for each choice. An upstream that streams more, or says it made more, is wrong."""
+        params = self.job.params
+        limit = params.max_tokens if params.max_tokens is not None else (self.context or MAX_TOKENS)
+        return max(1, limit) * choices_of(self.job)
 
     @property
     def wants_ids(self) -> bool:
@@ -134,8 +149,11 @@ class Run:
                 self.prompt_ids = list(top_ids)
             if not wants_ids or self.continued:  # asked by laneway (or of the continuation): not shown
                 chunk["prompt_token_ids"] = None
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and usage:
+            self.usage = usage
+        elif usage is not None and not isinstance(usage, dict):
+            chunk["usage"] = None  # (not passed on: the client gets laneway's own count)
         choices = chunk.get("choices")
         if not choices:
             if "usage" in chunk:
@@ -174,6 +192,11 @@ class Run:
                 ends += 1
                 if c.get("index", 0) == 0:
                     self.finish = c["finish_reason"]
+        if self.run_tokens > self.most_tokens:
+            raise UpstreamUnavailable(
+                f"upstream {self.source} streamed {self.run_tokens} tokens where at most "
+                f"{self.most_tokens} were asked"
+            )
         if self.continued:
             if job.kind == CHAT and self.via == COMPLETION:
                 chunk = as_chat_chunk(chunk)
@@ -196,18 +219,29 @@ class Run:
             self.sink(Delta(job.id, text, counted, chunk=chunk))
 
     def ended(self) -> Done:
-        """The end of this run's stream: the job's ``Done``, with the upstream's usage."""
+        """The end of this run's stream: the job's ``Done``, with the upstream's usage where
+        it is believable (a count, at least what was streamed, at most what was asked: it
+        charges a tenant's budget), else laneway's own count of what was streamed."""
         usage = self.usage or {}
         ran = usage.get("completion_tokens")
-        if _count(ran):  # the upstream's own count for this run
+        if plausible(ran, self.run_tokens, self.most_tokens):  # the upstream's own count for this run
             self.run_tokens = ran
+        elif "completion_tokens" in usage:
+            log.warning(
+                "upstream %s: usage completion_tokens %.40r not believed (%d streamed); %d counted",
+                self.source,
+                ran,
+                self.run_tokens,
+                self.run_tokens,
+            )
         if self.prompt_tokens is None:
             prompt = usage.get("prompt_tokens")
-            if _count(prompt) and not self.continued:
+            ok = plausible(prompt, 0, (self.context or MAX_TOKENS) * choices_of(self.job))
+            if ok and not self.continued:
                 self.prompt_tokens = prompt
             elif self.prompt_ids is not None:
                 self.prompt_tokens = len(self.prompt_ids)
-            elif _count(prompt):  # a run resumed by text had the text so far in its prompt
+            elif ok:  # a run resumed by text had the text so far in its prompt
                 self.prompt_tokens = max(prompt - self.tokens, 0)
         self.tokens += self.run_tokens
         self.run_tokens = 0
@@ -235,8 +269,9 @@ class Run:
         return Done(self.job.id, finish, u, self.text, chunks=tuple(chunks))
 
 
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def plausible(value: object, low: int, high: int) -> bool:
+    """``value`` is a token count between ``low`` and ``high``."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def choices_of(job: Job) -> int:

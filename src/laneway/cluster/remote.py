@@ -277,7 +277,11 @@ class RemoteScheduler:
         return math.inf if got is None else got
 
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
-        """Not known here: the leader holds the tenants' quotas (its 429 says)."""
+        """A class the tenant may not use (configuration, known here); its quotas are the
+        leader's (its 429 says)."""
+        pol = self._tenants.policy_for(tenant)
+        if pol is not None and pol.allowed is not None and cls not in pol.allowed:
+            return ("not_entitled", f"tenant {tenant!r} may not use class {self.names[cls]}", 0.0)
         return None
 
     def available_for(self, model: str | None) -> bool:

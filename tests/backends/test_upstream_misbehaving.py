@@ -1,0 +1,162 @@
+"""An upstream that misbehaves is named, not believed: against a deliberately broken
+upstream (tests/broken_upstream.py), a garbage answer is a 502 naming the upstream (never
+a 200 with empty content), an error page is quoted bounded and escaped, a stream that
+trickles bytes without an event stalls, a usage that is not a believable count is
+replaced by laneway's own, and in every case the slot comes back and the next request
+is served. A second test runs ``laneway serve`` as its own process and measures what
+the big answers (a 50 MiB event, a 300 MiB error body, 5 M token ids) cost it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from broken_upstream import Broken, serving
+from laneway.config import ServerConfig, WorkerConfig
+from laneway.testing import serve_process
+from live_server import live_server
+
+STALL_S = 1.0
+
+
+def config(url: str, tmp_path: Path) -> ServerConfig:
+    worker = WorkerConfig(
+        "up",
+        type="upstream",
+        url=url,
+        model="m",
+        served_name="m",
+        slots=1,
+        token_ids="none",
+        stall_timeout_s=STALL_S,
+    )
+    return replace(
+        ServerConfig(), workers=(worker,), data_dir=tmp_path, probe_interval_s=0.2, unavailable_hold_s=30.0
+    )
+
+
+def ask(c: httpx.Client, prompt: str) -> httpx.Response:
+    return c.post("/completions", json={"model": "m", "prompt": prompt, "max_tokens": 4})
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("html200", "answered 200 but not with an event stream: text/html"),
+        ("json200", "answered 200 but not with an event stream: application/json"),
+        ("notjson", "sent a chunk that is not JSON"),
+        ("htmlerror", "HTTP 502, text/html"),
+        ("trickle", f"sent no event for {STALL_S:g} s"),
+        ("truncated", "its stream ended before its answer did"),
+        ("empty", "its stream ended before its answer did"),
+    ],
+)
+def test_a_garbage_answer_is_a_502_naming_the_upstream(mode: str, says: str, tmp_path: Path) -> None:
+    app = Broken()
+    with (
+        serving(app) as url,
+        live_server(config(url, tmp_path)) as server,
+        httpx.Client(base_url=server.base_url, timeout=60) as c,
+    ):
+        t0 = time.monotonic()
+        r = ask(c, f"{mode} please")
+        took = time.monotonic() - t0
+        assert r.status_code == 502, r.text
+        message = r.json()["error"]["message"]
+        assert "upstream up" in message and says in message, message
+        assert "<script>" not in message and "<html>" not in message
+        if mode in ("html200", "htmlerror"):
+            assert "&lt;script&gt;" in message  # quoted, escaped
+        if mode == "trickle":  # each try stalls after STALL_S without an event, not 60 s of bytes
+            assert took < 30
+        # the slot came back, and the next request is served (the worker, taken out
+        # where the answer said it is unwell, is back once a probe finds it well)
+        assert ask(c, "fine").status_code == 200
+        assert server.runtime.workers["up"].capacity().busy == 0
+        assert all_closed(app)
+
+
+@pytest.mark.parametrize("mode", ["hugeusage", "negusage", "floatusage", "listusage"])
+def test_a_usage_that_is_not_a_believable_count_is_not_charged(mode: str, tmp_path: Path) -> None:
+    app = Broken()
+    with (
+        serving(app) as url,
+        live_server(config(url, tmp_path)) as server,
+        httpx.Client(base_url=server.base_url, timeout=60) as c,
+    ):
+        r = ask(c, f"{mode} please")
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+        # two chunks of text were streamed: that is the count; the prompt's is the upstream's
+        # where it gave a usage object (3), none where it did not
+        prompt = 0 if mode == "listusage" else 3
+        assert usage == {"prompt_tokens": prompt, "completion_tokens": 2, "total_tokens": prompt + 2}
+        assert server.runtime.usage[""][1:] == [prompt, 2]
+        assert ask(c, "fine").status_code == 200
+
+
+def test_big_answers_cost_bounded_memory_and_time_and_others_are_served(tmp_path: Path) -> None:
+    app = Broken()
+    with serving(app) as url:
+        cfg = tmp_path / "laneway.toml"
+        cfg.write_text(
+            f'[server]\ndata_dir = "{tmp_path / "data"}"\nprobe_interval_s = 0.2\n'
+            f'[[workers]]\nname = "up"\ntype = "upstream"\nurl = "{url}"\nmodel = "m"\n'
+            'served_name = "m"\nslots = 4\ntoken_ids = "none"\n'
+        )
+        with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+            base = server.url
+            peak_before = peak_rss_mb(server.proc.pid)
+            cpu_before = server.cpu_s()
+            statuses: dict[str, int] = {}
+            health_s: list[float] = []
+            done = threading.Event()
+
+            def watch_health() -> None:
+                with httpx.Client(timeout=30) as c:
+                    while not done.is_set():
+                        t0 = time.monotonic()
+                        c.get(base + "/healthz")
+                        health_s.append(time.monotonic() - t0)
+                        time.sleep(0.05)
+
+            watcher = threading.Thread(target=watch_health)
+            watcher.start()
+            try:
+                with httpx.Client(base_url=base + "/v1", timeout=120) as c:
+                    for mode in ("bigevent", "bigerror", "manyids"):
+                        r = ask(c, f"{mode} please")
+                        statuses[mode] = r.status_code
+                        message = r.json()["error"]["message"]
+                        assert "upstream up" in message, message
+                    assert ask(c, "fine").status_code == 200
+            finally:
+                done.set()
+                watcher.join(30)
+            grew = peak_rss_mb(server.proc.pid) - peak_before
+            cpu = server.cpu_s() - cpu_before
+    assert statuses == {"bigevent": 502, "bigerror": 502, "manyids": 502}
+    # generous bounds (a quadratic scan took ~57 s and 0.5-1.5 GB): what is read is bounded
+    assert grew < 250, f"the server grew by {grew:.0f} MiB"
+    assert cpu < 30, f"the server spent {cpu:.1f} s of CPU"
+    assert health_s and max(health_s) < 5, f"/healthz took up to {max(health_s):.1f} s"
+
+
+def all_closed(app: Broken, within_s: float = 3.0) -> bool:
+    """The upstream saw every request's connection closed (within a moment)."""
+    deadline = time.monotonic() + within_s
+    while app.open and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return app.open == 0
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
