@@ -1,14 +1,15 @@
 """A stand-in OpenAI-compatible engine: vLLM's HTTP behaviour at a set pace, no model.
 
     python -m laneway.standin [--host 127.0.0.1] [--port 8001] [--slots 4] [--ms-per-token 2]
-                              [--model standin]
+                              [--model standin] [--refuse FIELD ...]
 
 For benchmarks and tests of laneway in front of an engine, where a real
 engine's own cost would drown what is measured. It behaves as vLLM does
 where laneway relies on it: ``/v1/completions`` and ``/v1/chat/completions``
 (streamed or not, ``stream_options.include_usage``), ``return_token_ids``
 (``prompt_token_ids`` in the first chunk, ``token_ids`` in each), prompts as
-token ids, ``/v1/models``, ``/detokenize``; at most ``slots`` sequences run,
+token ids, ``/v1/models``, ``/detokenize``, a few of vLLM's ``/metrics``
+(requests running and waiting); at most ``slots`` sequences run,
 the rest wait in its own FIFO queue (as an engine's do); every running
 sequence gets a token each ``ms_per_token`` (0: all at once); a client that
 goes away frees its slot at once.
@@ -93,8 +94,11 @@ class _Seq:
 class StandIn:
     """The ASGI app."""
 
-    def __init__(self, model: str = "standin", slots: int = 4, ms_per_token: float = 2.0) -> None:
+    def __init__(
+        self, model: str = "standin", slots: int = 4, ms_per_token: float = 2.0, refuse: tuple[str, ...] = ()
+    ) -> None:
         self.model = model
+        self.refuse = frozenset(refuse)  # request fields answered 400 (as an engine without them)
         self.slots = slots
         self.step_s = ms_per_token / 1000.0
         self.waiting: deque[_Seq] = deque()
@@ -183,6 +187,15 @@ class StandIn:
             stats["peak_prompts"] = self.peak_prompts
             await _json(send, 200, {**stats, "aborted": self.aborted})
             return
+        if method == "GET" and path == "/metrics":  # (a few of vLLM's own)
+            text = (
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="{self.model}"}} {len(self.running)}\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f'vllm:num_requests_waiting{{model_name="{self.model}"}} {len(self.waiting)}\n'
+            )
+            await _text(send, 200, text)
+            return
         if method == "GET" and path in ("/v1/models", "/health"):
             models = {
                 "object": "list",
@@ -224,6 +237,11 @@ class StandIn:
                 watch.cancel()
 
     def _parse(self, body: dict[str, Any], *, chat: bool) -> tuple[_Seq, dict[str, Any]]:
+        refused = sorted(self.refuse & body.keys())
+        if refused:
+            raise ValueError(f"{refused[0]} is not supported")
+        if not isinstance(body.get("prompt", ""), str) and "prompt_ids" in self.refuse:
+            raise ValueError("a prompt of token ids is not supported")
         if body.get("model") != self.model:
             raise ValueError(f"model {body.get('model')!r} is not served (try {self.model!r})")
         if chat:
@@ -331,6 +349,13 @@ async def _json(send: Any, status: int, obj: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _text(send: Any, status: int, text: str) -> None:
+    body = text.encode()
+    head = [(b"content-type", b"text/plain; version=0.0.4"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def _sse(send: Any, obj: dict[str, Any]) -> None:
     data = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
     await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -345,8 +370,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--ms-per-token", type=float, default=2.0)
     ap.add_argument("--model", default="standin")
+    ap.add_argument(
+        "--refuse",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="answer 400 to requests with this field, as an engine without it "
+        "(return_token_ids, continue_final_message; prompt_ids: a prompt of token ids)",
+    )
     args = ap.parse_args(argv)
-    app = StandIn(args.model, args.slots, args.ms_per_token)
+    app = StandIn(args.model, args.slots, args.ms_per_token, tuple(args.refuse))
     print(f"standin: serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
 

@@ -136,6 +136,9 @@ async def readyz(request: Request) -> Response:
         ok = st.ok and name not in runtime.prober.down
         ready = ready and ok
         details[name] = {"ok": ok, "detail": st.detail}
+        caps = getattr(runtime.workers[name], "caps", None)  # (an upstream's engine, as learnt)
+        if caps is not None:
+            details[name]["capabilities"] = caps.as_dict()
     return JSONResponse(
         {"status": "ready" if ready else "not ready", "workers": details}, 200 if ready else 503
     )

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from laneway.backends.base import Capacity, Health, Sink
+from laneway.backends.capabilities import Capabilities, metrics_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import MAX_ERROR_BYTES, Events, HttpError, Pool, Timeout
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
@@ -105,6 +106,8 @@ class UpstreamWorker:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._pool = Pool(url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4)
         self.max_model_len: int | None = None  # as the upstream's /models says (vLLM's field)
+        self.caps = Capabilities()  # what the engine takes, as learnt
+        self._asking: asyncio.Task[None] | None = None
         self._runs: dict[str, Run] = {}
         # vLLM serves /detokenize beside /v1, at the root
         self._detokenize = self._pool.target.path.removesuffix("/v1") + "/detokenize"
@@ -113,12 +116,17 @@ class UpstreamWorker:
         return Capacity(self.slots, len(self._runs), (self.model,))
 
     def resume_method(self, job: Job) -> str:
-        """How a preemption of ``job`` would resume here (the response's ``laneway.resume``)."""
+        """How a preemption of ``job`` would resume here (the response's ``laneway.resume``),
+        as far as what the engine takes is known."""
         if job.resume == RESUME_NONE:
             return "none"
         if job.resume == RESUME_RESTART:
             return "restart"
-        return "token_ids" if self.token_ids != "none" else "text"
+        if self._asks_ids and self.caps.id_prompts is not False:
+            return "token_ids"
+        if job.kind == CHAT and self.caps.continue_final is False:
+            return "restart" if not job.stream else "none"
+        return "text"
 
     # ------------------------------------------------------------ protocol
     async def run(self, job: Job, sink: Sink) -> None:
@@ -146,11 +154,15 @@ class UpstreamWorker:
         limit = run.job.params.max_tokens
         if limit is not None and run.tokens + run.run_tokens >= limit:
             return  # every token is in, its end on the way: stopping it now would run it twice
-        self._stop(job_id)
-        run.stopped()
         how = self.resume_method(run.job)
         if how == "token_ids" and (run.out_ids is None or run.prompt_ids is None):
             how = "text"  # the upstream gave no ids
+            if run.job.kind == CHAT and self.caps.continue_final is False:
+                how = "restart" if run.assembly is not None else "none"
+        if how == "none" and run.assembly is None and (run.tokens or run.run_tokens):
+            return  # its client reads what it made, and nothing could resume it: it runs on
+        self._stop(job_id)
+        run.stopped()
         if how in ("restart", "none"):
             how = "restart"
             run.reset()
@@ -170,6 +182,8 @@ class UpstreamWorker:
         try:
             got = await self._pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S, max_bytes=4 << 20)
         except HttpError as exc:
+            if not isinstance(exc, Timeout):  # unreachable: what comes back may be another engine
+                self.caps.forget()
             return Health(False, f"{self.base}: {exc}", transient=isinstance(exc, Timeout))
         if got.status != 200:
             return Health(False, f"{self.base}/models answered {got.status}")
@@ -185,11 +199,18 @@ class UpstreamWorker:
         if self.model not in served:
             listed = ", ".join(str(s) for s in served) or "none"
             return Health(False, f"{self.base} does not serve model {self.model!r} (it serves: {listed})")
+        if self.caps.metrics is None and (self._asking is None or self._asking.done()):
+            self._asking = asyncio.get_running_loop().create_task(self._ask_metrics())
         return Health(True, f"{self.base}: {len(self._runs)}/{self.slots} slots busy")
+
+    async def _ask_metrics(self) -> None:
+        self.caps.metrics = await metrics_of(self._pool)
 
     async def close(self) -> None:
         for job_id in list(self._runs):
             self._stop(job_id)
+        if self._asking is not None:
+            self._asking.cancel()
         await self._pool.close()
 
     # ------------------------------------------------------------ runs
@@ -225,20 +246,85 @@ class UpstreamWorker:
             body["model"] = self.model
             return PATHS[kind], body
         via = kind
+        run.by = ""
         if run.continued:
-            if run.out_ids is not None and run.prompt_ids is not None:
+            if run.out_ids is not None and run.prompt_ids is not None and self.caps.id_prompts is not False:
                 body = by_ids(body, kind, run.prompt_ids + run.out_ids, len(run.out_ids))
-                via = COMPLETION
+                via, run.by = COMPLETION, "ids"
             else:
                 body = by_text(body, kind, run.text, run.tokens)
+                run.by = "text"
         body["model"] = self.model
         body["stream"] = True
         options = job.body.get("stream_options") if job.body else None
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        if self.token_ids == "vllm" and not body.get("echo"):  # with echo, vLLM would blank the prompt
+        run.added_ids = False
+        # (with echo, vLLM would blank the prompt)
+        if (
+            self._asks_ids
+            and not run.without_ids
+            and not body.get("echo")
+            and not body.get("return_token_ids")
+        ):
             body["return_token_ids"] = True
+            run.added_ids = True
         run.via = via
         return PATHS[via], body
+
+    @property
+    def _asks_ids(self) -> bool:
+        """Whether token ids are asked of the engine (configured, and not refused by it)."""
+        return self.token_ids == "vllm" and self.caps.token_ids is not False
+
+    def _refused(self, run: Run, status: int) -> bool:
+        """A 400 to a run that used an extension the engine was not known to take: the
+        engine refuses it. Learnt, and ``True`` when the run may be sent again without it."""
+        if status not in (400, 422):
+            return False
+        caps = self.caps
+        self._saw_ids(run)
+        if run.added_ids and caps.token_ids is None:  # sent again without: that tells
+            run.without_ids = True
+            return True
+        if run.by == "ids" and caps.id_prompts is None:
+            caps.id_prompts = False
+            log.warning("upstream %s refuses prompts of token ids: requests resume by text", self.name)
+            return True
+        if run.by == "text" and run.job.kind == CHAT and caps.continue_final is None:
+            caps.continue_final = False
+            log.warning(
+                "upstream %s refuses continue_final_message: a chat request stopped there starts again "
+                "if its client has seen nothing yet, and one being streamed is not stopped",
+                self.name,
+            )
+            if run.assembly is not None:  # the client has seen nothing: from scratch, exactly
+                run.reset()
+                return True
+            raise UpstreamUnavailable(
+                f"upstream {self.name} cannot continue a chat request it was stopped in "
+                "(it refuses continue_final_message)",
+                worker_fault=False,
+            )
+        return False
+
+    def _saw_ids(self, run: Run) -> None:
+        """Ids came in an earlier run of this job: the engine gives them."""
+        if self.caps.token_ids is None and run.out_ids is not None and (run.added_ids or run.by == "ids"):
+            self.caps.token_ids = True
+
+    def _learnt(self, run: Run) -> None:
+        """A run ended well: what it used is taken."""
+        caps = self.caps
+        self._saw_ids(run)
+        if run.without_ids and caps.token_ids is None:  # refused with them, taken without
+            caps.token_ids = False
+            log.warning("upstream %s refuses return_token_ids: requests resume by text there", self.name)
+        if run.added_ids and caps.token_ids is None:
+            caps.token_ids = run.out_ids is not None  # (ignored: no ids came)
+        if run.by == "ids":
+            caps.id_prompts = True
+        elif run.by == "text" and run.job.kind == CHAT:
+            caps.continue_final = True
 
     def _live(self, run: Run, task: asyncio.Task[None] | None) -> bool:
         """Whether ``task`` is still ``run``'s current start: a run stopped (preempted,
@@ -367,6 +453,10 @@ class UpstreamWorker:
                 run.exchange = None
         if not self._live(run, me):
             return
+        if reader.status != 200 and self._refused(run, reader.status):
+            run.runs = max(run.runs - 1, 0)  # (that one did not run)
+            await self._generate(run)  # once more, without what was refused
+            return
         if reader.status != 200:
             raise _error_from(reader.status, reader.error_body, self.name, reader.content_type)
         if not reader.is_stream:  # (a proxy's page, or an engine that ignored "stream")
@@ -379,6 +469,7 @@ class UpstreamWorker:
                 f"upstream {self.name}: its stream ended before its answer did "
                 f"({reader.events} events, no finish_reason, no [DONE])"
             )
+        self._learnt(run)
         self._end(run, run.ended())
 
     async def _held_text(self, run: Run) -> str | None:

@@ -64,6 +64,9 @@ class Run:
     # this run
     via: str = ""  # the endpoint of this run (a chat job resumed by ids runs as a completion)
     continued: bool = False  # this run continues an earlier one
+    added_ids: bool = False  # laneway asked for token ids in this run (the client did not)
+    without_ids: bool = False  # a 400 came when they were asked: this job asks no more
+    by: str = ""  # how this run continues an earlier one: "ids", "text" ("": it does not)
     open: int = 1  # choices not finished yet
     run_tokens: int = 0
     finish: str | None = None
