@@ -18,6 +18,11 @@ Its "tokenizer" makes a token of each UTF-8 byte of a prompt (ids 1000 and
 up) and writes words (ids below 64) chosen from the prompt's bytes and the
 position, so a request resumed from its token ids writes exactly what it
 would have written in one go. It writes until ``max_tokens`` (default 16).
+
+For tests it counts (``/stats``) the most requests it had open at once, and
+keeps when each request marked with a ``#KEY#`` in its prompt was open
+(``/spans``): a request run twice at once shows as two spans of one key that
+overlap.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import time
 import uuid
 import zlib
@@ -41,6 +47,9 @@ WORDS = (
     "take", "give", "keep", "find", "make",
 )  # fmt: skip
 BYTE_BASE = 1000
+KEY = re.compile(r"#([A-Za-z0-9_.-]{1,64})#")
+MAX_KEY_SEARCH = 256  # prompt tokens searched for a key
+MAX_SPANS = 200_000
 DEFAULT_MAX_TOKENS = 16
 PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each arrival ...
 PEAK_SETTLE_TURNS = 8  # ... and this many turns of the loop later (each one reads the sockets)
@@ -85,6 +94,8 @@ class _Seq:
     made: list[int] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     gone: bool = False
+    key: str | None = None  # the prompt's first "#KEY#" (tests mark their requests so)
+    opened: float = 0.0  # wall clock of its arrival
 
     @property
     def done(self) -> bool:
@@ -109,9 +120,17 @@ class StandIn:
         self.peak = 0  # most sequences running at once
         self.peak_requests = 0  # most generation requests open at once (running or waiting)
         self.peak_prompts: list[str] = []  # the beginnings of their prompts
+        # each marked request's time here: (key, from, until) by the wall clock, so that tests
+        # can tell whether one request ran twice at once, on this engine or beside another
+        self.spans: deque[tuple[str, float, float]] = deque(maxlen=MAX_SPANS)
+        self.opened: set[_Seq] = set()
 
     # ------------------------------------------------------------ scheduling
     def _admit(self, seq: _Seq) -> None:
+        marked = KEY.search(decode(seq.prompt[:MAX_KEY_SEARCH]))
+        if marked is not None:
+            seq.key, seq.opened = marked.group(1), time.time()
+            self.opened.add(seq)
         self.waiting.append(seq)
         self._fill()
         # counted a moment later: a connection its client closed just before sending this one
@@ -157,6 +176,7 @@ class StandIn:
         seq.wake.set()
         if seq.done:
             self.served += 1
+            self._closed(seq)
 
     def _tick(self) -> None:
         self._ticking = False
@@ -165,9 +185,15 @@ class StandIn:
                 self._advance(seq, 1)
         self._fill()
 
+    def _closed(self, seq: _Seq) -> None:
+        if seq in self.opened:
+            self.opened.discard(seq)
+            self.spans.append((seq.key or "", seq.opened, time.time()))
+
     def _leave(self, seq: _Seq) -> None:
         if not seq.done:
             seq.gone = True
+            self._closed(seq)
             self.aborted += 1
             self._fill()
 
@@ -186,6 +212,10 @@ class StandIn:
             stats["open"] = self.open_requests()
             stats["peak_prompts"] = self.peak_prompts
             await _json(send, 200, {**stats, "aborted": self.aborted})
+            return
+        if method == "GET" and path == "/spans":  # marked requests: ended, and open now
+            spans = {"spans": list(self.spans), "open": [(q.key, q.opened) for q in self.opened]}
+            await _json(send, 200, spans)
             return
         if method == "GET" and path == "/metrics":  # (a few of vLLM's own)
             text = (

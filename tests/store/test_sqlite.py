@@ -102,12 +102,22 @@ def test_claim_finish_release_and_counts(db: SQLiteDB) -> None:
 def test_expired_lease_is_claimable_and_the_stale_owner_loses(db: SQLiteDB) -> None:
     started(db, 1)
     db.claim("batch_1", "A", 1, LEASE, 1000.0)
-    db.renew("A", LEASE, 1020.0)  # lease until 1050
+    db.renew("A", LEASE, 1020.0, [("batch_1", 1)])  # lease until 1050
     assert db.claim("batch_1", "B", 1, LEASE, 1049.0) == []
     [b] = db.claim("batch_1", "B", 1, LEASE, 1051.0)
     assert b.attempts == 2
     assert not db.finish("batch_1", 1, "A", True, "late")
     assert db.finish("batch_1", 1, "B", True, '{"ok":1}')
+
+
+def test_only_the_lines_an_owner_runs_are_renewed(db: SQLiteDB) -> None:
+    """A line its owner holds but no longer runs (its result could not be written, its task
+    is gone) runs out its lease and is claimed again; it is not kept alive for ever."""
+    started(db, 2)
+    db.claim("batch_1", "A", 2, LEASE, 1000.0)  # both until 1030
+    db.renew("A", LEASE, 1020.0, [("batch_1", 1)])  # line 1 until 1050; line 2 is not run
+    db.renew("B", LEASE, 1020.0, [("batch_1", 2)])  # (not B's: nothing changes)
+    assert [c.line_no for c in db.claim("batch_1", "B", 2, LEASE, 1031.0)] == [2]
 
 
 def test_one_result_per_custom_id_in_the_schema(db: SQLiteDB) -> None:

@@ -17,14 +17,14 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from laneway.api import batches, completions, dashboard, files, info
-from laneway.api.errors import on_http_error, on_request_error
+from laneway.api.errors import on_http_error, on_request_error, on_store_unavailable
 from laneway.api.guard import Guard
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.errors import RequestError
 from laneway.runtime import CHECKPOINTS, Runtime, build_workers
 from laneway.runtime.batches import BatchRunner
-from laneway.store import Store, open_store
+from laneway.store import Store, StoreUnavailable, open_store
 
 ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
@@ -99,6 +99,7 @@ def create_app(
         exception_handlers={
             RequestError: on_request_error,
             HTTPException: on_http_error,
+            StoreUnavailable: on_store_unavailable,
         },
         middleware=_middleware(config),
     )

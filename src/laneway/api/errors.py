@@ -57,3 +57,21 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     for name, value in (exc.headers or {}).items():
         resp.headers[name] = value
     return resp
+
+
+STORE_RETRY_S = 2
+
+
+async def on_store_unavailable(request: Request, exc: Exception) -> Response:
+    """The shared store cannot be reached now: 503, try again shortly (a write whose answer
+    was lost on the way may have been made)."""
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    resp = error_json(
+        503,
+        f"{exc}; try again shortly",
+        "server_error",
+        "store_unavailable",
+        retry_after_s=STORE_RETRY_S,
+    )
+    resp.headers["Retry-After"] = str(STORE_RETRY_S)
+    return resp

@@ -139,6 +139,10 @@ async def readyz(request: Request) -> Response:
         caps = getattr(runtime.workers[name], "caps", None)  # (an upstream's engine, as learnt)
         if caps is not None:
             details[name]["capabilities"] = caps.as_dict()
-    return JSONResponse(
-        {"status": "ready" if ready else "not ready", "workers": details}, 200 if ready else 503
-    )
+    out: dict[str, object] = {"workers": details}
+    node = getattr(request.app.state, "node", None)
+    if node is not None:  # a replica: it serves only while it reaches the cluster's Redis
+        cluster = node.status()
+        ready = ready and cluster["ok"]
+        out["cluster"] = cluster
+    return JSONResponse({"status": "ready" if ready else "not ready", **out}, 200 if ready else 503)

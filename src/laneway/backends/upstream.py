@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from laneway.backends.base import Capacity, Health, Sink
-from laneway.backends.capabilities import Capabilities, metrics_of
+from laneway.backends.capabilities import Capabilities, load_of, metrics_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import MAX_ERROR_BYTES, Events, HttpError, Pool, Timeout
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
@@ -205,6 +205,13 @@ class UpstreamWorker:
 
     async def _ask_metrics(self) -> None:
         self.caps.metrics = await metrics_of(self._pool)
+
+    async def engine_load(self) -> int | None:
+        """The requests the engine runs or queues for this worker's model, by its own count
+        (all of its clients'); ``None`` where it gives none."""
+        if self.caps.metrics is None:
+            self.caps.metrics = await metrics_of(self._pool)
+        return await load_of(self._pool, self.model, self.caps.metrics or "")
 
     async def close(self) -> None:
         for job_id in list(self._runs):

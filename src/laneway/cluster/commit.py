@@ -6,14 +6,15 @@ the events have been read — all of it or nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from laneway.cluster.lending import Lender
 
-# after the fence: KEYS reqs, pos, loans; ARGV prefix, pos, n sets (rid, entry)..., n dels (rid)...,
-# n replicas (replica, its decisions as one JSON list)..., n loans set (replica|worker, loan)...,
-# n loans ended (replica|worker)...
+# after the fence: KEYS reqs, pos, loans, applied; ARGV prefix, pos, n sets (rid, entry)...,
+# n dels (rid)..., n replicas (replica, its decisions as one JSON list)..., n loans set
+# (replica|worker, loan)..., n loans ended (replica|worker)..., n applied (replica, its last
+# event entry applied)..., n applied dropped (replica)...
 COMMIT = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -31,6 +32,10 @@ n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); i = i + 2 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('HDEL', KEYS[3], ARGV[i]); i = i + 1 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]); i = i + 2 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('HDEL', KEYS[4], ARGV[i]); i = i + 1 end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
 """
@@ -44,9 +49,13 @@ def commit_args(
     out: Sequence[tuple[str, list[Any]]],
     me: str,
     lender: Lender,
+    applied: Mapping[str, int] | None = None,
+    unapplied: Sequence[str] = (),
 ) -> list[Any]:
     """:data:`COMMIT`'s arguments: ``sets`` / ``dels`` of the table, the decisions ``out``
-    (home, encoded) but those for ``me`` (delivered in the process), the loans changed."""
+    (home, encoded) but those for ``me`` (delivered in the process), the loans changed,
+    the last event entry applied of each replica that sent some (``applied``) and the
+    replicas forgotten (``unapplied``)."""
     args: list[Any] = [prefix, pos, len(sets)]
     for rid, entry in sets:
         args += [rid, json.dumps(entry, separators=(",", ":"))]
@@ -66,4 +75,10 @@ def commit_args(
     ended = [f"{home}|{w}" for home, w in lender.changed if (home, w) not in lender.loans]
     args.append(len(ended))
     args += ended
+    applied = applied or {}
+    args.append(len(applied))
+    for home, n in applied.items():
+        args += [home, n]
+    args.append(len(unapplied))
+    args += list(unapplied)
     return args

@@ -28,7 +28,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -37,6 +37,7 @@ from laneway.cluster.codec import decode_request, encode_decision
 from laneway.cluster.commit import COMMIT, commit_args
 from laneway.cluster.lease import Lease, NotLeader
 from laneway.cluster.lending import Lender
+from laneway.cluster.liveness import ALIVE_TTL_S, DEAD_TTL_S, REAP
 from laneway.cluster.remote import ESTIMATES_EVERY_S
 from laneway.core import (
     Decision,
@@ -58,6 +59,11 @@ READ_COUNT = 8  # stream entries (of up to 64 events each) applied per commit (b
 # changes they make become script arguments)
 IDLE_BLOCK_MS = 200
 REAP_EVERY_S = 1.0
+GAP_S = 1.0  # a read of events that took this much longer than it blocks: Redis stood still
+QUARANTINE_CHECK_S = 0.5  # how often the engines of slots held for dead replicas are asked
+QUARANTINE_GRACE_S = 5.0  # a dead replica's request is taken to end by twice its size and this
+QUARANTINE_MAX_S = 120.0  # the longest slots are held for a dead replica (an engine with no count)
+LENT_HOLD_S = 10.0  # the same for its lent slots (short requests)
 
 
 class Leader:
@@ -95,13 +101,18 @@ class Leader:
         self.home: dict[str, str] = {}
         self.entries: dict[str, list[Any]] = {}  # rid -> its table entry
         self.pos = "0-0"
+        self.applied: dict[str, int] = {}  # home -> the last of its event entries applied
+        self.healthy_since = math.inf  # (time.time) since when Redis answered without a gap
         self.led = 0  # times this replica became leader
         self.pace = Sizing(config.costs, 0)  # decode speed per model, as the replicas measure it
+        # the requests a worker's engine runs or queues by its own count (None: it gives none)
+        self.engine_load: Callable[[str], Awaitable[int | None]] | None = None
 
     # ------------------------------------------------------------------ the lease
     def use(self, lease: Lease) -> None:
         self.lease = lease
         self._commit = lease.fenced(COMMIT)
+        self._reap_script = lease.fenced(REAP)
 
     async def lead(self, token: int) -> None:
         await self._rebuild()
@@ -140,8 +151,11 @@ class Leader:
         core = Scheduler(self.specs, self.config, self.policy)
         raw = await self.r.hgetall(self.p + "reqs")
         loans = await self.r.hgetall(self.p + "loans")
+        applied = await self.r.hgetall(self.p + "applied")
         pos = await self.r.get(self.p + "events:pos")
         self.pos = pos.decode() if pos is not None else "0-0"
+        self.applied = {k.decode(): int(v) for k, v in applied.items()}
+        self.healthy_since = time.time()  # (a new leader gives every replica a period to say it lives)
         self.home, self.entries = {}, {}
         pending: list[tuple[str, list[Any]]] = []
         rows = sorted(((k.decode(), json.loads(v)) for k, v in raw.items()), key=lambda kv: kv[1][4])
@@ -194,11 +208,11 @@ class Leader:
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
-        last_reap = last_est = 0.0
+        last_reap = last_est = last_quarantine = 0.0
         while True:
             core = self.core
             assert core is not None
-            now = time.time()
+            now = t_read = time.time()
             wake = core.next_wakeup()
             block = (
                 IDLE_BLOCK_MS if wake == math.inf else int(min(IDLE_BLOCK_MS, max(1.0, (wake - now) * 1000)))
@@ -207,31 +221,53 @@ class Leader:
                 got = await self.r.xread({self.p + "events": self.pos}, count=READ_COUNT, block=block)
             except (aioredis.RedisError, OSError) as exc:
                 log.warning("leader %s: cannot read events: %s", self.replica, exc)
+                self.healthy_since = math.inf
                 await asyncio.sleep(0.2)
                 continue
             now = time.time()
+            if now - t_read > block / 1000 + GAP_S:  # Redis stood still: a gap
+                self.healthy_since = now
+            self.healthy_since = min(self.healthy_since, now)
             sets: dict[str, list[Any]] = {}
             dels: set[str] = set()
             out: list[tuple[str, list[Any]]] = []
+            applied: dict[str, int] = {}
             moved = False
             for _, entries in got or ():
                 for entry_id, fields in entries:
                     self.pos = entry_id.decode()
                     moved = True
+                    home = fields.get(b"h", b"").decode()
+                    n = int(fields.get(b"n", 0))
+                    if home and n:
+                        if n <= self.applied.get(home, 0):
+                            continue  # (sent again: its answer had been lost)
+                        self.applied[home] = applied[home] = n
                     for e in json.loads(fields[b"b"]):
                         self._apply(e, now, sets, dels, out)
             self.lender.hold_in(core)  # (loans that came back: their slots are the core's again)
             for d in core.schedule(now):
                 self._decided(d, sets, dels, out)
-            if now - last_reap >= REAP_EVERY_S:
+            unapplied: list[str] = []
+            if now - last_reap >= REAP_EVERY_S and now - self.healthy_since >= ALIVE_TTL_S:
                 last_reap = now
-                await self._reap(now, sets, dels, out)
+                try:
+                    unapplied = await self._reap(now, sets, dels, out)
+                except NotLeader:
+                    log.warning("leader %s was fenced off: another replica leads", self.replica)
+                    self.core = None
+                    return
+                except (aioredis.RedisError, OSError) as exc:
+                    log.warning("leader %s: cannot look for dead replicas: %s", self.replica, exc)
+            if now - last_quarantine >= QUARANTINE_CHECK_S and self.lender.quarantined():
+                last_quarantine = now
+                await self._release_quarantines(now)
             self._lend(core, out)
-            if moved or sets or dels or out or self.lender.changed:
+            if moved or sets or dels or out or self.lender.changed or unapplied:
                 changed = [(rid, self.entries[rid]) for rid in sets if rid in self.entries]
                 while True:  # the core has moved on: this must be written (or the lease is lost)
                     try:
-                        await self._write(changed, dels, out)
+                        await self._write(changed, dels, out, applied, unapplied)
                         break
                     except NotLeader:
                         log.warning("leader %s was fenced off: another replica leads", self.replica)
@@ -336,36 +372,104 @@ class Leader:
 
     async def _reap(
         self, now: float, sets: dict[str, list[Any]], dels: set[str], out: list[tuple[str, list[Any]]]
-    ) -> None:
-        """Cancel the requests of replicas that stopped saying they live."""
-        homes = sorted((set(self.home.values()) | self.lender.homes()) - {self.me})
+    ) -> list[str]:
+        """Cancel the requests of replicas that stopped saying they live (each taken for dead
+        in one script with its tombstone: :mod:`laneway.cluster.liveness`); the homes whose
+        event numbers are forgotten."""
+        homes = sorted((set(self.home.values()) | self.lender.homes() | set(self.applied)) - {self.me})
         if not homes:
-            return
-        alive = await self.r.mget([f"{self.p}alive:{h}" for h in homes])
-        dead = {h for h, a in zip(homes, alive, strict=True) if a is None}
+            return []
+        dead = {
+            h.decode() if isinstance(h, bytes) else h
+            for h in await self._reap_script([], [self.p, DEAD_TTL_S, *homes])
+        }
         if not dead:
-            return
+            return []
+        for h in dead:
+            self.applied.pop(h, None)
         core = self.core
         assert core is not None
+        # what each dead home may still run on each worker: its requests placed there, and
+        # its lent slots (a process that only stood still runs them on)
+        held: dict[tuple[str, str], int] = {}
+        longest: dict[tuple[str, str], float] = {}
+        for (h, w), loan in self.lender.loans.items():
+            if h in dead and loan.until == 0 and loan.hold:
+                held[(h, w)] = loan.hold
+                longest[(h, w)] = LENT_HOLD_S
         self.lender.drop(dead)
         gone = [rid for rid, h in self.home.items() if h in dead]
         for rid in gone:
+            entry = self.entries.get(rid)
+            if entry is not None and entry[12] == "r" and entry[13] in core.workers:
+                key = (self.home[rid], entry[13])
+                held[key] = held.get(key, 0) + 1
+                est = entry[9] if isinstance(entry[9], int | float) else QUARANTINE_MAX_S
+                longest[key] = max(longest.get(key, 0.0), 2 * est + QUARANTINE_GRACE_S)
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                 core.cancel(rid, now)
             self._forget(rid, sets, dels)
+        for (h, w), n in held.items():
+            self.lender.quarantine(h, w, n, now + min(longest[(h, w)], QUARANTINE_MAX_S))
         log.warning(
-            "replicas %s are gone: %d of their requests cancelled", ", ".join(sorted(dead)), len(gone)
+            "replicas %s are gone: %d of their requests cancelled; %d slots held until their "
+            "engines show them ended",
+            ", ".join(sorted(dead)),
+            len(gone),
+            sum(held.values()),
         )
+        return sorted(dead)
+
+    async def _release_quarantines(self, now: float) -> None:
+        """Give back the slots of dead homes once their engine shows their requests gone
+        (it runs no more than the requests the leader counts there, live replicas' lent
+        ones included), or at their time limit where the engine gives no count."""
+        core = self.core
+        assert core is not None
+        by_worker: dict[str, list[tuple[str, float]]] = {}
+        for (h, w), loan in self.lender.quarantined().items():
+            by_worker.setdefault(w, []).append((h, loan.until))
+        for w, homes in by_worker.items():
+            state = core.workers.get(w)
+            counted = None
+            if state is not None and self.engine_load is not None:
+                with contextlib.suppress(Exception):
+                    counted = await self.engine_load(w)
+            if counted is not None and state is not None:
+                known = len(state.running) + self.lender.lent_out(w)
+                if counted <= known:
+                    for h, _ in homes:
+                        self.lender.release(h, w)
+                    log.info(
+                        "worker %s: the engine runs %d requests: the dead replicas' slots are free",
+                        w,
+                        counted,
+                    )
+                    continue
+            for h, until in homes:
+                if now >= until:
+                    self.lender.release(h, w)
+                    log.warning(
+                        "worker %s: slots of the dead replica %s given back at their time limit (%s)",
+                        w,
+                        h,
+                        "the engine gives no count"
+                        if counted is None
+                        else f"the engine still runs {counted}",
+                    )
 
     async def _write(
         self,
         sets: Sequence[tuple[str, list[Any]]],
         dels: Sequence[str] | set[str],
         out: Sequence[tuple[str, list[Any]]],
+        applied: dict[str, int] | None = None,
+        unapplied: Sequence[str] = (),
     ) -> None:
         assert self._commit is not None
-        args = commit_args(self.p, self.pos, sets, dels, out, self.me, self.lender)
-        await self._commit([self.p + "reqs", self.p + "events:pos", self.p + "loans"], args)
+        args = commit_args(self.p, self.pos, sets, dels, out, self.me, self.lender, applied, unapplied)
+        keys = [self.p + "reqs", self.p + "events:pos", self.p + "loans", self.p + "applied"]
+        await self._commit(keys, args)
         self.lender.changed = set()
         mine = [e for h, e in out if h == self.me]
         if mine:

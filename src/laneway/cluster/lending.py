@@ -43,15 +43,17 @@ ASKED_FOR_S = 2.0  # a replica that asked for slots is lent what comes free for 
 
 @dataclass(slots=True)
 class Loan:
-    """What the leader lent one replica on one worker."""
+    """What the leader lent one replica on one worker; or, once the replica was taken for
+    dead, the slots its requests may still hold there (a *quarantine*: ``until`` > 0)."""
 
     sent: int = 0  # slots lent: the last figure sent
     seq: int = 0  # that figure's number
     used: int = 0  # slots the replica said it uses, when it confirmed ``seq`` or since
     hold: int = 0  # slots held for it in the core
+    until: float = 0.0  # a quarantine's end at the latest (wall clock); 0: a loan
 
-    def to_list(self) -> list[int]:
-        return [self.sent, self.seq, self.used, self.hold]
+    def to_list(self) -> list[float]:
+        return [self.sent, self.seq, self.used, self.hold, self.until]
 
 
 class Lender:
@@ -107,8 +109,29 @@ class Lender:
         for home in gone:
             self.asks.pop(home, None)
 
+    def quarantine(self, home: str, worker: str, n: int, until: float) -> None:
+        """``home`` was taken for dead with ``n`` requests on ``worker`` (its own and lent
+        ones): their slots stay held until the engine shows them gone or ``until``. A
+        process that only stood still (a pause) still has them running there."""
+        self.loans[(home, worker)] = Loan(used=n, hold=n, until=until)
+        self.changed.add((home, worker))
+
+    def quarantined(self) -> dict[tuple[str, str], Loan]:
+        return {k: loan for k, loan in self.loans.items() if loan.until > 0}
+
+    def release(self, home: str, worker: str) -> None:
+        """A quarantine ends: its slots are the core's again."""
+        if (home, worker) in self.loans:
+            del self.loans[(home, worker)]
+            self.changed.add((home, worker))
+
     def homes(self) -> set[str]:
-        return {h for h, _ in self.loans}
+        """The replicas lent slots now (not those in quarantine: they were taken for dead)."""
+        return {h for (h, _), loan in self.loans.items() if loan.until == 0}
+
+    def lent_out(self, worker: str) -> int:
+        """Slots of ``worker`` held for live replicas."""
+        return sum(loan.hold for (_, w), loan in self.loans.items() if w == worker and loan.until == 0)
 
     def restore(self, table: Mapping[str, list[int]], workers: Iterable[str]) -> None:
         """The loans a leader before wrote (``"home|worker"`` -> :meth:`Loan.to_list`), on
@@ -120,7 +143,8 @@ class Lender:
         for key, figures in table.items():
             home, _, worker = key.rpartition("|")
             if worker in known:
-                self.loans[(home, worker)] = Loan(*figures)
+                sent, seq, used, hold, *rest = figures
+                self.loans[(home, worker)] = Loan(int(sent), int(seq), int(used), int(hold), *rest)
 
     def hold_in(self, core: Scheduler) -> list[tuple[str, int, int]]:
         """Make ``core`` hold what is lent on each worker, as far as its slots are free (a
@@ -170,7 +194,7 @@ class Lender:
         workers that serve those models (``serves``: worker -> models; empty: any)."""
         out: list[tuple[str, list[Any]]] = []
         for (home, w), loan in list(self.loans.items()):
-            if loan.sent > 0 and (contested or w in down):
+            if loan.sent > 0 and loan.until == 0 and (contested or w in down):
                 out.append((home, self.lend(home, w, 0)))
         if contested or not wanting:
             return out
@@ -181,7 +205,9 @@ class Lender:
             asking = sorted(h for h, ms in wanting.items() if not models or ms & models)
             if not asking:
                 continue
-            borrowers = {h for (h, v), loan in self.loans.items() if v == w and loan.sent > 0}
+            borrowers = {
+                h for (h, v), loan in self.loans.items() if v == w and loan.sent > 0 and not loan.until
+            }
             cap = max(1, (slots - self.reserve[w]) // max(1, len(borrowers | set(asking))))
             lendable = free.get(w, 0) - self.reserve[w]
             for home in asking:

@@ -30,6 +30,18 @@ class Node:
         self.leader = leader
         self.campaign = campaign
 
+    def status(self) -> dict[str, object]:
+        """For ``/readyz``: whether this replica reaches the cluster's Redis, who leads."""
+        connected = self.remote.connected
+        detail = "Redis reachable" if connected else "the cluster's Redis cannot be reached"
+        return {
+            "ok": connected,
+            "detail": detail,
+            "replica": self.remote.replica,
+            "leader": self.remote.live_leader,
+            "leading": self.leader.leading,
+        }
+
     async def close(self) -> None:
         await self.campaign.close()
         await self.remote.close()
@@ -71,6 +83,13 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         lend_reserve=cluster.lend_reserve,
         lending=cluster.lend_max_s > 0,
     )
+
+    async def engine_load(worker: str) -> int | None:
+        w = runtime.workers.get(worker)
+        ask = getattr(w, "engine_load", None)
+        return None if ask is None else await ask()  # type: ignore[no-any-return]
+
+    leader.engine_load = engine_load
     lease = Lease(
         client, cluster.key_prefix, cluster.replica, ttl_s=LEASE_TTL_S, priority=cluster.leader_priority
     )

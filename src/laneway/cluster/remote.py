@@ -32,6 +32,7 @@ import redis.asyncio as aioredis
 
 from laneway.cluster.codec import decode_decision, encode_request
 from laneway.cluster.lending import Borrower, starts_itself
+from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
 from laneway.core import Decision, Dispatch, Reject, Request, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
@@ -42,7 +43,7 @@ log = logging.getLogger("laneway.cluster")
 
 ESTIMATES_EVERY_S = 0.25  # how often the leader publishes estimates (and a replica reads them)
 EVENTS_PER_ENTRY = 64  # events sent in one stream entry (one command, one parse)
-ALIVE_TTL_S = 3.0  # a replica that has not said it lives for this long is taken for dead
+LOCAL_GRACE_S = 5.0  # past a request's queue timeout, with no decision: given up on here
 
 
 class SharedSizing(Sizing):
@@ -107,6 +108,8 @@ class RemoteScheduler:
         self.events_key = prefix + "events"
         self.decisions_key = f"{prefix}dec:{self.home}"
         self._out: list[list[Any]] = []
+        self._sending: tuple[int, bytes] | None = None  # the entry being sent (its number, its events)
+        self._sent = 0  # entries numbered so far (the leader applies each number once)
         self._wake = asyncio.Event()
         self._inbox: list[Decision] = []
         self._mine: set[str] = set()  # live requests of this replica
@@ -124,6 +127,15 @@ class RemoteScheduler:
         self._last = "0-0"  # the last decision read
         cfg = config or SchedulerConfig()
         self._tenants = Admission(cfg.tenants, cfg.default_tenant, class_names)
+        self._timeouts = [c.timeout_s for c in cfg.classes.classes]
+        # requests sent to the leader with no decision back yet -> when this replica gives up
+        # on one (its queue timeout and a grace, on the runtime's clock): the leader refuses
+        # it at its timeout, unless it cannot be reached
+        self._deadlines: dict[str, float] = {}
+        self.last_heartbeat = -math.inf  # (monotonic) the last heartbeat that got through
+        # dispatches that came while this replica could have been taken for dead (a pause past
+        # its liveness): started only once a heartbeat says it was not
+        self._held: list[Decision] = []
 
     def share(self, sizing: Sizing) -> SharedSizing:
         """``sizing`` as a replica of the cluster measures: with every replica's pace."""
@@ -132,7 +144,9 @@ class RemoteScheduler:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self._heartbeat_script = self.r.register_script(HEARTBEAT)
         await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
+        self.last_heartbeat = time.monotonic()
         start_id = "0-0"  # (a stream of this process's own)
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -147,9 +161,11 @@ class RemoteScheduler:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self._out:
-            with contextlib.suppress(Exception):
+        while self._out or self._sending is not None:
+            try:
                 await self._flush()
+            except Exception:
+                break
 
     # ------------------------------------------------------------------ the core's surface
     def _emit(self, event: list[Any]) -> None:
@@ -167,6 +183,9 @@ class RemoteScheduler:
                 return None
             self._emit(["w", self.home, req.model])  # (it asks for slots)
         self._emit(encode_request(req, self.home))
+        limit = req.timeout_s if req.timeout_s is not None else self._timeouts[req.priority]
+        if limit is not None and math.isfinite(limit):
+            self._deadlines[req.id] = now + limit + LOCAL_GRACE_S
         return None  # admitted or refused by the leader: a decision comes back
 
     def _may_start(self, req: Request) -> bool:
@@ -195,6 +214,7 @@ class RemoteScheduler:
         prompt_tokens: int | None = None,
     ) -> None:
         self._mine.discard(request_id)
+        self._deadlines.pop(request_id, None)
         if self._gave_back(request_id) is None:
             self._emit(["f", request_id, failed, tokens, prompt_tokens])
 
@@ -216,6 +236,7 @@ class RemoteScheduler:
     def cancel(self, request_id: str, now: float, *, tokens: int | None = None) -> bool:
         live = request_id in self._mine
         self._mine.discard(request_id)
+        self._deadlines.pop(request_id, None)
         if self._gave_back(request_id) is None:
             self._emit(["c", request_id, tokens])
         return live
@@ -258,10 +279,34 @@ class RemoteScheduler:
 
     def schedule(self, now: float) -> list[Decision]:
         out, self._inbox = self._inbox, []
+        for d in out:
+            self._deadlines.pop(d.request_id, None)  # type: ignore[union-attr]
+        if out and not self.fresh:  # (fencing: nothing starts on slots the leader may have given away)
+            self._held += [d for d in out if type(d) is Dispatch]
+            out = [d for d in out if type(d) is not Dispatch]
+        late = [rid for rid, at in self._deadlines.items() if at <= now]
+        for rid in late:  # no decision in time: the leader could not be reached
+            del self._deadlines[rid]
+            if rid in self._mine:
+                self.cancel(rid, now)
+                why = "the cluster's scheduler did not answer in time (is Redis reachable?)"
+                out.append(Reject(rid, "queue_timeout", f"queued past its timeout: {why}", math.inf, 5.0))
         return out
 
     def next_wakeup(self) -> float:
-        return math.inf  # (timers are the leader's)
+        """When a request sent to the leader is given up on here (the leader's timers are its own)."""
+        return min(self._deadlines.values(), default=math.inf)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the leader cannot have taken this replica for dead: its last heartbeat got
+        through less than two thirds of its liveness ago (the leader waits the whole of it)."""
+        return time.monotonic() < self.last_heartbeat + ALIVE_TTL_S * 2 / 3
+
+    @property
+    def connected(self) -> bool:
+        """Whether this replica reaches the cluster's Redis (a heartbeat got through lately)."""
+        return time.monotonic() - self.last_heartbeat < ALIVE_TTL_S
 
     def estimate_wait(
         self,
@@ -315,16 +360,23 @@ class RemoteScheduler:
     # ------------------------------------------------------------------ plumbing
     async def _flush(self) -> None:
         """The events so far, in one stream entry (``b``: a list; the leader applies them in
-        order), at most :data:`EVENTS_PER_ENTRY` an entry."""
-        batch = self._out[:EVENTS_PER_ENTRY]
-        await self.r.xadd(self.events_key, {"b": json.dumps(batch, separators=(",", ":"))})
-        del self._out[: len(batch)]
+        order), at most :data:`EVENTS_PER_ENTRY` an entry. Each entry is numbered (``h``:
+        this replica's home, ``n``: the number): one sent again because its answer was
+        lost (Redis went away meanwhile) is applied once."""
+        if self._sending is None:
+            batch = self._out[:EVENTS_PER_ENTRY]
+            del self._out[: len(batch)]
+            self._sent += 1
+            self._sending = (self._sent, json.dumps(batch, separators=(",", ":")).encode())
+        n, raw = self._sending
+        await self.r.xadd(self.events_key, {"b": raw, "h": self.home, "n": n})
+        self._sending = None
 
     async def _send(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._out:
+            while self._out or self._sending is not None:
                 try:
                     await self._flush()
                 except (aioredis.RedisError, OSError) as exc:
@@ -373,11 +425,16 @@ class RemoteScheduler:
         while True:
             sent = time.monotonic()
             with contextlib.suppress(aioredis.RedisError, OSError):
-                key = f"{self.p}alive:{self.home}"
-                if await self.r.set(key, "1", px=int(ALIVE_TTL_S * 1000), xx=True):
+                keys = [f"{self.p}alive:{self.home}", f"{self.p}dead:{self.home}"]
+                if await self._heartbeat_script(keys=keys, args=[int(ALIVE_TTL_S * 1000)]):
                     # lent slots are used only while the leader cannot have taken it for dead
                     self.borrower.valid_until = sent + ALIVE_TTL_S * 2 / 3
-                else:  # it had expired (a pause past it): the leader takes this name for dead
+                    self.last_heartbeat = sent
+                    if self._held and self.fresh:
+                        self._inbox = self._held + self._inbox
+                        self._held = []
+                        self.kick()
+                else:  # the leader took this name for dead (a pause past its liveness)
                     await self._reborn()
             await asyncio.sleep(ALIVE_TTL_S / 3)
 
@@ -388,12 +445,16 @@ class RemoteScheduler:
         are no longer theirs), and it schedules anew through the leader."""
         old, self.home = self.home, f"{self.replica}.{uuid.uuid4().hex[:8]}"
         self.decisions_key = f"{self.p}dec:{self.home}"
+        self._out, self._sending, self._sent = [], None, 0  # (the old name's events: moot)
         self._last = "0-0"
         lost = sorted(self._mine)
         self._mine.clear()
+        self._deadlines.clear()
+        self._held = []
         self._inbox = []
         self.borrower = Borrower(self.borrower.specs)
         await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
+        self.last_heartbeat = time.monotonic()
         log.warning(
             "replica %s was taken for dead (%s expired): %d requests in flight ended; it goes on as %s",
             self.replica,

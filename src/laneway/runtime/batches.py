@@ -25,8 +25,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from laneway.batch import results
 from laneway.batch.validate import ENDPOINTS, Validated, validate_input
@@ -45,13 +46,16 @@ from laneway.store.base import (
     Outputs,
     Store,
 )
+from laneway.store.sqlite import StoreUnavailable
 
 log = logging.getLogger("laneway.batches")
+T = TypeVar("T")
 
 DRIVER_RETRY_MAX_S = 300.0  # the longest wait before a failed driver runs again
 MAX_LISTED_ERRORS = 1000  # validation errors listed in the batch object (the error file has all)
 MAX_RETRY_AFTER_S = 30.0
 RETRY_FAILED_S = 1.0  # back-off before running a line again after a worker failure
+STORE_RETRY_S = 2.0  # the longest wait before the store is tried again while it cannot be reached
 
 
 def new_file_id() -> str:
@@ -162,6 +166,10 @@ class BatchRunner:
             self._failures.pop(d.batch_id, None)
             self._retry_at.pop(d.batch_id, None)
 
+    def running_lines(self) -> list[tuple[str, int]]:
+        """The lines this runner runs now (batch, line number): only their leases are renewed."""
+        return [(d.batch_id, n) for d in self._drivers.values() for n in d.running]
+
     async def _housekeeping(self) -> None:
         renewed = self.clock()
         while True:
@@ -169,10 +177,12 @@ class BatchRunner:
             try:
                 now = self.clock()
                 if now - renewed >= self.cfg.lease_s / 3:
-                    await self.store.renew(self.owner, self.cfg.lease_s, now)
+                    await self.store.renew(self.owner, self.cfg.lease_s, now, self.running_lines())
                     renewed = now
                 for batch in await self.store.batches_in(ACTIVE):
                     self.track(batch.id)
+            except StoreUnavailable as exc:
+                log.warning("batch housekeeping: %s", exc)
             except Exception:
                 log.exception("batch housekeeping failed")
 
@@ -186,29 +196,37 @@ class BatchRunner:
         checked = self.clock()
         while b.status is BatchStatus.IN_PROGRESS:
             now = self.clock()
-            if now >= b.expires_at:
-                await self._stop_lines(d)
-                b = await self._finalize(
-                    b, BatchStatus.EXPIRED, "batch_expired", "the completion window ended"
+            try:
+                if now >= b.expires_at:
+                    await self._stop_lines(d)
+                    b = await self._finalize(
+                        b, BatchStatus.EXPIRED, "batch_expired", "the completion window ended"
+                    )
+                    return
+                free = self.max_in_flight - len(d.running)
+                claimed = (
+                    await self.store.claim(b.id, self.owner, free, self.cfg.lease_s, now) if free > 0 else []
                 )
-                return
-            free = self.max_in_flight - len(d.running)
-            claimed = (
-                await self.store.claim(b.id, self.owner, free, self.cfg.lease_s, now) if free > 0 else []
-            )
-            for line in claimed:
-                self._start_line(d, b, line)
-            if not d.running and not claimed and await self.store.pending(b.id) == 0:
-                await self.store.set_status(b.id, BatchStatus.FINALIZING, int(self.clock()))
-                b = await self._reread(b)
-                break
+                for line in claimed:
+                    self._start_line(d, b, line)
+                if not d.running and not claimed and await self.store.pending(b.id) == 0:
+                    await self.store.set_status(b.id, BatchStatus.FINALIZING, int(self.clock()))
+                    b = await self._reread(b)
+                    break
+            except StoreUnavailable as exc:
+                # away for a while: the lines in flight go on (their leases renewed, their
+                # results written once it is back); this driver looks again shortly
+                log.warning("batch %s: %s", b.id, exc)
+                await asyncio.sleep(STORE_RETRY_S)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(d.wake.wait(), max(0.0, min(self.cfg.poll_s, b.expires_at - now)))
             d.wake.clear()
             if d.recheck or self.clock() - checked >= self.cfg.poll_s:
                 d.recheck = False
                 checked = self.clock()
-                b = await self._reread(b)
+                with contextlib.suppress(StoreUnavailable):
+                    b = await self._reread(b)
         if b.status is BatchStatus.FINALIZING:
             await self._finalize(b, BatchStatus.COMPLETED, None, "")
         elif b.status is BatchStatus.CANCELLING:
@@ -297,10 +315,24 @@ class BatchRunner:
             await self._run_line(d, b, line)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the store failed: try to hand the line back so it runs again
+        except Exception:  # the store refused: try to hand the line back so it runs again
             log.exception("batch %s line %d: could not record its outcome", b.id, line.line_no)
             with contextlib.suppress(Exception):
                 await self._retry(line, RETRY_FAILED_S, count_attempt=True)
+
+    async def _stored(self, what: str, line: ClaimedLine, op: Callable[[], Awaitable[T]]) -> T:
+        """``op`` (a write of ``line``'s outcome), tried again while the store cannot be
+        reached: the outcome is kept here and the line's lease renewed meanwhile (it is in
+        flight), so it is written once the store is back, not lost and not run again."""
+        delay = 0.1
+        while True:
+            try:
+                return await op()
+            except StoreUnavailable as exc:
+                if delay == 0.1:
+                    log.warning("batch %s line %d: cannot %s yet: %s", line.batch_id, line.line_no, what, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, STORE_RETRY_S)
 
     async def _run_line(self, d: _Driver, b: BatchRecord, line: ClaimedLine) -> None:
         cid = line.custom_id
@@ -348,14 +380,24 @@ class BatchRunner:
     async def _write(
         self, line: ClaimedLine, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
     ) -> None:
-        if not await self.store.finish(line.batch_id, line.line_no, self.owner, ok, result, tokens):
+        written = await self._stored(
+            "write its result",
+            line,
+            lambda: self.store.finish(line.batch_id, line.line_no, self.owner, ok, result, tokens),
+        )
+        if not written:
             log.warning("batch %s line %d: no longer ours; result dropped", line.batch_id, line.line_no)
             return
         self.rt.metrics.lines_ended["completed" if ok else "failed"].inc()
 
     async def _retry(self, line: ClaimedLine, after_s: float, *, count_attempt: bool) -> None:
         not_before = self.clock() + min(max(after_s, 0.0), MAX_RETRY_AFTER_S)
-        if await self.store.release(
-            line.batch_id, line.line_no, self.owner, not_before=not_before, count_attempt=count_attempt
-        ):
+        released = await self._stored(
+            "hand it back",
+            line,
+            lambda: self.store.release(
+                line.batch_id, line.line_no, self.owner, not_before=not_before, count_attempt=count_attempt
+            ),
+        )
+        if released:
             self.rt.metrics.lines_ended["retried"].inc()

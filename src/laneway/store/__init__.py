@@ -14,7 +14,7 @@ from laneway.store.base import (
     Outputs,
     Store,
 )
-from laneway.store.sqlite import SQLiteDB, StoreError
+from laneway.store.sqlite import SQLiteDB, StoreError, StoreUnavailable
 from laneway.store.sqlite_store import RedisStore, SQLiteStore, ThreadedStore, open_store
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "ThreadedStore",
     "open_store",
 ]

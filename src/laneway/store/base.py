@@ -180,7 +180,10 @@ class Store(Protocol):
     async def claim(
         self, batch_id: str, owner: str, limit: int, lease_s: float, now: float
     ) -> list[ClaimedLine]: ...
-    async def renew(self, owner: str, lease_s: float, now: float) -> None: ...
+    async def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
+        """Extend the lease of ``lines`` (batch, line number): those ``owner`` runs now."""
+        ...
+
     async def finish(
         self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
     ) -> bool:

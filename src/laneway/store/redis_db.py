@@ -55,6 +55,7 @@ from laneway.store.redis_lua import (
 )
 from laneway.store.sqlite import StoreError
 
+SOCKET_TIMEOUT_S = 10.0  # a Redis standing still fails a call after this (it is tried again)
 LINE_WRITE_CHUNK = 1000  # lines per round trip when a batch starts
 STAGE_TTL_MS = 600_000  # lines written for a start that never happened expire
 FINALIZE_TRIES = 20  # a finalize races finishing lines at most this often before giving up
@@ -94,7 +95,7 @@ class RedisDB:
         self.p = prefix
         self.recovered = 0  # (nothing is released on open: other replicas may be running lines)
         try:
-            self.r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
+            self.r = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5)
             self.r.ping()
         except (redis.RedisError, ValueError) as exc:
             raise StoreError(f"cannot use the Redis store at {url}: {exc}") from None
@@ -293,8 +294,11 @@ class RedisDB:
             out.append(ClaimedLine(batch_id, int(got[i]), cid, body, int(got[i + 2])))
         return out
 
-    def renew(self, owner: str, lease_s: float, now: float) -> None:
-        self._run("renew", owner, repr(now + lease_s))
+    def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
+        args: list[object] = [owner, repr(now + lease_s)]
+        for batch_id, line_no in lines:
+            args += [batch_id, _no(line_no)]
+        self._run("renew", *args)
 
     def finish(
         self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)

@@ -116,16 +116,16 @@ for _, no in ipairs(picked) do
 end
 return out
 """
-# ARGV: prefix, owner, lease until
+# ARGV: prefix, owner, lease until, then (batch, line) of each line the owner runs now. Only
+# those are renewed: a line the owner holds but no longer runs (its task is gone) is left
+# to run out its lease and be claimed again.
 LUA_RENEW = """
 local p, owner = ARGV[1], ARGV[2]
-for _, m in ipairs(redis.call('SMEMBERS', p .. 'own:' .. owner)) do
-  local b, no = string.match(m, '^(.*)|(%d+)$')
+for i = 4, #ARGV, 2 do
+  local b, no = ARGV[i], ARGV[i + 1]
   local mine = redis.call('HGET', p .. 'lown:' .. b, no) == owner
   if mine and redis.call('HGET', p .. 'lst:' .. b, no) == 'r' then
     redis.call('ZADD', p .. 'lr:' .. b, 'XX', ARGV[3], no)
-  else
-    redis.call('SREM', p .. 'own:' .. owner, m)
   end
 end
 return 1

@@ -160,7 +160,10 @@ CLAIM = (
     f"UPDATE {LINES} SET state = 'running', owner = ?, lease_until = ?, attempts = attempts + 1 "
     "WHERE batch_id = ? AND line_no = ? RETURNING line_no, custom_id, body, attempts"
 )
-RENEW = f"UPDATE {LINES} SET lease_until = ? WHERE owner = ? AND state = 'running'"
+RENEW = (
+    f"UPDATE {LINES} SET lease_until = ? "
+    "WHERE batch_id = ? AND line_no = ? AND owner = ? AND state = 'running'"
+)
 FINISH = (
     f"UPDATE {LINES} SET state = ?, result = ?, owner = NULL, lease_until = NULL "
     "WHERE batch_id = ? AND line_no = ? AND state = 'running' AND owner = ?"

@@ -39,6 +39,11 @@ class StoreError(LanewayError):
     """The store cannot be opened or was asked something it must refuse."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now (Redis down, restarting or standing still): the same
+    call may succeed later."""
+
+
 def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
@@ -285,9 +290,9 @@ class SQLiteDB:
             rows = [c.execute(q.CLAIM, (owner, until, batch_id, n)).fetchone() for n in nos]
             return [ClaimedLine(batch_id, *row) for row in rows]
 
-    def renew(self, owner: str, lease_s: float, now: float) -> None:
+    def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
         with self._tx() as c:
-            c.execute(q.RENEW, (now + lease_s, owner))
+            c.executemany(q.RENEW, [(now + lease_s, b, n, owner) for b, n in lines])
 
     def finish(
         self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)

@@ -22,7 +22,7 @@ from laneway.store.base import (
     NewLine,
     Outputs,
 )
-from laneway.store.sqlite import SQLiteDB
+from laneway.store.sqlite import SQLiteDB, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -89,8 +89,8 @@ class ThreadedStore:
     ) -> list[ClaimedLine]:
         return await self._call(self.db.claim, batch_id, owner, limit, lease_s, now)
 
-    async def renew(self, owner: str, lease_s: float, now: float) -> None:
-        await self._call(self.db.renew, owner, lease_s, now)
+    async def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
+        await self._call(self.db.renew, owner, lease_s, now, lines)
 
     async def finish(
         self, batch_id: str, line_no: int, owner: str, ok: bool, result: str, tokens: tuple[int, int] = (0, 0)
@@ -144,6 +144,18 @@ class RedisStore(ThreadedStore):
         from laneway.store.redis_db import RedisDB  # (redis is needed only with a cluster)
 
         return cls(await asyncio.to_thread(RedisDB, url, prefix))
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        import redis
+
+        try:
+            return await super()._call(fn, *args, **kw)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"the shared store (Redis) cannot be reached: {exc}") from None
+        except redis.ResponseError as exc:
+            if str(exc).startswith(("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN")):
+                raise StoreUnavailable(f"the shared store (Redis) is not ready: {exc}") from None
+            raise
 
 
 async def open_store(config: Any) -> ThreadedStore:
