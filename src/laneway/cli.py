@@ -125,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Client commands for the OpenAI Batch API of a running laneway server.",
     )
     add_batch_arguments(batch, _Parser)
+    cluster = commands.add_parser(
+        "cluster",
+        help="ask a cluster's Redis who leads, or go on after Redis lost laneway's data",
+        description="Operator commands for replicas that share state in Redis ([cluster]).",
+    )
+    from laneway.cluster.cli import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(cluster, _Parser)
     return parser
 
 

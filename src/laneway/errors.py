@@ -128,3 +128,10 @@ class Conflict(RequestError):
 
     status = 409
     code = "conflict"
+
+
+class Gone(RequestError):
+    """A batch or file that existed but was lost (the shared store lost its data) (410)."""
+
+    status = 410
+    code = "lost"

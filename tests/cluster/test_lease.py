@@ -1,6 +1,7 @@
 """The lease and its fencing token, model-checked against a real Redis: whatever the
-interleaving of acquisitions, renewals, expiries and stale leaders, a write is accepted
-only from the latest holder, so two leaders never both write."""
+interleaving of acquisitions, renewals, expiries, stale leaders and Redis losing all
+its data, a write is accepted only from the holder of the lease with the latest token, so
+two leaders never both write."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ op = st.one_of(
     st.tuples(st.just("write"), st.sampled_from(NAMES)),
     st.tuples(st.just("release"), st.sampled_from(NAMES)),
     st.tuples(st.just("expire"), st.just("")),  # the holder stalls past its lease
+    st.tuples(st.just("wipe"), st.just("")),  # Redis restarts empty: a new generation is made
 )
 WRITE = "redis.call('RPUSH', KEYS[1], ARGV[1]) return redis.call('LLEN', KEYS[1])"
 
@@ -34,41 +36,57 @@ def test_only_the_latest_holder_writes(redis_url: str, ops: list[tuple[str, str]
         try:
             leases = {n: Lease(client, prefix, n, ttl_s=30) for n in NAMES}
             writes = {n: leases[n].fenced(WRITE) for n in NAMES}
-            epoch = 0  # the model: the latest token given out, and whether the lease is held
+            # the model: the latest token given out (the generation and the epoch), whether
+            # the lease is held, and every token superseded
+            gen, epoch = "", 0
+            latest: str | None = None
+            retired: set[str] = set()
             held_by: str | None = None
-            accepted: list[tuple[str, int]] = []
+            accepted: list[tuple[str, str]] = []
             for name, who in ops:
                 lease = leases.get(who)
                 if name == "acquire":
                     token = await lease.acquire()  # type: ignore[union-attr]
                     if held_by is None:
                         epoch += 1
-                        assert token == epoch
+                        if latest is not None:
+                            retired.add(latest)
+                        latest = f"{gen}:{epoch}"
+                        assert token == latest
                         held_by = who
                     else:
                         assert token is None
                 elif name == "renew":
                     ok = await lease.renew()  # type: ignore[union-attr]
-                    assert ok == (held_by == who and lease.token == epoch)  # type: ignore[union-attr]
+                    assert ok == (held_by == who and lease.token == latest)  # type: ignore[union-attr]
                 elif name == "release":
-                    mine = held_by == who and lease.token == epoch  # type: ignore[union-attr]
+                    mine = held_by == who and lease.token == latest  # type: ignore[union-attr]
                     await lease.release()  # type: ignore[union-attr]
                     if mine:
                         held_by = None
                 elif name == "expire":
                     await client.delete(prefix + "leader")
                     held_by = None  # (its holder may still believe it leads)
+                elif name == "wipe":  # everything gone; the generation check makes a new one
+                    for key in await client.keys(prefix + "*"):
+                        if not key.endswith(b":log"):
+                            await client.delete(key)
+                    gen, epoch, held_by = uuid.uuid4().hex[:8], 0, None
+                    await client.set(prefix + "gen", gen)
+                    if latest is not None:
+                        retired.add(latest)
+                    latest = None
                 else:
                     token = lease.token  # type: ignore[union-attr]
+                    valid = held_by == who and token == latest  # (the lease holds its name and token)
                     try:
                         await writes[who]([prefix + "log"], [f"{who}:{token}"])
                     except NotLeader:
-                        assert token != epoch  # refused: only a stale (or no) token
+                        assert not valid  # refused: a stale token, or a lease run out
                     else:
-                        assert token == epoch  # accepted: only the latest holder's token
+                        assert valid  # accepted: only the holder of the lease, with the latest token
+                        assert token not in retired  # (a token of before a wipe never again)
                         accepted.append((who, token))
-            tokens = [t for _, t in accepted]
-            assert tokens == sorted(tokens)  # no write of an older leader after a newer one's
             logged = [x.decode() for x in await client.lrange(prefix + "log", 0, -1)]
             assert logged == [f"{w}:{t}" for w, t in accepted]
         finally:
@@ -85,7 +103,7 @@ def test_a_standby_leads_within_the_lease_after_the_leader_stops_renewing(redis_
         loop = asyncio.get_running_loop()
 
         def campaign(name: str) -> Campaign:
-            async def lead(token: int) -> None:
+            async def lead(token: str) -> None:
                 events.append(("lead", name, loop.time()))
 
             async def lose() -> None:
@@ -133,7 +151,7 @@ def test_a_replica_of_a_higher_priority_takes_the_lease_and_others_take_over_whe
         loses: list[str] = []
 
         def campaign(name: str, priority: int) -> Campaign:
-            async def lead(token: int) -> None:
+            async def lead(token: str) -> None:
                 leads.append((name, loop.time()))
 
             async def lose() -> None:

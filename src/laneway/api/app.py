@@ -80,6 +80,8 @@ def create_app(
             raise
         app.state.store = opened
         runner = BatchRunner(runtime, opened)
+        if node is not None:
+            runner.paused = node.refusal
         app.state.batches = runner
         try:
             await runner.start()

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from laneway.api.files import tenant_of
+from laneway.api.kept import check_can_keep, created, gone_or
 from laneway.api.objects import batch_class, batch_object, limit_param, page
 from laneway.api.params import authenticate, read_json
 from laneway.batch.validate import ENDPOINTS
@@ -79,6 +80,7 @@ def _entitled(cls: int | None, tenant: TenantConfig | None, config: ServerConfig
 async def create(request: Request) -> Response:
     config, store, runner = _parts(request)
     tenant = authenticate(request, config)
+    check_can_keep(request)
     body: Mapping[str, Any] = await read_json(request, config.max_body_bytes)
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
@@ -104,7 +106,9 @@ async def create(request: Request) -> Response:
     owner = tenant.name if tenant is not None else ""
     source = await store.get_file(file_id, owner)
     if source is None:
-        raise NotFound(f"no such file: {file_id}", param="input_file_id")
+        raise await gone_or(
+            store, file_id, owner, NotFound(f"no such file: {file_id}", param="input_file_id")
+        )
     if source.purpose != "batch":
         raise InvalidRequest(
             f"file {file_id} has purpose {source.purpose!r}; a batch needs a 'batch' file",
@@ -124,6 +128,7 @@ async def create(request: Request) -> Response:
         metadata=metadata,
     )
     await store.create_batch(record)
+    created(request, "batch", record.id, owner)
     runner.track(record.id)
     return JSONResponse(batch_object(record, config))
 
@@ -134,7 +139,7 @@ async def _batch(request: Request) -> tuple[ServerConfig, Store, BatchRunner, Ba
     batch_id = request.path_params["batch_id"]
     record = await store.get_batch(batch_id, tenant)
     if record is None:
-        raise NotFound(f"no such batch: {batch_id}", param="batch_id")
+        raise await gone_or(store, batch_id, tenant, NotFound(f"no such batch: {batch_id}", param="batch_id"))
     return config, store, runner, record
 
 

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive
 
+from laneway.api.kept import check_can_keep, created, gone_or
 from laneway.api.objects import file_object, limit_param, page
 from laneway.api.params import authenticate
 from laneway.config.schema import ServerConfig
@@ -52,6 +53,7 @@ async def upload(request: Request) -> Response:
         raise PayloadTooLarge(f"the upload is {declared} bytes; files may have at most {limit}")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequest("upload a file as multipart/form-data with fields 'file' and 'purpose'")
+    check_can_keep(request)
     # a body without a length (chunked) is counted as it arrives: past the limit it is a 413
     # then, not once the whole of it has been spooled to disk
     request = Request(request.scope, _bounded(request.receive, limit + FORM_OVERHEAD, limit))
@@ -76,6 +78,7 @@ async def upload(request: Request) -> Response:
         "file-" + uuid.uuid4().hex[:24], tenant, str(purpose), filename, len(content), int(time.time())
     )
     await _store(request).put_file(record, content)
+    created(request, "file", record.id, tenant)
     return JSONResponse(file_object(record))
 
 
@@ -116,22 +119,26 @@ def _missing(file_id: str) -> NotFound:
 
 async def retrieve(request: Request) -> Response:
     tenant, file_id = await _file(request)
-    record = await _store(request).get_file(file_id, tenant)
+    store = _store(request)
+    record = await store.get_file(file_id, tenant)
     if record is None:
-        raise _missing(file_id)
+        raise await gone_or(store, file_id, tenant, _missing(file_id))
     return JSONResponse(file_object(record))
 
 
 async def content(request: Request) -> Response:
     tenant, file_id = await _file(request)
-    data = await _store(request).file_content(file_id, tenant)
+    store = _store(request)
+    data = await store.file_content(file_id, tenant)
     if data is None:
-        raise _missing(file_id)
+        raise await gone_or(store, file_id, tenant, _missing(file_id))
     return Response(data, media_type="application/octet-stream")
 
 
 async def delete(request: Request) -> Response:
     tenant, file_id = await _file(request)
-    if not await _store(request).delete_file(file_id, tenant):
-        raise _missing(file_id)
+    store = _store(request)
+    if not await store.delete_file(file_id, tenant):
+        raise await gone_or(store, file_id, tenant, _missing(file_id))
+    created(request, "deleted", file_id, tenant)
     return JSONResponse({"id": file_id, "object": "file", "deleted": True})

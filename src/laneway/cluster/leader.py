@@ -64,6 +64,11 @@ QUARANTINE_CHECK_S = 0.5  # how often the engines of slots held for dead replica
 QUARANTINE_GRACE_S = 5.0  # a dead replica's request is taken to end by twice its size and this
 QUARANTINE_MAX_S = 120.0  # the longest slots are held for a dead replica (an engine with no count)
 LENT_HOLD_S = 10.0  # the same for its lent slots (short requests)
+CENSUS_WAIT_S = 3.0  # a new leader waits this long at most for every replica's census
+# ... and this long at least: a replica tells each new leader it sees at its next heartbeat
+# (one a liveness / 3), so every live one has been heard by then, even one the leader could
+# not know of (Redis came back empty: no table, no heartbeat keys yet)
+CENSUS_MIN_S = 1.3
 
 
 class Leader:
@@ -107,6 +112,9 @@ class Leader:
         self.pace = Sizing(config.costs, 0)  # decode speed per model, as the replicas measure it
         # the requests a worker's engine runs or queues by its own count (None: it gives none)
         self.engine_load: Callable[[str], Awaitable[int | None]] | None = None
+        self.census_pending: set[str] = set()  # replicas asked what they run, not answered yet
+        self.census_from = 0.0  # nothing is dispatched before (every live replica heard by then)
+        self.census_until = 0.0  # nor after, unless every replica asked answered
 
     # ------------------------------------------------------------------ the lease
     def use(self, lease: Lease) -> None:
@@ -114,10 +122,25 @@ class Leader:
         self._commit = lease.fenced(COMMIT)
         self._reap_script = lease.fenced(REAP)
 
-    async def lead(self, token: int) -> None:
+    async def lead(self, token: str) -> None:
         await self._rebuild()
+        await self._ask_census(token)
         self.led += 1
         self._task = asyncio.get_running_loop().create_task(self._guarded())
+
+    async def _ask_census(self, census_id: str) -> None:
+        """Ask every replica that lives or has requests in the table what its requests do now
+        (:meth:`_census`): what Redis held may lack what was written last (or all of it).
+        Nothing is dispatched until every one of them answered, or :data:`CENSUS_WAIT_S`
+        passed. (A replica also tells each new leader it sees in the lease, unasked: one whose
+        heartbeat had not come back yet when the leader looked is heard all the same.)"""
+        homes = {self.me, *self.home.values(), *self.lender.homes()}
+        async for key in self.r.scan_iter(match=self.p + "alive:*", count=1000):
+            homes.add(key.decode().removeprefix(self.p + "alive:"))
+        self.census_pending = set(homes)
+        self.census_from = time.time() + CENSUS_MIN_S
+        self.census_until = time.time() + CENSUS_WAIT_S
+        await self._write([], [], [(h, ["K", census_id]) for h in sorted(homes)])
 
     async def _guarded(self) -> None:
         """The loop; if it breaks, the lease is given up (another replica, or this one once
@@ -246,8 +269,16 @@ class Leader:
                     for e in json.loads(fields[b"b"]):
                         self._apply(e, now, sets, dels, out)
             self.lender.hold_in(core)  # (loans that came back: their slots are the core's again)
-            for d in core.schedule(now):
-                self._decided(d, sets, dels, out)
+            if self.census_pending and now >= self.census_until:
+                log.warning(
+                    "leader %s: no census from %s; scheduling on what Redis holds of them",
+                    self.replica,
+                    ", ".join(sorted(self.census_pending)),
+                )
+                self.census_pending = set()
+            if not self.census_pending and now >= self.census_from:
+                for d in core.schedule(now):
+                    self._decided(d, sets, dels, out)
             unapplied: list[str] = []
             if now - last_reap >= REAP_EVERY_S and now - self.healthy_since >= ALIVE_TTL_S:
                 last_reap = now
@@ -262,7 +293,8 @@ class Leader:
             if now - last_quarantine >= QUARANTINE_CHECK_S and self.lender.quarantined():
                 last_quarantine = now
                 await self._release_quarantines(now)
-            self._lend(core, out)
+            if not self.census_pending and now >= self.census_from:
+                self._lend(core, out)
             if moved or sets or dels or out or self.lender.changed or unapplied:
                 changed = [(rid, self.entries[rid]) for rid in sets if rid in self.entries]
                 while True:  # the core has moved on: this must be written (or the lease is lost)
@@ -335,9 +367,81 @@ class Leader:
                 self.lender.ask(rid, e[2] or "", now)
             elif kind == "u":  # a replica took a loan's new figure (rid: the replica)
                 self.lender.report(rid, e[2], int(e[3]), int(e[4]))
+            elif kind == "K":  # a replica's census (rid: the census asked): its requests now
+                self._census(str(e[2]), e[3], now, sets, dels, out)
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             if kind in ("f", "c"):
                 self._forget(rid, sets, dels)
+
+    def _census(
+        self,
+        home: str,
+        entries: list[list[Any]],
+        now: float,
+        sets: dict[str, list[Any]],
+        dels: set[str],
+        out: list[tuple[str, list[Any]]],
+    ) -> None:
+        """What ``home`` reports its requests do (table entries), in order with its events:
+        the table is made to agree. A request the table has that it no longer reports ended
+        (its end was lost); one it runs where the table does not say is taken in as running
+        there; one the table has running that it reports queued is sent its dispatch again
+        (it was lost, or is on its way: a second is ignored); one the table lacks is queued.
+        Its loans end: what ran on lent slots is reported as running."""
+        core = self.core
+        assert core is not None
+        self.census_pending.discard(home)
+        reported = {str(e[1]): e for e in entries}
+        dropped = [rid for rid, h in self.home.items() if h == home and rid not in reported]
+        for rid in dropped:
+            with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
+                core.cancel(rid, now)
+            self._forget(rid, sets, dels)
+        self.lender.drop([home])
+        self.lender.hold_in(core)
+        adopted = requeued = 0
+        for rid, entry in reported.items():
+            state, worker = entry[12], entry[13]
+            known = self.entries.get(rid)
+            if known is not None:
+                if known[12] == state and known[13] == worker:
+                    continue
+                if state == "q" and known[12] == "r":
+                    out.append((home, encode_decision(Dispatch(rid, known[13], None))))
+                    continue
+                with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
+                    core.cancel(rid, now)
+                self._forget(rid, sets, dels)
+            req, _ = decode_request(entry[:12])
+            self.home[rid] = home
+            if state == "r" and worker in core.workers:
+                try:
+                    core.adopt(req, worker, now)
+                    self.entries[rid] = list(entry)
+                    sets[rid] = self.entries[rid]
+                    dels.discard(rid)
+                    adopted += 1
+                    continue
+                except LanewayError:
+                    req, _ = decode_request(entry[:12])  # (no slot to hold it: it waits instead)
+            refused = core.submit(req, now)
+            if refused is not None:
+                out.append((home, encode_decision(refused)))
+                self.home.pop(rid, None)
+                continue
+            self.entries[rid] = [*entry[:12], "q", None]
+            sets[rid] = self.entries[rid]
+            dels.discard(rid)
+            requeued += 1
+        if dropped or adopted or requeued:
+            log.warning(
+                "leader %s: census of %s: %d requests ended unreported, %d taken in running, %d queued",
+                self.replica,
+                home,
+                len(dropped),
+                adopted,
+                requeued,
+            )
 
     def _forget(self, rid: str, sets: dict[str, list[Any]], dels: set[str]) -> None:
         self.home.pop(rid, None)

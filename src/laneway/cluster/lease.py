@@ -3,13 +3,17 @@
 The lease is the key ``PREFIX leader`` holding ``REPLICA|TOKEN``, set with
 ``SET NX PX`` semantics and renewed by its holder (a Lua script compares the
 value first, so only the holder renews or releases it). Each acquisition takes
-the next number of ``PREFIX leader:epoch``: that number is the fencing token.
+the next number of ``PREFIX leader:epoch``: with the data set's generation
+(``PREFIX gen``, :mod:`laneway.cluster.generation`) that number is the fencing
+token, ``GENERATION:EPOCH``.
 
 A leader's every write goes through :meth:`Lease.fenced`: a Lua script that
-runs the write only while the epoch still equals the leader's token. A leader
-that stalled past its lease while another took over has an older token, and
-its writes are refused — two leaders never both write, even if both believe
-they lead for a moment.
+runs the write only while the lease still holds the leader's name and token. A
+leader that stalled past its lease (whether or not another took over since), or
+one of before a Redis restart from an older copy of its data (epochs counted
+again from that copy, under the same generation, until the loss is seen), is
+refused — two leaders never both write, even if both believe they lead for a
+moment.
 
 Replicas may rank for the lease (``[cluster] leader_priority``): every try
 and renewal also says "I am a candidate of priority N" for one lease period,
@@ -50,13 +54,15 @@ local function stand(prio_key, seen_key, me, priority, ttl)
   return tonumber(top[2]) > tonumber(priority)
 end
 """
-# KEYS lease, epoch, prio, seen; ARGV replica, ttl_ms, priority
+# KEYS lease, epoch, prio, seen, gen; ARGV replica, ttl_ms, priority. The token is the data
+# set's generation and the epoch: a Redis restarted empty counts epochs from 1 again, but
+# under another generation (laneway.cluster.generation), so no old token is ever valid again
 _ACQUIRE = (
     _CANDIDATE
     + """
 local outranked = stand(KEYS[3], KEYS[4], ARGV[1], ARGV[3], tonumber(ARGV[2]))
 if redis.call('EXISTS', KEYS[1]) == 1 or outranked then return 0 end
-local token = redis.call('INCR', KEYS[2])
+local token = (redis.call('GET', KEYS[5]) or '') .. ':' .. redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
 return token
 """
@@ -89,7 +95,7 @@ class NotLeader(Exception):
 @dataclass(frozen=True)
 class Holder:
     replica: str
-    token: int
+    token: str
 
 
 class Lease:
@@ -103,12 +109,13 @@ class Lease:
         self.r = client
         self.key = prefix + "leader"
         self.epoch_key = prefix + "leader:epoch"
+        self.gen_key = prefix + "gen"
         self.cand_keys = [prefix + "leader:prio", prefix + "leader:seen"]
         self.replica = replica
         self.priority = priority
         self.handed_over = False  # (the last renewal gave the lease to a candidate of a higher priority)
         self.ttl_ms = max(1, round(ttl_s * 1000))
-        self.token: int | None = None  # ours while we believe we lead
+        self.token: str | None = None  # ours while we believe we lead ("GENERATION:EPOCH")
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -117,16 +124,14 @@ class Lease:
     def value(self) -> str:
         return f"{self.replica}|{self.token}"
 
-    async def acquire(self) -> int | None:
+    async def acquire(self) -> str | None:
         """Take the lease if nobody holds it and no live candidate has a higher priority;
         our fencing token, or ``None``."""
-        token = int(
-            await self._acquire(
-                keys=[self.key, self.epoch_key, *self.cand_keys],
-                args=[self.replica, self.ttl_ms, self.priority],
-            )
+        got = await self._acquire(
+            keys=[self.key, self.epoch_key, *self.cand_keys, self.gen_key],
+            args=[self.replica, self.ttl_ms, self.priority],
         )
-        self.token = token or None
+        self.token = got.decode() if isinstance(got, bytes) else None
         return self.token
 
     async def renew(self) -> bool:
@@ -159,7 +164,7 @@ class Lease:
         if raw is None:
             return None
         replica, _, token = raw.decode().rpartition("|")
-        return Holder(replica, int(token))
+        return Holder(replica, token)
 
     def fenced(self, body: str) -> Callable[[Sequence[str], Sequence[Any]], Awaitable[Any]]:
         """A write that runs only under our token: ``body`` is Lua using ``KEYS``/``ARGV``
@@ -174,7 +179,7 @@ class Lease:
             if self.token is None:
                 raise NotLeader(f"{self.replica} does not lead")
             try:
-                return await script(keys=[self.epoch_key, *keys], args=[self.token, *args])
+                return await script(keys=[self.key, *keys], args=[self.value, *args])
             except aioredis.ResponseError as exc:
                 if "not leader" in str(exc):
                     self.token = None
@@ -192,7 +197,7 @@ class Campaign:
     def __init__(
         self,
         lease: Lease,
-        on_lead: Callable[[int], Awaitable[None]],
+        on_lead: Callable[[str], Awaitable[None]],
         on_lose: Callable[[], Awaitable[None]],
         every_s: float | None = None,
     ) -> None:
@@ -204,6 +209,14 @@ class Campaign:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def step_down(self) -> None:
+        """Give the lease up now (another replica, or this one, takes it and rebuilds)."""
+        if self.lease.token is not None:
+            with contextlib.suppress(Exception):
+                await self.lease.release()
+            self.lease.token = None
+            await self.on_lose()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -226,7 +239,7 @@ class Campaign:
                     token = await self.lease.acquire()
                     if token is not None:
                         renewed = loop.time()
-                        log.info("replica %s leads (fencing token %d)", self.lease.replica, token)
+                        log.info("replica %s leads (fencing token %s)", self.lease.replica, token)
                         await self.on_lead(token)
                 elif await self.lease.renew():
                     renewed = loop.time()

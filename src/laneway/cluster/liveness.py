@@ -26,11 +26,12 @@ from __future__ import annotations
 ALIVE_TTL_S = 3.0  # a replica whose heartbeat has not come for this long is taken for dead
 DEAD_TTL_S = 86_400  # a tombstone is kept this long (a replica paused longer is long gone)
 
-# KEYS alive:HOME, dead:HOME; ARGV ttl_ms -> 1: alive; 0: it was taken for dead
+# KEYS alive:HOME, dead:HOME, the lease; ARGV ttl_ms -> {1: alive, 0: it was taken for dead;
+# the lease's value (who leads, with its token) or false}
 HEARTBEAT = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {0, false} end
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-return 1
+return {1, redis.call('GET', KEYS[3])}
 """
 
 # (fenced: after the fence) ARGV prefix, dead ttl_s, homes... -> the homes taken for dead now

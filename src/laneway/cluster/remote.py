@@ -113,6 +113,10 @@ class RemoteScheduler:
         self._wake = asyncio.Event()
         self._inbox: list[Decision] = []
         self._mine: set[str] = set()  # live requests of this replica
+        self._reqs: dict[str, Request] = {}  # their requests as sent (for a census)
+        self._censused: set[str] = set()  # the census this replica answered (a leader's token)
+        # (the node says) what this replica's requests do now: (id, worker or None: queued)
+        self.running_now: Callable[[], list[tuple[str, str | None]]] = list
         self._estimates: dict[str, float | None] = {}
         self._queued: dict[str, int] = {}
         self._running: dict[str, int] = {}
@@ -175,6 +179,7 @@ class RemoteScheduler:
     def submit(self, req: Request, now: float) -> Reject | None:
         req.arrival_s = time.time()  # (the cluster's clock: every replica's wall clock)
         self._mine.add(req.id)
+        self._reqs[req.id] = req
         if self._may_start(req):
             worker = self.borrower.take(req, time.monotonic())
             if worker is not None:  # on a lent slot: at once, and the leader hears nothing
@@ -214,6 +219,7 @@ class RemoteScheduler:
         prompt_tokens: int | None = None,
     ) -> None:
         self._mine.discard(request_id)
+        self._reqs.pop(request_id, None)
         self._deadlines.pop(request_id, None)
         if self._gave_back(request_id) is None:
             self._emit(["f", request_id, failed, tokens, prompt_tokens])
@@ -236,6 +242,7 @@ class RemoteScheduler:
     def cancel(self, request_id: str, now: float, *, tokens: int | None = None) -> bool:
         live = request_id in self._mine
         self._mine.discard(request_id)
+        self._reqs.pop(request_id, None)
         self._deadlines.pop(request_id, None)
         if self._gave_back(request_id) is None:
             self._emit(["c", request_id, tokens])
@@ -270,12 +277,34 @@ class RemoteScheduler:
             if e[0] == "G":  # a loan: [G, worker, slots, its number]
                 self._emit(self.borrower.granted(self.home, e[1], e[2], e[3]))
                 continue
+            if e[0] == "K":  # a new leader asks what this replica's requests do: [K, census id]
+                self._census(e[1])
+                continue
             d = decode_decision(e)
             if type(d) is Reject:
                 self._mine.discard(d.request_id)
+                self._reqs.pop(d.request_id, None)
             self._inbox.append(d)
         if self._inbox:
             self.kick()
+
+    def _census(self, census_id: str) -> None:
+        """Tell the leader every live request of this replica, queued or running where (the
+        table entries it keeps: :func:`~laneway.cluster.codec.encode_request`, state, worker),
+        in order with the other events: it rebuilds from that what Redis may have lost.
+        Requests on lent slots are reported as running there: they are the leader's from
+        now on (their ends are reported), and every loan ends."""
+        if census_id in self._censused:
+            return
+        self._censused = {census_id}  # (the last leader's: once each)
+        entries = []
+        for rid, worker in self.running_now():
+            req = self._reqs.get(rid)
+            if req is None or rid not in self._mine:
+                continue
+            entries.append([*encode_request(req, self.home), "q" if worker is None else "r", worker])
+        self.borrower = Borrower(self.borrower.specs, down=self.borrower.down)
+        self._emit(["K", census_id, self.home, entries])
 
     def schedule(self, now: float) -> list[Decision]:
         out, self._inbox = self._inbox, []
@@ -424,9 +453,12 @@ class RemoteScheduler:
     async def _heartbeat(self) -> None:
         while True:
             sent = time.monotonic()
-            with contextlib.suppress(aioredis.RedisError, OSError):
-                keys = [f"{self.p}alive:{self.home}", f"{self.p}dead:{self.home}"]
-                if await self._heartbeat_script(keys=keys, args=[int(ALIVE_TTL_S * 1000)]):
+            try:
+                keys = [f"{self.p}alive:{self.home}", f"{self.p}dead:{self.home}", f"{self.p}leader"]
+                alive, lease = await self._heartbeat_script(keys=keys, args=[int(ALIVE_TTL_S * 1000)])
+                if lease:  # a new leader (its token): it is told what this replica's requests do
+                    self._census(lease.decode().rpartition("|")[2])
+                if alive:
                     # lent slots are used only while the leader cannot have taken it for dead
                     self.borrower.valid_until = sent + ALIVE_TTL_S * 2 / 3
                     self.last_heartbeat = sent
@@ -436,6 +468,11 @@ class RemoteScheduler:
                         self.kick()
                 else:  # the leader took this name for dead (a pause past its liveness)
                     await self._reborn()
+            except (aioredis.RedisError, OSError):
+                # Redis is away: what it holds may come back older (or not at all), and a new
+                # leader may hold other loans than those this replica was lent: none is used
+                # again until lent anew
+                self.borrower.lent.clear()
             await asyncio.sleep(ALIVE_TTL_S / 3)
 
     async def _reborn(self) -> None:
@@ -449,6 +486,7 @@ class RemoteScheduler:
         self._last = "0-0"
         lost = sorted(self._mine)
         self._mine.clear()
+        self._reqs.clear()
         self._deadlines.clear()
         self._held = []
         self._inbox = []

@@ -94,6 +94,9 @@ class BatchRunner:
         self._retry_at: dict[str, float] = {}  # batch -> when its failed driver may run again
         self._housekeeper: asyncio.Task[None] | None = None
         self.closed = False
+        # why no line may start now (the cluster's store lost its data): lines in flight end
+        # and their results are written where they can be; none is claimed, none finalized
+        self.paused: Callable[[], str | None] = lambda: None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -203,13 +206,14 @@ class BatchRunner:
                         b, BatchStatus.EXPIRED, "batch_expired", "the completion window ended"
                     )
                     return
-                free = self.max_in_flight - len(d.running)
+                paused = self.paused() is not None
+                free = 0 if paused else self.max_in_flight - len(d.running)
                 claimed = (
                     await self.store.claim(b.id, self.owner, free, self.cfg.lease_s, now) if free > 0 else []
                 )
                 for line in claimed:
                     self._start_line(d, b, line)
-                if not d.running and not claimed and await self.store.pending(b.id) == 0:
+                if not paused and not d.running and not claimed and await self.store.pending(b.id) == 0:
                     await self.store.set_status(b.id, BatchStatus.FINALIZING, int(self.clock()))
                     b = await self._reread(b)
                     break

@@ -180,6 +180,11 @@ class Store(Protocol):
     async def claim(
         self, batch_id: str, owner: str, limit: int, lease_s: float, now: float
     ) -> list[ClaimedLine]: ...
+    async def lost(self, object_id: str) -> dict[str, Any] | None:
+        """What is known of a batch or file the store lost (the shared store came back
+        without its data): ``kind``, ``tenant``, ``lost`` (why); ``None`` if it was not."""
+        ...
+
     async def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
         """Extend the lease of ``lines`` (batch, line number): those ``owner`` runs now."""
         ...

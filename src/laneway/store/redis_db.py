@@ -294,6 +294,17 @@ class RedisDB:
             out.append(ClaimedLine(batch_id, int(got[i]), cid, body, int(got[i + 2])))
         return out
 
+    def lost(self, object_id: str) -> dict[str, Any] | None:
+        """A batch or file recorded lost by a replica of the cluster (laneway.cluster.node)."""
+        raw = self.r.hget(self.p + "lostids", object_id)
+        if raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            return None
+        return info if isinstance(info, dict) else None
+
     def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
         args: list[object] = [owner, repr(now + lease_s)]
         for batch_id, line_no in lines:

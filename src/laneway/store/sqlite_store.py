@@ -89,6 +89,10 @@ class ThreadedStore:
     ) -> list[ClaimedLine]:
         return await self._call(self.db.claim, batch_id, owner, limit, lease_s, now)
 
+    async def lost(self, object_id: str) -> dict[str, Any] | None:
+        lost = getattr(self.db, "lost", None)  # (only a shared store can lose what it held)
+        return None if lost is None else await self._call(lost, object_id)  # type: ignore[no-any-return]
+
     async def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
         await self._call(self.db.renew, owner, lease_s, now, lines)
 
