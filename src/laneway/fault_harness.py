@@ -281,6 +281,17 @@ class Cluster:
             time.sleep(0.25)
         return last
 
+    def line_owners(self, batch_id: str) -> dict[str, int]:
+        """Replica -> how many of the batch's lines it runs now (as the store says)."""
+        import redis
+
+        out: dict[str, int] = {}
+        with redis.Redis.from_url(self.redis.url) as r:
+            for owner in r.hvals(f"{self.prefix}lown:{batch_id}"):
+                name = owner.decode().split(".")[0]
+                out[name] = out.get(name, 0) + 1
+        return out
+
     def output_ids(self, file_id: str | None) -> list[str]:
         if not file_id:
             return []

@@ -89,3 +89,29 @@ def test_a_paused_replicas_slots_stay_held_until_its_requests_are_gone(
     finally:
         standin.stop()
         client.close()
+
+
+def test_a_paused_runners_batch_lines_are_not_run_twice_at_once(tmp_path: Path) -> None:
+    """Replicas run lines of one batch (12 s each, leases of 2 s) with slots to spare; the one
+    that runs them stands still for 7 s. Its lines' leases run out, but they are claimed
+    again only once it was taken for dead and the engine shows its requests gone (they ran on while it stood
+    still): no line runs twice at once, each is answered once, the engine stays within its
+    slots."""
+    from laneway.fault_harness import cluster
+
+    with cluster(tmp_path, replicas=2, upstreams=1, slots=8, ms_per_token=20, lease_s=2) as c:
+        batch = c.create_batch(6, max_tokens=600)
+        time.sleep(2.0)  # the runners run the lines now
+        owners = c.line_owners(batch)
+        paused = max(owners, key=lambda n: owners[n])
+        c.pause(paused, 7.0)
+        b = c.wait_batch(batch, timeout_s=120)
+        ids = c.output_ids(b.get("output_file_id"))
+        twice = c.twice_at_once()
+        peaks = c.peaks()
+        dead = [line for line in c.replicas[paused].text().splitlines() if "taken for dead" in line]
+    assert dead, f"{paused} was not taken for dead: the test did not test"
+    assert b.get("status") == "completed", b
+    assert sorted(ids) == [f"b{i:05d}" for i in range(6)]
+    assert twice == [], twice
+    assert peaks[0] <= 8, peaks

@@ -79,7 +79,9 @@ def create_app(
             await runtime.close()
             raise
         app.state.store = opened
-        runner = BatchRunner(runtime, opened)
+        # (in a cluster the runner's lines are owned by the replica's name in the cluster, so
+        # that one taken for dead frees them only once its requests are gone)
+        runner = BatchRunner(runtime, opened, owner=node.remote.home if node is not None else None)
         if node is not None:
             runner.paused = node.refusal
         app.state.batches = runner

@@ -55,6 +55,11 @@ from laneway.store.redis_lua import (
 )
 from laneway.store.sqlite import StoreError
 
+# a line whose owner still says it lives is claimed again this long after its lease ran out
+# (a replica standing still is taken for dead by then: laneway.cluster.liveness)
+CLAIM_GRACE_S = 4.0
+# ... and one neither alive nor taken for dead (yet) this long after
+CLAIM_LONG_GRACE_S = 30.0
 SOCKET_TIMEOUT_S = 10.0  # a Redis standing still fails a call after this (it is tried again)
 LINE_WRITE_CHUNK = 1000  # lines per round trip when a batch starts
 STAGE_TTL_MS = 600_000  # lines written for a start that never happened expire
@@ -94,6 +99,10 @@ class RedisDB:
     def __init__(self, url: str, prefix: str = "laneway:") -> None:
         self.p = prefix
         self.recovered = 0  # (nothing is released on open: other replicas may be running lines)
+        # how long past its lease a line of an owner alive, and of one neither alive nor taken
+        # for dead, waits before it is claimed again (:data:`LUA_CLAIM`; 0, 0: at once, as
+        # owners that are not replicas of a cluster, whose liveness is not in Redis)
+        self.claim_grace = (0.0, 0.0)
         try:
             self.r = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5)
             self.r.ping()
@@ -287,7 +296,7 @@ class RedisDB:
     def claim(self, batch_id: str, owner: str, limit: int, lease_s: float, now: float) -> list[ClaimedLine]:
         if limit <= 0:
             return []
-        got = self._run("claim", batch_id, owner, limit, repr(now + lease_s), repr(now))
+        got = self._run("claim", batch_id, owner, limit, repr(now + lease_s), repr(now), *self.claim_grace)
         out = []
         for i in range(0, len(got), 3):
             cid, body = json.loads(got[i + 1])

@@ -88,18 +88,43 @@ redis.call('ZREM', p .. 'bs:validating', ARGV[2])
 redis.call('ZADD', p .. 'bs:failed', seq, ARGV[2])
 return 1
 """
-# ARGV: prefix, batch, owner, limit, lease until, now -> {line, data, attempts, ...}
+# ARGV: prefix, batch, owner, limit, lease until, now, grace, long grace -> {line, data,
+# attempts, ...}. A line whose lease ran out is claimed again only once its owner's request
+# cannot still be running: an owner the cluster took for dead (its tombstone) whose slots
+# the leader no longer holds for it (a process that stood still runs its requests on until
+# its engine shows them gone: laneway.cluster.leader); an owner alive whose lease ran out
+# over ``grace`` ago (it dropped the line); an owner neither alive nor dead (not taken for
+# dead yet, or not a replica's name) once its lease ran out over ``long grace`` ago.
 LUA_CLAIM = """
 local p, b, owner = ARGV[1], ARGV[2], ARGV[3]
-local limit, untl, now = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local limit, untl, now, grace = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local long = tonumber(ARGV[8])
 local lq, lr = p .. 'lq:' .. b, p .. 'lr:' .. b
 local picked = redis.call('ZRANGEBYSCORE', lq, '-inf', now, 'LIMIT', 0, limit)
 if #picked < limit then
-  local expired = redis.call('ZRANGEBYSCORE', lr, '-inf', '(' .. now, 'LIMIT', 0, limit - #picked)
-  for _, no in ipairs(expired) do
+  local expired = redis.call('ZRANGEBYSCORE', lr, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, 256)
+  local held = nil
+  for i = 1, #expired, 2 do
+    if #picked >= limit then break end
+    local no, ends = expired[i], tonumber(expired[i + 1])
     local prev = redis.call('HGET', p .. 'lown:' .. b, no)
-    if prev then redis.call('SREM', p .. 'own:' .. prev, b .. '|' .. no) end
-    picked[#picked + 1] = no
+    local ok = true
+    if prev then
+      if redis.call('EXISTS', p .. 'alive:' .. prev) == 1 then
+        ok = ends + grace <= now
+      elseif redis.call('EXISTS', p .. 'dead:' .. prev) == 1 then
+        if held == nil then held = redis.call('HKEYS', p .. 'loans') end
+        for _, k in ipairs(held) do
+          if string.sub(k, 1, #prev + 1) == prev .. '|' then ok = false end
+        end
+      else
+        ok = ends + long <= now
+      end
+    end
+    if ok then
+      if prev then redis.call('SREM', p .. 'own:' .. prev, b .. '|' .. no) end
+      picked[#picked + 1] = no
+    end
   end
 end
 local out = {}

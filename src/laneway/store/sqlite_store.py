@@ -144,10 +144,16 @@ class RedisStore(ThreadedStore):
     """The shared store of several replicas: Redis (AOF on), keys under ``prefix``."""
 
     @classmethod
-    async def open(cls, url: str, prefix: str = "laneway:") -> RedisStore:
-        from laneway.store.redis_db import RedisDB  # (redis is needed only with a cluster)
+    async def open(cls, url: str, prefix: str = "laneway:", *, replicas: bool = False) -> RedisStore:
+        """``replicas``: the owners of lines are replicas of a cluster whose liveness is in the
+        same Redis: a line of one that stands still is not claimed again while its request
+        may still run (:data:`~laneway.store.redis_lua.LUA_CLAIM`)."""
+        from laneway.store.redis_db import CLAIM_GRACE_S, CLAIM_LONG_GRACE_S, RedisDB
 
-        return cls(await asyncio.to_thread(RedisDB, url, prefix))
+        db = await asyncio.to_thread(RedisDB, url, prefix)
+        if replicas:
+            db.claim_grace = (CLAIM_GRACE_S, CLAIM_LONG_GRACE_S)
+        return cls(db)
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         import redis
@@ -167,5 +173,5 @@ async def open_store(config: Any) -> ThreadedStore:
     a ``[cluster]``, else SQLite's in its data directory."""
     cluster = config.cluster
     if cluster is not None:
-        return await RedisStore.open(cluster.redis_url, cluster.key_prefix)
+        return await RedisStore.open(cluster.redis_url, cluster.key_prefix, replicas=True)
     return await SQLiteStore.open(config.data_dir)
