@@ -2,6 +2,7 @@
 
     python bench/crash_soak.py [--lines 10000] [--kills 20] [--slots 8] [--uploads 10]
         [--seed 0] [--json out.json]
+    python bench/crash_soak.py --redis [--lines 10000] [--kills 20] [--slots 8] [--seed 0]
 
 1. **Baseline**: a batch of ``--lines`` completion lines on a simulated worker,
    uninterrupted: the time from creation to ``completed``.
@@ -16,12 +17,22 @@
    each restart every file listed has its whole content, and every batch is a
    whole one (no half-made object).
 
+With ``--redis``: three replicas of ``laneway serve`` on one Redis (append-only
+file, ``appendfsync always``) in front of two stand-in engines of ``--slots``
+each, one batch of ``--lines`` lines, and ``--kills`` faults drawn at random one
+after another (Redis killed and started again from its data, Redis stopped,
+the leader or another replica killed and started again, or stopped past its
+liveness). At the end every ``custom_id`` must be in the output exactly once,
+nothing in the error file, no engine over its slots and no request run twice
+at once (the stand-ins keep each request's time).
+
 Everything runs on 127.0.0.1; every wait is bounded.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -253,6 +264,99 @@ def report(r: dict[str, Any], console: Console) -> None:
     console.print(t)
 
 
+FAULTS = (
+    "redis-kill",  # Redis SIGKILL, started again from its data after 1-4 s
+    "redis-stop",  # Redis SIGSTOP for 2-8 s
+    "leader-kill",  # the leader SIGKILL, started again
+    "replica-kill",  # a replica that does not lead SIGKILL, started again
+    "leader-stop",  # the leader SIGSTOP for 4-8 s (past its lease and liveness)
+    "replica-stop",  # a replica SIGSTOP for 4-8 s
+)
+
+
+def cluster_soak(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """``--redis``: a batch of ``--lines`` through three replicas on one Redis while ``--kills``
+    faults of :data:`FAULTS`, drawn at random, come one after another; then every line must be
+    answered exactly once, no engine over its slots, no request run twice at once."""
+    from laneway.fault_harness import Cluster
+
+    rng = random.Random(args.seed)
+    c = Cluster(tmp, replicas=3, upstreams=2, slots=args.slots, ms_per_token=10, lease_s=2)
+    done_by: list[tuple[str, int]] = []
+    try:
+        t0 = time.monotonic()
+        bid = c.create_batch(args.lines, max_tokens=20)
+        for k in range(args.kills):
+            time.sleep(rng.uniform(1.0, args.max_gap_s + 1.0))
+            kind = rng.choice(FAULTS)
+            leader = c.leader() or c.live()[0]
+            others = [n for n in c.live() if n != leader]
+            if kind == "redis-kill":
+                c.redis_kill_restart(rng.uniform(1.0, 4.0))
+            elif kind == "redis-stop":
+                c.redis_pause(rng.uniform(2.0, 8.0))
+            elif kind in ("leader-kill", "replica-kill"):
+                name = leader if kind == "leader-kill" or not others else rng.choice(others)
+                c.kill(name)
+                c.start_replica(name)
+            else:
+                name = leader if kind == "leader-stop" or not others else rng.choice(others)
+                c.pause(name, rng.uniform(4.0, 8.0))
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                done = c.batch(bid).json()["request_counts"]["completed"]
+                done_by.append((kind, done))
+            err.print(f"fault {k + 1}/{args.kills}: {kind}; {done_by[-1][1] if done_by else '?'} lines done")
+        b = c.wait_batch(bid, LIMIT_S)
+        took = time.monotonic() - t0
+        ids = c.output_ids(b.get("output_file_id"))
+        errors = c.output_ids(b.get("error_file_id"))
+        peaks = c.peaks()
+        twice = c.twice_at_once()
+    finally:
+        c.close()
+    expected = {f"b{i:05d}" for i in range(args.lines)}
+    seen = set(ids)
+    return {
+        "status": b.get("status"),
+        "faults": [kind for kind, _ in done_by],
+        "total_s": took,
+        "lost": len(expected - seen),
+        "duplicated": len(ids) - len(seen),
+        "error_lines": len(errors),
+        "peaks": peaks,
+        "slots": args.slots,
+        "twice_at_once": len(twice),
+    }
+
+
+def report_cluster(r: dict[str, Any], console: Console) -> None:
+    t = Table(title=f"Redis and process faults over a batch of {r['lines']} lines (three replicas)")
+    for col in (
+        "faults",
+        "status",
+        "lost",
+        "duplicated",
+        "error lines",
+        "peak / slots",
+        "run twice at once",
+        "s",
+    ):
+        t.add_column(col, justify="right")
+    got = r["cluster"]
+    counts = {k: got["faults"].count(k) for k in FAULTS if k in got["faults"]}
+    t.add_row(
+        ", ".join(f"{n} {k}" for k, n in counts.items()),
+        str(got["status"]),
+        str(got["lost"]),
+        str(got["duplicated"]),
+        str(got["error_lines"]),
+        f"{max(got['peaks'])} / {got['slots']}",
+        str(got["twice_at_once"]),
+        f"{got['total_s']:.0f}",
+    )
+    console.print(t)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=10_000)
@@ -262,7 +366,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uploads", type=int, default=10, help="kill rounds during upload, and during creation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, metavar="FILE")
+    p.add_argument(
+        "--redis",
+        action="store_true",
+        help="three replicas on one Redis; --kills faults of Redis and of the replicas instead",
+    )
     args = p.parse_args(argv)
+    if args.redis:
+        with tempfile.TemporaryDirectory(prefix="crash-soak-redis-") as d:
+            err.print(f"cluster soak: {args.lines} lines, {args.kills} faults")
+            result = {"lines": args.lines, "kills": args.kills, "cluster": cluster_soak(args, Path(d))}
+        report_cluster(result, Console())
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+        got = result["cluster"]
+        ok = (
+            got["status"] == "completed"
+            and not got["lost"]
+            and not got["duplicated"]
+            and not got["error_lines"]
+        )
+        ok = ok and max(got["peaks"]) <= args.slots and not got["twice_at_once"]
+        return 0 if ok else 1
     content = batch_file(args.lines)
     with tempfile.TemporaryDirectory(prefix="crash-soak-") as d:
         tmp = Path(d)

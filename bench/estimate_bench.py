@@ -12,7 +12,7 @@ s, open-loop arrivals at ``--load`` x capacity: P2 requests of which
 ``--long-share`` are long (400 tokens) and the rest short (10 tokens), sent in
 random order, P3 long ones beside them, and P0 short ones a few a minute.
 
-For every request, the estimate is what ``GET /v1/queue/estimate`` says for its
+For every request, the estimate (and its interval) is what ``GET /v1/queue/estimate`` says for its
 class and model just before it is sent (the wait a new arrival faces, as the
 server's admission sees it), and its wait is the time to its first token less
 the engine's one token step. Reported per class, among the requests that
@@ -72,7 +72,17 @@ async def one(
         return
     wait = max(0.0, first - t0 - step_s)
     row = {"class": cls, "tokens": tokens, "status": status, "t": t0}
-    out.append({**row, "estimate": est["estimated_wait_s"], "wait": wait})
+    low, high = est.get("estimated_wait_range_s") or (None, None)
+    out.append(
+        {
+            **row,
+            "estimate": est["estimated_wait_s"],
+            "low": low,
+            "high": high,
+            "basis": est.get("basis"),
+            "wait": wait,
+        }
+    )
 
 
 async def drive(base: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -115,9 +125,14 @@ def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     done = [r for r in rows if r["status"] == 200 and r.get("estimate") is not None]
     waited = [abs(r["estimate"] - r["wait"]) / r["wait"] for r in done if r["wait"] >= 1.0]
     every = [abs(r["estimate"] - r["wait"]) / max(r["wait"], 1.0) for r in done]
+    bounded = [r for r in done if r.get("low") is not None and r.get("high") is not None]
+    inside = [r for r in bounded if r["low"] - 1e-3 <= r["wait"] <= r["high"] + 1e-3]
     return {
         "requests": len(rows),
         "answered": len(done),
+        "in_interval": len(inside) / len(bounded) if bounded else None,
+        "bounded": len(bounded),
+        "not_known": sum(1 for r in done if r.get("high") is None),
         "waited": len(waited),
         "median": statistics.median(waited) if waited else None,
         "p90": pct(waited, 90) if waited else None,
@@ -156,17 +171,22 @@ def fmt(v: float | None) -> str:
 
 def report(r: dict[str, Any], console: Console) -> None:
     t = Table(title="Wait estimates on a live server (short and long requests interleaved)")
-    for col in ("class", "answered", "waited ≥ 1 s", "error median", "p90", "old figure", "wait p50 s"):
+    cols = ("class", "answered", "waited ≥ 1 s", "error median", "p90", "old figure", "wait p50 s",
+            "in interval", "not known")  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="left" if col == "class" else "right")
     for name, f in [*r["classes"].items(), *r["sizes"].items(), ("all", r["all"])]:
+        inside = "-" if f["in_interval"] is None else f"{f['in_interval']:.0%} of {f['bounded']}"
         t.add_row(
             name, str(f["answered"]), str(f["waited"]), fmt(f["median"]), fmt(f["p90"]), fmt(f["old_median"]),
-            fmt(f["wait_p50_s"]),
+            fmt(f["wait_p50_s"]), inside, str(f["not_known"]),
         )  # fmt: skip
     console.print(t)
     console.print(
         "error: |estimate - wait| / wait over the requests that waited ≥ 1 s; old figure: the "
-        "median over all of them, with max(wait, 1 s) below the line."
+        "median over all of them, with max(wait, 1 s) below the line; in interval: the share of "
+        "waits inside the interval the endpoint announced (estimated_wait_range_s, aimed at the "
+        "10th-90th percentile: 80 %), of those it gave a bound; not known: answers with no bound."
     )
 
 

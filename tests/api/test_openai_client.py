@@ -111,6 +111,8 @@ def test_models_and_estimate(sim_server: LiveServer) -> None:
     assert r.status_code == 200
     body = r.json()
     assert body["priority"] == "P1" and body["estimated_wait_s"] >= 0
+    # an idle server: a slot is free now (its interval and what it rests on are said)
+    assert body["basis"] == "now" and body["estimated_wait_range_s"] == [0.0, 0.0], body
     assert httpx.get(sim_server.url + "/healthz").json() == {"status": "ok"}
     ready = httpx.get(sim_server.url + "/readyz")
     assert ready.status_code == 200 and ready.json()["workers"]["sim0"]["ok"]

@@ -102,6 +102,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"name": "a"}, {"name": "a"}]}, "workers[1].name"),
         ({"classes": {"P9": {}}}, "classes.P9"),
         ({"classes": {"P0": {"timeout_s": -1}}}, "classes.P0.timeout_s"),
+        ({"classes": {"P3": {"service_s": 0}}}, "classes.P3.service_s"),
         ({"tenants": {"t": {"key_sha256": ["abc"]}}}, "tenants.t.key_sha256"),
         ({"tenants": {"t": {"allowed": ["P7"]}}}, "tenants.t.allowed"),
         ({"tenants": {"t": {"quotas": {"P0": {"burst": 2}}}}}, "tenants.t.quotas.P0.rate_per_s"),
@@ -118,6 +119,11 @@ def test_errors_name_the_key(data: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(data)
     assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+def test_a_class_prior_of_service() -> None:
+    cfg = parse_config({"classes": {"P3": {"service_s": 600}}})
+    assert [c.service_s for c in cfg.scheduler.classes.classes] == [None, None, None, 600.0]
 
 
 def test_upstream_settings() -> None:

@@ -75,7 +75,7 @@ async def queue_estimate(request: Request) -> Response:
         model = config.aliases.get(model, model)
         if model not in runtime.models:
             raise ModelNotFound(f"the model {model!r} does not exist", param="model")
-    wait = runtime.estimate_wait(cls, model)
+    wait, span = runtime.estimate_range(cls, model)
     quota_wait = 0.0
     refused = runtime.sched.quota_refusal(tenant.name if tenant else None, cls, runtime.now())
     if refused is not None:  # what the request would be answered now, instead of queued
@@ -88,6 +88,13 @@ async def queue_estimate(request: Request) -> Response:
             "priority": config.scheduler.classes[cls].name,
             "model": model,
             "estimated_wait_s": round(wait, 3) if math.isfinite(wait) else None,
+            # where the wait falls 80 % of the time (null: no bound known), and what it rests on
+            "estimated_wait_range_s": [
+                round(span.low_s + quota_wait, 3) if math.isfinite(span.low_s) else None,
+                round(span.high_s + quota_wait, 3) if math.isfinite(span.high_s) else None,
+            ],
+            "basis": span.basis,
+            "basis_detail": span.detail,
             "queued": runtime.sched.queued,
             "quota": None
             if refused is None

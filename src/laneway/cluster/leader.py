@@ -584,15 +584,17 @@ class Leader:
         assert core is not None
         names = core.classes.names
         wait: dict[str, float | None] = {}
+        ranges: dict[str, list[Any]] = {}
         for i, name in enumerate(names):
-            w = core.estimate_wait(i, None, now)
-            wait[name] = w if math.isfinite(w) else None
-            for m in self.models:
-                w = core.estimate_wait(i, m, now)
-                wait[f"{name}|{m}"] = w if math.isfinite(w) else None
+            for key, model in [(name, None)] + [(f"{name}|{m}", m) for m in self.models]:
+                w, r = core.estimate_range(i, model, now)
+                wait[key] = w if math.isfinite(w) else None
+                high = r.high_s if math.isfinite(r.high_s) else None
+                ranges[key] = [r.low_s if math.isfinite(r.low_s) else None, high, r.basis, r.detail]
         snap = core.snapshot()
         fig = {
             "wait": wait,
+            "range": ranges,
             "queued": snap.queue_depth,
             "running": snap.running,
             "leader": self.replica,

@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 from laneway.cluster.codec import decode_decision, encode_request
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
-from laneway.core import Decision, Dispatch, Reject, Request, WorkerSpec
+from laneway.core import Decision, Dispatch, Reject, Request, WaitRange, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.stats import Snapshot
@@ -118,6 +118,7 @@ class RemoteScheduler:
         # (the node says) what this replica's requests do now: (id, worker or None: queued)
         self.running_now: Callable[[], list[tuple[str, str | None]]] = list
         self._estimates: dict[str, float | None] = {}
+        self._ranges: dict[str, list[Any]] = {}
         self._queued: dict[str, int] = {}
         self._running: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -350,6 +351,19 @@ class RemoteScheduler:
         got = self._estimates.get(f"{self.names[cls]}|{model or ''}", self._estimates.get(self.names[cls]))
         return math.inf if got is None else got
 
+    def estimate_range(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> tuple[float, WaitRange]:
+        """The leader's latest figure and interval."""
+        wait = self.estimate_wait(cls, model, now)
+        name = self.names[cls]
+        got = self._ranges.get(f"{name}|{model or ''}", self._ranges.get(name))
+        if got is None:
+            return wait, WaitRange(0.0, math.inf, "none", "the leader has published no estimate yet")
+        low, high, basis, detail = got
+        low = 0.0 if low is None else float(low)
+        return wait, WaitRange(low, math.inf if high is None else float(high), str(basis), str(detail))
+
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
         """A class the tenant may not use (configuration, known here); its quotas are the
         leader's (its 429 says)."""
@@ -443,6 +457,7 @@ class RemoteScheduler:
             return
         fig = json.loads(raw)
         self._estimates = {k: v for k, v in fig.get("wait", {}).items()}
+        self._ranges = {k: v for k, v in fig.get("range", {}).items() if isinstance(v, list) and len(v) == 4}
         self._queued = fig.get("queued", {})
         self._running = fig.get("running", {})
         self.live_leader = fig.get("leader")

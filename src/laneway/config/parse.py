@@ -215,6 +215,7 @@ def _classes(table: Table) -> ClassTable:
                 preemptible=t.bool("preemptible", c.preemptible),
                 max_queued=t.int("max_queued", c.max_queued, low=1),
                 weight=t.float("weight", c.weight, positive=True),
+                service_s=t.float("service_s", c.service_s, positive=True),
             )
         )
         t.done()

@@ -10,6 +10,7 @@ from laneway.core.config import SchedulerConfig
 from laneway.core.costs import CostModel
 from laneway.core.decisions import Decision, Dispatch, Evict, Load, Preempt, Reject
 from laneway.core.errors import ConfigError, InvalidTransition, LanewayError, UnknownRequest
+from laneway.core.estimate import WaitRange
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.policies import POLICIES, PolicySpec
@@ -45,5 +46,6 @@ __all__ = [
     "State",
     "TenantPolicy",
     "UnknownRequest",
+    "WaitRange",
     "WorkerSpec",
 ]

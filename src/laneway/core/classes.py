@@ -28,6 +28,9 @@ class PriorityClass:
     preemptible: bool = True
     max_queued: int | None = None
     weight: float = 1.0  # share under the weighted-shares (mlfq) policy
+    # the service a request of the class is expected to need until some are measured (None:
+    # the scheduler's default_service_s, or what other classes measured)
+    service_s: float | None = None
 
 
 def _default_classes() -> tuple[PriorityClass, ...]:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from laneway.core.request import State
 
 
 class ServiceStats:
@@ -20,13 +25,21 @@ class ServiceStats:
     measured classes and NaN for the others, which read ``overall``.
     """
 
-    def __init__(self, n_classes: int, prior_s: float, prior_weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        n_classes: int,
+        prior_s: float,
+        prior_weight: float = 1.0,
+        class_priors: Sequence[float | None] = (),
+    ) -> None:
         self.prior_s = prior_s
         self.prior_w = prior_weight
         self._prior_mass = prior_s * prior_weight
         self.sum = [0.0] * n_classes
         self.n = [0] * n_classes
-        self.means = [math.nan] * n_classes
+        # a class with a prior of its own (configured) reads it until it is measured
+        self.class_priors = [class_priors[c] if c < len(class_priors) else None for c in range(n_classes)]
+        self.means = [math.nan if p is None else p for p in self.class_priors]
         self.by_model: dict[tuple[int, str], list[float]] = {}
         self.overall = prior_s  # the mean over every sample of every class
         self._total = 0.0
@@ -39,7 +52,9 @@ class ServiceStats:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
-        self.means[cls] = (total + self._prior_mass) / (n + self.prior_w)
+        own = self.class_priors[cls]
+        mass = self._prior_mass if own is None else own * self.prior_w
+        self.means[cls] = (total + mass) / (n + self.prior_w)
         self._total += service_s
         self._count += 1
         self.overall = self._total / self._count
@@ -238,6 +253,33 @@ CALIBRATE_AFTER = 8  # ... once its class has this many service times measured
 CALIBRATION_FLOOR_S = 1.0  # waits and estimates both under this teach nothing
 
 
+RANGE_AFTER = 16  # a class's range comes from how its estimates erred once it has this many
+RANGE_WINDOW = 128  # ... over the last this many
+RANGE_MISS = 0.2  # the share of waits an interval aims to miss (10th to 90th percentile)
+RANGE_STEP = 0.02  # how fast the percentiles taken follow the misses seen (adaptive conformal)
+UNCALIBRATED = (1 / 3, 3.0)  # before that, the range around a raw estimate on measured service
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRange:
+    """An estimate's interval (``high_s`` ``inf``: no bound is known) and what it rests on
+    (``basis``: one of :data:`BASES`, and ``detail`` saying it in words)."""
+
+    low_s: float
+    high_s: float
+    basis: str
+    detail: str
+
+
+BASES = (
+    "now",  # a slot is free for it: it starts at once
+    "calibrated",  # the queue ahead, with how such estimates erred for the class lately
+    "measured",  # the queue ahead and measured service times, not yet calibrated
+    "configured",  # some of the work ahead is sized by a class's configured service_s only
+    "none",  # some of the work ahead has no size, and its class no service measured: unknown
+)
+
+
 class Calibration:
     """Per class, the typical ratio of the wait that followed to the raw estimate given
     on arrival (a moving average of its logarithm), which new estimates are multiplied
@@ -252,10 +294,16 @@ class Calibration:
         self.log = [0.0] * n_classes
         self.factor = [1.0] * n_classes
         self.n = [0] * n_classes
+        # how the waits that followed compared with the raw estimates, per class
+        self._spreads = [_Spread() for _ in range(n_classes)]
+        self.watching: list[tuple[float, int, Any]] = []  # (interval's end, seq, request): a heap
 
     def learn(self, cls: int, raw_s: float, actual_s: float) -> None:
         floor = CALIBRATION_FLOOR_S
-        if not (raw_s >= floor or actual_s >= floor) or not math.isfinite(raw_s):
+        if not math.isfinite(raw_s):
+            return
+        self._spreads[cls].add((actual_s + floor / 2) / (raw_s + floor / 2))
+        if not (raw_s >= floor or actual_s >= floor):
             return
         ratio = math.log(max(actual_s, floor / 2) / max(raw_s, floor / 2))
         ratio = min(max(ratio, -3.0), 3.0)  # (one wild sample moves it a little, not off)
@@ -263,3 +311,74 @@ class Calibration:
         w = max(self.weight, 1.0 / n)
         self.log[cls] += w * (ratio - self.log[cls])
         self.factor[cls] = math.exp(self.log[cls])
+
+    def judge(self, cls: int, missed: bool) -> None:
+        """A wait fell outside (or inside) the interval announced for it."""
+        self._spreads[cls].judge(missed)
+
+    def range_of(self, cls: int, raw_s: float) -> tuple[float, float] | None:
+        """Where the wait behind a raw estimate ``raw_s`` falls 80 % of the time, as the
+        class's estimates erred lately; ``None`` until it has :data:`RANGE_AFTER` of them."""
+        bounds = self._spreads[cls].bounds()
+        if bounds is None:
+            return None
+        f = CALIBRATION_FLOOR_S / 2
+        return max((raw_s + f) * bounds[0] - f, 0.0), max((raw_s + f) * bounds[1] - f, 0.0)
+
+    def watch(self, req: Any, cls: int, raw_s: float, now: float) -> None:
+        """``req`` was estimated on arrival: its interval, to be judged when it starts (or
+        as soon as it waited past its end)."""
+        span = self.range_of(cls, raw_s)
+        if span is not None:
+            req.range_s = span
+            heapq.heappush(self.watching, (now + span[1], req.seq, req))
+
+    def overdue(self, now: float) -> None:
+        """The requests that waited past their interval without starting: misses, now."""
+        watching = self.watching
+        while watching and watching[0][0] < now:
+            req = heapq.heappop(watching)[2]
+            if not req.range_judged and req.state is State.QUEUED and req.first_start_s != req.first_start_s:
+                req.range_judged = True
+                self.judge(req.priority, True)
+
+    def started(self, req: Any, waited_s: float) -> None:
+        """``req`` (estimated on arrival) started after ``waited_s``: its interval judged."""
+        span = req.range_s
+        if span is not None and not req.range_judged:
+            req.range_judged = True
+            self.judge(req.priority, not span[0] - 1e-9 <= waited_s <= span[1] + 1e-9)
+
+
+class _Spread:
+    """The last :data:`RANGE_WINDOW` ratios of wait to raw estimate of a class, and the
+    share left out of its bounds (``alpha``, half on each side): it starts at the aim and
+    moves by the misses — a wait that fell outside the interval announced for it widens
+    them, one inside narrows them — so that traffic whose errors drift is still covered as
+    aimed (adaptive conformal inference)."""
+
+    __slots__ = ("alpha", "ratios", "seen", "sorted")
+
+    def __init__(self) -> None:
+        self.ratios: list[float] = []
+        self.sorted: list[float] = []
+        self.seen = 0
+        self.alpha = RANGE_MISS
+
+    def add(self, ratio: float) -> None:
+        if len(self.ratios) < RANGE_WINDOW:
+            self.ratios.append(ratio)
+        else:
+            self.ratios[self.seen % RANGE_WINDOW] = ratio
+        self.seen += 1
+        self.sorted = sorted(self.ratios)
+
+    def judge(self, missed: bool) -> None:
+        self.alpha = min(max(self.alpha + RANGE_STEP * (RANGE_MISS - missed), 0.0), 0.6)
+
+    def bounds(self) -> tuple[float, float] | None:
+        if self.seen < RANGE_AFTER:
+            return None
+        last = len(self.sorted) - 1
+        tail = self.alpha / 2
+        return self.sorted[round(tail * last)], self.sorted[round((1 - tail) * last)]

@@ -12,7 +12,14 @@ import math
 from collections.abc import Sequence
 
 from laneway.core.classes import PriorityClass
-from laneway.core.estimate import SizeSpread, first_end_median, start_after, wait_estimate
+from laneway.core.estimate import (
+    UNCALIBRATED,
+    SizeSpread,
+    WaitRange,
+    first_end_median,
+    start_after,
+    wait_estimate,
+)
 from laneway.core.preemption import eta_of
 from laneway.core.request import Request, State
 
@@ -94,6 +101,66 @@ class Estimating:
         else:
             t = self._estimate_on_slots(cls, model, now, est_service_s)
         return t if raw else t * self.calibration.factor[cls]
+
+    def estimate_range(
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+    ) -> tuple[float, WaitRange]:
+        """:meth:`estimate_wait` and its interval: where the wait falls 80 % of the time (the
+        10th to 90th percentile), and what that rests on. Work ahead that has no size and
+        whose class has no service measured yet makes the wait unknown: the interval has no
+        upper bound, and says so (a P3 request behind long P3 jobs none of which has ended
+        is not told seconds with confidence)."""
+        raw = self.estimate_wait(cls, model, now, est_service_s, raw=True)
+        point = raw * self.calibration.factor[cls]
+        if not math.isfinite(raw):
+            return raw, WaitRange(raw, raw, "none", "no worker for it is up")
+        name = self.classes.classes[cls].name
+        unknown, configured = self._unsized(cls)
+        calibrated = self.calibration.range_of(cls, raw)
+        if unknown:
+            names = ", ".join(self.classes.classes[c].name for c in sorted(unknown))
+            detail = f"{names} work ahead has no size and no {names} service was measured yet"
+            return point, WaitRange(0.0, math.inf, "none", detail + ": the wait is not known")
+        if raw <= 0.0:
+            low, high = calibrated if calibrated is not None else (0.0, 0.0)
+            return point, WaitRange(low, high, "now", "a slot is free for it now")
+        if calibrated is not None and not configured:
+            detail = f"the queue ahead, and how {name} estimates compared with the waits that followed"
+            return point, WaitRange(*calibrated, "calibrated", detail)
+        lo, hi = UNCALIBRATED
+        if configured:
+            names = ", ".join(self.classes.classes[c].name for c in sorted(configured))
+            detail = f"{names} work ahead is sized by its configured service_s only"
+            return point, WaitRange(point * lo, point * hi, "configured", detail)
+        detail = f"the queue ahead and measured service times ({name} estimates not calibrated yet)"
+        return point, WaitRange(point * lo, point * hi, "measured", detail)
+
+    def _unsized(self, cls: int) -> tuple[set[int], set[int]]:
+        """The classes of the work in the way of a new class-``cls`` request (queued ahead of
+        it, or running where it may not preempt) that has no size of its own and whose class
+        has no service measured: known by nothing (first), or by a configured prior only."""
+        service = self.service
+        unknown: set[int] = set()
+        configured: set[int] = set()
+
+        def note(c: int) -> None:
+            (configured if service.class_priors[c] is not None else unknown).add(c)
+
+        lanes = self.lanes
+        for c in self._est_ahead[cls]:
+            if service.n[c] == 0 and lanes.class_count[c] > lanes.hint_count[c]:
+                note(c)
+        rights = self._est_rights[cls]
+        for v, running in enumerate(self._running):
+            if v in rights or service.n[v] > 0 or not running:
+                continue
+            if any(r.est_service_s is None for r in running.values()):
+                note(v)
+        return unknown, configured
 
     def _drain_wait(self, rights: frozenset[int], ahead: tuple[int, ...], n: int, now: float) -> float:
         """Under drain-only preemption, when the ``n``-th slot it waits on frees. Victims

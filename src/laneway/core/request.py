@@ -97,6 +97,8 @@ class Request:
     preemptions: int = 0
     lost_s: float = 0.0  # slot time its preemptions cost so far (save + restore, or re-prefill)
     est_raw_s: float = math.nan  # the raw wait estimate on arrival, if one was made to learn from
+    range_s: tuple[float, float] | None = None  # ... its interval then (from now), if calibrated
+    range_judged: bool = False  # whether the wait was found in or out of that interval yet
     tag: float = 0.0  # its order inside its class (laneway.core.fairness; else its arrival)
     fair_charged: float = 0.0  # weighted tokens its tenant was charged for it so far
     tokens_charged: int = 0  # output tokens charged to its tenant's token quota so far

@@ -152,7 +152,9 @@ class Scheduler(
             shedding=cfg.max_queued_total is not None,  # _shed_candidate looks at it only then
         )
         self.admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
-        self.service = ServiceStats(k, cfg.default_service_s)
+        self.service = ServiceStats(
+            k, cfg.default_service_s, class_priors=[c.service_s for c in self.classes.classes]
+        )
         self.arrivals = ArrivalRates(k)
         self.calibration = Calibration(k)
         self.spread = SizeSpread(k)
@@ -299,6 +301,7 @@ class Scheduler(
             # (estimated before it is queued: the wait ahead of it; and only once its class's
             # service was measured: an estimate on the prior would teach the prior's error)
             req.est_raw_s = self.estimate_wait(cls, model, now, req.est_service_s, raw=True)
+            self.calibration.watch(req, cls, req.est_raw_s, now)
         arrivals = self.arrivals  # arrivals.add(cls, est, now), inline: the hot path
         if now // arrivals.bucket_s != arrivals.index:
             arrivals.roll(now)
@@ -391,6 +394,9 @@ class Scheduler(
         self._now = now
         out = self._pending
         self._pending = []
+        watching = self.calibration.watching
+        if watching and now > watching[0][0]:
+            self.calibration.overdue(now)
         if now >= self.expiry.next_due:
             for req in self.expiry.due(now):
                 self._expire(req, now, out)
@@ -520,6 +526,7 @@ class Scheduler(
                 req.first_start_s = now
                 if req.est_raw_s == req.est_raw_s:  # an estimate to learn from
                     self.calibration.learn(req.priority, req.est_raw_s, now - req.arrival_s)
+                    self.calibration.started(req, now - req.arrival_s)
             else:
                 counters.resumed += 1
             req.started_s = now

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
-from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WorkerSpec
+from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WaitRange, WorkerSpec
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job
@@ -206,6 +206,9 @@ class Runtime(WorkerEvents):
 
     def estimate_wait(self, priority: int, model: str | None) -> float:
         return self.sched.estimate_wait(priority, model, self.now())
+
+    def estimate_range(self, priority: int, model: str | None) -> tuple[float, WaitRange]:
+        return self.sched.estimate_range(priority, model, self.now())
 
     def cancel(self, ticket: Ticket, error: RequestError | None = None) -> None:
         """The client went away (or the server is closing): end ``ticket`` wherever it is."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from laneway.core import Decision, Reject, Request
+from laneway.core import Decision, Reject, Request, WaitRange
 from laneway.core.stats import Snapshot
 
 
@@ -86,6 +86,12 @@ class SchedulerPort(Protocol):
     ) -> float:
         """Expected seconds a new class-``cls`` request would wait (``raw``: without the
         correction learned from earlier estimates, where there is one)."""
+        ...
+
+    def estimate_range(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> tuple[float, WaitRange]:
+        """:meth:`estimate_wait` with its interval (10th to 90th percentile) and what it rests on."""
         ...
 
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:

@@ -28,6 +28,7 @@ from laneway.core import (
     Request,
     Scheduler,
     SchedulerConfig,
+    WaitRange,
     WorkerSpec,
 )
 from laneway.core.decisions import Evict, Load
@@ -54,6 +55,7 @@ class Outcome:
     spec: SimRequest
     req: Request
     estimate_s: float = math.nan  # NaN: no estimate was asked for this one
+    estimate_range: WaitRange | None = None  # ... and its interval
     status: str = "queued"  # finished / rejected / expired / ...
     reason: str | None = None
     end_s: float = math.nan
@@ -250,7 +252,9 @@ class Simulation:
                 )
                 out = Outcome(spec, req, remaining_s=service_time(spec, costs))
                 if next_arrival % sample == 0:
-                    out.estimate_s = sched.estimate_wait(spec.priority, spec.model, now, req.est_service_s)
+                    out.estimate_s, out.estimate_range = sched.estimate_range(
+                        spec.priority, spec.model, now, req.est_service_s
+                    )
                 outcomes[spec.id] = out
                 order.append(out)
                 rejected = sched.submit(req, now)

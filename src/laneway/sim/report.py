@@ -83,6 +83,35 @@ def _class_figures(outs: list[Outcome], preemptions: int) -> dict[str, Any]:
         "makespan_s": max((o.end_s for o in done), default=None),
         "preemptions": preemptions,
         "estimate_error": error_figures(waited_errors(outs)),
+        "estimate_range": range_figures(outs),
+    }
+
+
+def range_figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """How the submission-time intervals held, over the completed requests estimated: how
+    many had a bounded interval, the share of those whose wait fell in it (``coverage``:
+    0.8 is the aim of a 10th-90th percentile interval; ``coverage_waited``: the same of
+    those that waited at least :data:`WAITED_S`, which an interval does not aim at), and
+    how many were told the wait was not known (no upper bound)."""
+    bounded = inside = unknown = waited = inside_waited = 0
+    for o in outcomes:
+        r = o.estimate_range
+        if o.status != "finished" or r is None:
+            continue
+        if math.isinf(r.high_s):
+            unknown += 1
+            continue
+        hit = r.low_s - 1e-9 <= o.first_wait_s <= r.high_s + 1e-9
+        bounded += 1
+        inside += hit
+        if o.first_wait_s >= WAITED_S:
+            waited += 1
+            inside_waited += hit
+    return {
+        "bounded": bounded,
+        "coverage": inside / bounded if bounded else None,
+        "coverage_waited": inside_waited / waited if waited else None,
+        "unknown": unknown,
     }
 
 

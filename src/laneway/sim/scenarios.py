@@ -25,6 +25,12 @@
   capacity. Inside the class, tenants share by tokens (token-fair), so
   ``small`` waits for its own work, not ``big``'s; compare with
   ``--no-fair-tenants`` (FIFO inside the class).
+- ``cold-start``: 16 slots, one hour that begins cold: 50 long P3 analytics jobs
+  (2–10 min, no size announced) at t=0, P0 chat (1–8 s, ~0.3/s) and P1 API
+  calls (2–30 s, ~3 a minute) throughout, and three P2 batches of 150 jobs
+  (10–40 s, sized like ``max_tokens`` within +-30 %) at 10, 25 and 40 minutes.
+  Nothing has finished when the first estimates are asked: what the P3 jobs
+  will take is not known until some end.
 - ``gpu-mix``: a GPU fleet (4 x 80 GB in one node, 4 x 24 GB in another) with
   a 7B chat model (14 GB), a 13B (26 GB) and a 70B (140 GB on 4 GPUs); loads
   take 30-60 s. For an hour: P0 chat on the 7B model, P2 batch on all three.
@@ -188,6 +194,36 @@ def support_desk(seed: int = 0) -> Scenario:
     )
 
 
+def cold_start(seed: int = 0) -> Scenario:
+    rng = random.Random(seed)
+    end = 3600.0
+    reqs = [
+        SimRequest(f"analytics-{i}", 0.0, 3, rng.uniform(120.0, 600.0), prompt_tokens=4000) for i in range(50)
+    ]
+    for i, t in enumerate(_poisson(rng, 0.3, 0.0, end)):
+        reqs.append(SimRequest(f"chat-{i}", t, 0, rng.uniform(1.0, 8.0), prompt_tokens=400))
+    for i, t in enumerate(_poisson(rng, 3 / 60.0, 0.0, end)):
+        reqs.append(SimRequest(f"api-{i}", t, 1, rng.uniform(2.0, 30.0), prompt_tokens=1200))
+    for b, start in enumerate((600.0, 1500.0, 2400.0)):
+        for j in range(150):
+            duration = rng.uniform(10.0, 40.0)
+            reqs.append(
+                SimRequest(
+                    f"batch{b}-{j}",
+                    start,
+                    2,
+                    duration,
+                    timeout_s=DAY_S,
+                    prompt_tokens=2000,
+                    output_tokens=_hint_tokens(rng, duration),
+                )
+            )
+    reqs.sort(key=lambda r: r.arrival_s)
+    return Scenario(
+        "cold-start", reqs, 16, "50 long P3 jobs at t=0, P0/P1 chat, 3 sized P2 batches; 16 slots"
+    )
+
+
 def two_tenants(seed: int = 0) -> Scenario:
     rng = random.Random(seed)
     slots, end = 8, 3600.0
@@ -280,6 +316,7 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "mixed": mixed,
     "support-desk": support_desk,
     "two-tenants": two_tenants,
+    "cold-start": cold_start,
     "gpu-mix": gpu_mix,
 }
 

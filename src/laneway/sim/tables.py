@@ -140,18 +140,23 @@ def render_estimates(summaries: Sequence[dict[str, Any]]) -> Table | None:
     """Wait-estimate errors per policy and class, of the requests that waited at least 1 s;
     ``None`` when no request waited that long."""
     rows = [
-        (s["policy"], name, f["estimate_error"])
+        (s["policy"], name, f["estimate_error"], f.get("estimate_range"))
         for s in summaries
         for name, f in s["classes"].items()
         if f["estimate_error"]["waited"]
     ]
     if not rows:
         return None
-    table = Table(title="Wait estimates of the requests that waited ≥ 1 s", title_justify="left")
-    for header in ("policy", "class", "waited", "error median", "p90"):
+    table = Table(
+        title="Wait estimates: error of the requests that waited ≥ 1 s; interval (10th–90th "
+        "percentile) held of all requests estimated",
+        title_justify="left",
+    )
+    headers = ("policy", "class", "waited", "error median", "p90", "in interval", "not known")
+    for header in headers:
         table.add_column(header, justify="left" if header in ("policy", "class") else "right")
     last = None
-    for policy, name, err in rows:
+    for policy, name, err, span in rows:
         if last is not None and policy != last:
             table.add_section()
         table.add_row(
@@ -160,9 +165,18 @@ def render_estimates(summaries: Sequence[dict[str, Any]]) -> Table | None:
             str(err["waited"]),
             fmt_ratio(err["median"]),
             fmt_ratio(err["p90"]),
+            fmt_coverage(span),
+            str(span["unknown"]) if span else "—",
         )
         last = policy
     return table
+
+
+def fmt_coverage(span: dict[str, Any] | None) -> str:
+    """The share of waits inside their interval (of the bounded ones), e.g. ``81% of 120``."""
+    if not span or not span["bounded"]:
+        return "—"
+    return f"{span['coverage']:.0%} of {span['bounded']}"
 
 
 def render_gpus(summaries: Sequence[dict[str, Any]]) -> Table | None:
