@@ -130,7 +130,7 @@ class Estimating:
             return point, WaitRange(low, high, "now", "a slot is free for it now")
         if calibrated is not None and not configured:
             detail = f"the queue ahead, and how {name} estimates compared with the waits that followed"
-            return point, WaitRange(*calibrated, "calibrated", detail)
+            return point, WaitRange(calibrated[0], calibrated[1], "calibrated", detail)
         lo, hi = UNCALIBRATED
         if configured:
             names = ", ".join(self.classes.classes[c].name for c in sorted(configured))
