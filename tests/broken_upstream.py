@@ -1,6 +1,6 @@
 """A deliberately broken OpenAI-compatible upstream: the prompt names how it misbehaves.
 
-An ASGI app of one model (``m``), served on a thread by :func:`serving`. A completion whose
+An ASGI app of one model (``m``), served on a thread by ``live_server.serving``. A completion whose
 prompt starts with one of :data:`MODES` gets that misbehaviour; any other prompt a proper
 two-token stream. ``/v1/models`` answers properly, so the worker is seen healthy.
 """
@@ -8,14 +8,8 @@ two-token stream. ``/v1/models`` answers properly, so the worker is seen healthy
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
-
-import uvicorn
 
 MiB = 1 << 20
 PAGE = (
@@ -171,22 +165,3 @@ class Broken:
             await self._start(send)
             await self._more(send, sse(chunk("a")) + sse(chunk(" b", "length")))
             await self._end(send, sse({**chunk(""), "choices": [], "usage": USAGE}) + b"data: [DONE]\n\n")
-
-
-@contextlib.contextmanager
-def serving(app: Broken) -> Iterator[str]:
-    """``app`` on 127.0.0.1 (a free port), on a thread: its ``/v1`` URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws="none", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive()
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(15)

@@ -7,34 +7,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from laneway.fault_harness import replica_toml, upstream_toml
 from laneway.testing import ServeProcess
-
-REPLICA = """
-[server]
-data_dir = "{data}"
-[cluster]
-redis_url = "{redis}"
-replica = "{name}"
-key_prefix = "{prefix}"
-[batches]
-poll_s = 0.1
-lease_s = 2
-{extra}
-"""
-UPSTREAM = """
-[[workers]]
-name = "{name}"
-type = "upstream"
-url = "{url}"
-model = "standin"
-served_name = "m"
-slots = {slots}
-token_ids = "none"
-"""
 
 
 def upstream(name: str, url: str, slots: int) -> str:
-    return UPSTREAM.format(name=name, url=url, slots=slots)
+    return upstream_toml(name, url, slots, token_ids="none")
 
 
 @contextlib.contextmanager
@@ -48,7 +26,7 @@ def replicas(
     try:
         for name in names:
             cfg = tmp / f"{name}.toml"
-            text = REPLICA.format(data=tmp / name, redis=redis_url, name=name, prefix=prefix, extra=extra)
+            text = replica_toml(tmp / name, redis_url, name, prefix, extra=extra)
             cfg.write_text(text + workers)
             started[name] = ServeProcess(["--config", str(cfg)], tmp / f"{name}.log")
         yield started

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -78,3 +79,23 @@ def live_server(config: ServerConfig, workers: Mapping[str, Worker] | None = Non
         server.should_exit = True
         thread.join(STOP_TIMEOUT_S)
         assert not thread.is_alive(), "the test server did not stop"
+
+
+@contextlib.contextmanager
+def serving(app: Any, path: str = "/v1") -> Iterator[str]:
+    """Any ASGI ``app`` (a fake engine) on 127.0.0.1, a free port, on a thread: its URL with
+    ``path``; always stopped."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="none")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}{path}"
+    finally:
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT_S)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -11,32 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from laneway.standin import StandIn, decode
-
-
-@contextlib.contextmanager
-def serving(app: StandIn) -> Iterator[str]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive()
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
+from live_server import serving
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[tuple[StandIn, str]]:
     app = StandIn("standin", slots=1, ms_per_token=5.0)
-    with serving(app) as url:
+    with serving(app, "") as url:
         yield app, url
 
 
@@ -143,7 +125,7 @@ def test_a_request_sent_after_its_predecessor_was_dropped_is_not_counted_with_it
     """A client that drops a stream and then sends the next request has one open at a time,
     and is counted so: a dropped stream is seen gone before the request after it counts."""
     app = StandIn("standin", slots=1, ms_per_token=5.0)
-    with serving(app) as url, httpx.Client(timeout=30) as client:
+    with serving(app, "") as url, httpx.Client(timeout=30) as client:
         for i in range(20):
             body = {"model": "standin", "prompt": f"long {i}", "max_tokens": 500, "stream": True}
             with client.stream("POST", url + "/v1/completions", json=body) as r:

@@ -31,28 +31,35 @@ import httpx
 
 from laneway.testing import RedisProcess, ServeProcess, StandInProcess
 
-REPLICA = """
-[server]
-data_dir = "{data}"
-probe_interval_s = 0.5
-[cluster]
-redis_url = "{redis}"
-replica = "{name}"
-key_prefix = "{prefix}"
-[batches]
-poll_s = 0.1
-lease_s = {lease_s}
-{extra}
-"""
-UPSTREAM = """
-[[workers]]
-name = "{name}"
-type = "upstream"
-url = "{url}"
-model = "standin"
-served_name = "m"
-slots = {slots}
-"""
+
+def replica_toml(
+    data: Path,
+    redis_url: str,
+    name: str,
+    prefix: str,
+    *,
+    lease_s: float = 2.0,
+    probe_interval_s: float | None = None,
+    extra: str = "",
+) -> str:
+    """A replica's configuration but its workers (fast batch polling, short line leases)."""
+    probe = f"probe_interval_s = {probe_interval_s}\n" if probe_interval_s is not None else ""
+    return (
+        f'[server]\ndata_dir = "{data}"\n{probe}'
+        f'[cluster]\nredis_url = "{redis_url}"\nreplica = "{name}"\nkey_prefix = "{prefix}"\n'
+        f"[batches]\npoll_s = 0.1\nlease_s = {lease_s}\n{extra}\n"
+    )
+
+
+def upstream_toml(name: str, url: str, slots: int, *, token_ids: str | None = None) -> str:
+    """An upstream worker of the stand-in's model, served as ``m``."""
+    ids = f'token_ids = "{token_ids}"\n' if token_ids is not None else ""
+    return (
+        f'\n[[workers]]\nname = "{name}"\ntype = "upstream"\nurl = "{url}"\nmodel = "standin"\n'
+        f'served_name = "m"\nslots = {slots}\n{ids}'
+    )
+
+
 OVERLAP_S = 0.1  # two spans of one request that overlap by more than this: it ran twice at once
 
 
@@ -102,9 +109,7 @@ class Cluster:
             for i in range(upstreams):
                 args = ("--slots", str(slots), "--ms-per-token", str(ms_per_token))
                 self.standins.append(StandInProcess(tmp / f"standin{i}.log", args))
-            self.workers = "".join(
-                UPSTREAM.format(name=f"up{i}", url=s.url, slots=slots) for i, s in enumerate(self.standins)
-            )
+            self.workers = "".join(upstream_toml(f"up{i}", s.url, slots) for i, s in enumerate(self.standins))
             for i in range(replicas):
                 self.start_replica(f"r{i + 1}")
         except BaseException:
@@ -114,12 +119,13 @@ class Cluster:
     # ------------------------------------------------------------------ processes
     def start_replica(self, name: str) -> ServeProcess:
         cfg = self.tmp / f"{name}.toml"
-        text = REPLICA.format(
-            data=self.tmp / name,
-            redis=self.redis.url,
-            name=name,
-            prefix=self.prefix,
+        text = replica_toml(
+            self.tmp / name,
+            self.redis.url,
+            name,
+            self.prefix,
             lease_s=self.lease_s,
+            probe_interval_s=0.5,
             extra=self.extra,
         )
         cfg.write_text(text + self.workers)

@@ -4,23 +4,19 @@ answers 503 (or cannot be reached) is out until a probe finds it well again."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from laneway.config import ServerConfig, WorkerConfig
-from live_server import live_server
+from live_server import live_server, serving
 
 
 def fake_upstream(calls: list[str]) -> Starlette:
@@ -63,22 +59,6 @@ def fake_upstream(calls: list[str]) -> Starlette:
     return Starlette(
         routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])]
     )
-
-
-@contextlib.contextmanager
-def serving(app: Starlette) -> Iterator[str]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws="none"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive()
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(15)
 
 
 def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: Path) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broken_upstream import Broken, serving
+from broken_upstream import Broken
 from laneway.config import ServerConfig, WorkerConfig
 from laneway.testing import serve_process
-from live_server import live_server
+from live_server import live_server, serving
 
 STALL_S = 1.0
 
