@@ -254,9 +254,10 @@ CALIBRATION_FLOOR_S = 1.0  # waits and estimates both under this teach nothing
 
 
 RANGE_AFTER = 16  # a class's range comes from how its estimates erred once it has this many
-RANGE_WINDOW = 128  # ... over the last this many
+RANGE_WINDOW = 64  # ... over the last this many
 RANGE_MISS = 0.2  # the share of waits an interval aims to miss (10th to 90th percentile)
-RANGE_STEP = 0.02  # how fast the percentiles taken follow the misses seen (adaptive conformal)
+RANGE_STEP = 0.05  # how fast the percentiles taken follow the misses seen (adaptive conformal)
+RANGE_WIDEN = 3.0  # past the widest ratios seen, the bounds widen by e^(3 x the shortfall)
 UNCALIBRATED = (1 / 3, 3.0)  # before that, the range around a raw estimate on measured service
 
 
@@ -374,11 +375,15 @@ class _Spread:
         self.sorted = sorted(self.ratios)
 
     def judge(self, missed: bool) -> None:
-        self.alpha = min(max(self.alpha + RANGE_STEP * (RANGE_MISS - missed), 0.0), 0.6)
+        self.alpha = min(max(self.alpha + RANGE_STEP * (RANGE_MISS - missed), -1.0), 0.6)
 
     def bounds(self) -> tuple[float, float] | None:
         if self.seen < RANGE_AFTER:
             return None
         last = len(self.sorted) - 1
-        tail = self.alpha / 2
-        return self.sorted[round(tail * last)], self.sorted[round((1 - tail) * last)]
+        tail = max(self.alpha, 0.0) / 2
+        lo, hi = self.sorted[round(tail * last)], self.sorted[round((1 - tail) * last)]
+        if self.alpha < 0.0:  # missing more than aimed with every ratio seen inside: wider still
+            widen = math.exp(-self.alpha * RANGE_WIDEN)
+            lo, hi = lo / widen, hi * widen
+        return lo, hi
