@@ -238,3 +238,18 @@ def test_a_loan_that_ended_and_begins_again_is_used_and_comes_back() -> None:
         assert report is not None
         lender.report(*report[1:])
         assert lender.held("w") == 0 and not lender.loans, (round_, lender.loans)
+
+
+def test_a_quarantine_outlives_its_home_taken_for_dead_again_and_grows() -> None:
+    """A home taken for dead keeps the slots of its requests held until the engine shows
+    them gone (``release``); late events that have it taken for dead again neither end
+    that hold (they did, and a paused runner's batch lines ran twice at once) nor shrink it."""
+    lender = Lender([WorkerSpec("w", 8)], reserve=1)
+    lender.lend("a", "w", 2)
+    lender.quarantine("a", "w", 6, until=100.0)
+    lender.drop(["a"])
+    assert lender.held("w") == 6 and lender.quarantined()
+    lender.quarantine("a", "w", 1, until=50.0)  # one more of its requests found running
+    assert lender.held("w") == 7 and lender.quarantined()[("a", "w")].until == 100.0
+    lender.release("a", "w")
+    assert lender.held("w") == 0 and not lender.loans

@@ -59,3 +59,27 @@ def test_a_line_of_an_owner_neither_alive_nor_dead_waits_longer(db: RedisDB) -> 
     assert claimed(db, 1031.0) == [2, 3]
     assert claimed(db, 1030.0 + CLAIM_LONG_GRACE_S - 1) == []
     assert claimed(db, 1030.0 + CLAIM_LONG_GRACE_S + 1) == [1]
+
+
+def test_a_line_of_an_owner_just_taken_for_dead_waits_for_the_commit_of_its_quarantine(
+    db: RedisDB,
+) -> None:
+    """The leader takes an owner for dead in one script (its tombstone) and writes the slots
+    its requests still hold in its next commit: in between, its lines are not claimed (two
+    lines of a paused runner ran twice at once, claimed in that gap)."""
+    from laneway.cluster.commit import COMMIT, commit_args
+    from laneway.cluster.lending import Lender
+    from laneway.cluster.liveness import REAP
+    from laneway.core import WorkerSpec
+
+    r: redis.Redis = db.r
+    assert len(db.claim("b1", "r1.a", 3, LEASE, 1000.0)) == 3
+    assert [h.decode() for h in r.eval(REAP, 0, db.p, 60, "r1.a")] == ["r1.a"]  # its heartbeat is gone
+    assert claimed(db, 1100.0) == []  # dead, but its quarantine is not written yet
+    lender = Lender([WorkerSpec("up0", 4)], reserve=1)
+    lender.quarantine("r1.a", "up0", 3, until=2000.0)
+    keys = [db.p + k for k in ("reqs", "events:pos", "loans", "applied")]
+    r.eval(COMMIT, 4, *keys, *commit_args(db.p, "0-0", [], [], [], "me", lender, {}, ["r1.a"]))
+    assert claimed(db, 1100.0) == []  # its quarantine holds them now
+    r.hdel(db.p + "loans", "r1.a|up0")  # its engine showed its requests gone
+    assert claimed(db, 1100.0) == [1, 2, 3]

@@ -14,7 +14,8 @@ from laneway.cluster.lending import Lender
 # after the fence: KEYS reqs, pos, loans, applied; ARGV prefix, pos, n sets (rid, entry)...,
 # n dels (rid)..., n replicas (replica, its decisions as one JSON list)..., n loans set
 # (replica|worker, loan)..., n loans ended (replica|worker)..., n applied (replica, its last
-# event entry applied)..., n applied dropped (replica)...
+# event entry applied)..., n applied dropped (replica: taken for dead, its quarantine written
+# with this commit, so it leaves PREFIX reaping too)...
 COMMIT = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -35,7 +36,11 @@ for _ = 1, n do redis.call('HDEL', KEYS[3], ARGV[i]); i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]); i = i + 2 end
 n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HDEL', KEYS[4], ARGV[i]); i = i + 1 end
+for _ = 1, n do
+  redis.call('HDEL', KEYS[4], ARGV[i])
+  redis.call('SREM', ARGV[1] .. 'reaping', ARGV[i])
+  i = i + 1
+end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
 """

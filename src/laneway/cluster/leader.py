@@ -107,6 +107,10 @@ class Leader:
         self.entries: dict[str, list[Any]] = {}  # rid -> its table entry
         self.pos = "0-0"
         self.applied: dict[str, int] = {}  # home -> the last of its event entries applied
+        # homes taken for dead (their tombstones): what they send after that is not applied (one
+        # that wakes from a pause answers a census, or submits, before it learns it is dead)
+        self.dead: set[str] = set()
+        self.reaping: set[str] = set()
         self.healthy_since = math.inf  # (time.time) since when Redis answered without a gap
         self.led = 0  # times this replica became leader
         self.pace = Sizing(config.costs, 0)  # decode speed per model, as the replicas measure it
@@ -178,6 +182,12 @@ class Leader:
         pos = await self.r.get(self.p + "events:pos")
         self.pos = pos.decode() if pos is not None else "0-0"
         self.applied = {k.decode(): int(v) for k, v in applied.items()}
+        self.dead = set()
+        async for key in self.r.scan_iter(match=self.p + "dead:*", count=1000):
+            self.dead.add(key.decode().removeprefix(self.p + "dead:"))
+        # taken for dead by a leader before, whose commit of their quarantine never came:
+        # taken for dead again (their quarantine is written with the next commit)
+        self.reaping = {h.decode() for h in await self.r.smembers(self.p + "reaping")}
         self.healthy_since = time.time()  # (a new leader gives every replica a period to say it lives)
         self.home, self.entries = {}, {}
         pending: list[tuple[str, list[Any]]] = []
@@ -261,6 +271,8 @@ class Leader:
                     self.pos = entry_id.decode()
                     moved = True
                     home = fields.get(b"h", b"").decode()
+                    if home in self.dead:
+                        continue  # (it learns it was taken for dead and goes on under a new name)
                     n = int(fields.get(b"n", 0))
                     if home and n:
                         if n <= self.applied.get(home, 0):
@@ -480,7 +492,9 @@ class Leader:
         """Cancel the requests of replicas that stopped saying they live (each taken for dead
         in one script with its tombstone: :mod:`laneway.cluster.liveness`); the homes whose
         event numbers are forgotten."""
-        homes = sorted((set(self.home.values()) | self.lender.homes() | set(self.applied)) - {self.me})
+        homes = sorted(
+            (set(self.home.values()) | self.lender.homes() | set(self.applied) | self.reaping) - {self.me}
+        )
         if not homes:
             return []
         dead = {
@@ -489,6 +503,8 @@ class Leader:
         }
         if not dead:
             return []
+        self.dead |= dead
+        self.reaping -= dead
         for h in dead:
             self.applied.pop(h, None)
         core = self.core
@@ -515,6 +531,8 @@ class Leader:
             self._forget(rid, sets, dels)
         for (h, w), n in held.items():
             self.lender.quarantine(h, w, n, now + min(longest[(h, w)], QUARANTINE_MAX_S))
+        if not gone and not held:
+            return sorted(dead)  # (taken for dead before: late events of it named it again)
         log.warning(
             "replicas %s are gone: %d of their requests cancelled; %d slots held until their "
             "engines show them ended",

@@ -99,9 +99,11 @@ class Lender:
             self.changed.add((home, worker))
 
     def drop(self, homes: Iterable[str]) -> None:
-        """Replicas that are gone: their loans end (their requests died with them)."""
+        """Replicas that are gone: their loans end (their requests died with them). Their
+        quarantines stay: only :meth:`release` ends one (a home taken for dead again, by its
+        late events, still has its requests running at the engine until it shows them gone)."""
         gone = set(homes)
-        for key in [k for k in self.loans if k[0] in gone]:
+        for key in [k for k, loan in self.loans.items() if k[0] in gone and loan.until == 0]:
             del self.loans[key]
             self.changed.add(key)
         for key in [k for k in self.last_seq if k[0] in gone]:
@@ -112,7 +114,12 @@ class Lender:
     def quarantine(self, home: str, worker: str, n: int, until: float) -> None:
         """``home`` was taken for dead with ``n`` requests on ``worker`` (its own and lent
         ones): their slots stay held until the engine shows them gone or ``until``. A
-        process that only stood still (a pause) still has them running there."""
+        process that only stood still (a pause) still has them running there. A quarantine
+        there already grows by ``n``, and lasts as long as the later of the two."""
+        old = self.loans.get((home, worker))
+        if old is not None and old.until > 0:
+            n += old.hold
+            until = max(until, old.until)
         self.loans[(home, worker)] = Loan(used=n, hold=n, until=until)
         self.changed.add((home, worker))
 

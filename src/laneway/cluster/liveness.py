@@ -34,13 +34,17 @@ redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 return {1, redis.call('GET', KEYS[3])}
 """
 
-# (fenced: after the fence) ARGV prefix, dead ttl_s, homes... -> the homes taken for dead now
+# (fenced: after the fence) ARGV prefix, dead ttl_s, homes... -> the homes taken for dead now.
+# Each is also put in ``PREFIX reaping`` until the leader's next commit has written the slots
+# its requests may still hold (their quarantine: laneway.cluster.lending): until then nothing
+# may take a batch line of it on the strength of its tombstone alone (LUA_CLAIM).
 REAP = """
 local out = {}
 for i = 3, #ARGV do
   local h = ARGV[i]
   if redis.call('EXISTS', ARGV[1] .. 'alive:' .. h) == 0 then
     redis.call('SET', ARGV[1] .. 'dead:' .. h, '1', 'EX', ARGV[2])
+    redis.call('SADD', ARGV[1] .. 'reaping', h)
     out[#out + 1] = h
   end
 end

@@ -91,7 +91,8 @@ return 1
 # ARGV: prefix, batch, owner, limit, lease until, now, grace, long grace -> {line, data,
 # attempts, ...}. A line whose lease ran out is claimed again only once its owner's request
 # cannot still be running: an owner the cluster took for dead (its tombstone) whose slots
-# the leader no longer holds for it (a process that stood still runs its requests on until
+# the leader no longer holds for it, nor is about to (PREFIX reaping: its quarantine is not
+# written yet) (a process that stood still runs its requests on until
 # its engine shows them gone: laneway.cluster.leader); an owner alive whose lease ran out
 # over ``grace`` ago (it dropped the line); an owner neither alive nor dead (not taken for
 # dead yet, or not a replica's name) once its lease ran out over ``long grace`` ago.
@@ -113,6 +114,7 @@ if #picked < limit then
       if redis.call('EXISTS', p .. 'alive:' .. prev) == 1 then
         ok = ends + grace <= now
       elseif redis.call('EXISTS', p .. 'dead:' .. prev) == 1 then
+        ok = redis.call('SISMEMBER', p .. 'reaping', prev) == 0
         if held == nil then held = redis.call('HKEYS', p .. 'loans') end
         for _, k in ipairs(held) do
           if string.sub(k, 1, #prev + 1) == prev .. '|' then ok = false end
