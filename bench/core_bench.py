@@ -114,8 +114,8 @@ def side_by_side(n: int, ops: int, policy: str, repeat: int) -> dict[str, float]
 
 
 def bench_sim(requests: int) -> tuple[int, float]:
-    from laneway.sim.engine import simulate
     from laneway.sim.scenarios import mixed
+    from laneway.sim.simulation import simulate
 
     sc = mixed(0, requests=requests)
     t0 = time.perf_counter()

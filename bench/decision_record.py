@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from laneway.core import POLICIES, SchedulerConfig
-from laneway.sim import engine as sim_engine
+from laneway.sim import simulation as sim_engine
 from laneway.sim.report import summarize
 from laneway.sim.scenarios import SCENARIOS, scenario
 

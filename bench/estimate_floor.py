@@ -36,10 +36,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from laneway.core import Request, Scheduler
-from laneway.sim.engine import Simulation
+from laneway.core import Request, Scheduler, WaitRange
 from laneway.sim.report import WAITED_S, percentile
 from laneway.sim.scenarios import DESK_SIZES_S, HINT_ERROR, HINT_TOKENS_S, support_desk
+from laneway.sim.simulation import Simulation
 
 
 def remaining_draw(rng: random.Random, r: Request, now: float) -> float:
@@ -59,9 +59,10 @@ def remaining_draw(rng: random.Random, r: Request, now: float) -> float:
 
 
 def model_estimate(sched: Scheduler, cls: int, now: float, draws: int, rng: random.Random) -> float:
-    rights = sched._est_rights[cls]
-    blockers = [r for v, running in enumerate(sched._running) if v not in rights for r in running.values()]
-    k = sum(sched.lanes.class_count[: cls + 1]) - sched._free + 1
+    rights = sched.tables.est_rights[cls]
+    running_by_class = sched.occupancy.running
+    blockers = [r for v, running in enumerate(running_by_class) if v not in rights for r in running.values()]
+    k = sum(sched.lanes.class_count[: cls + 1]) - sched.occupancy.free + 1
     if k <= 0 or not blockers:
         return 0.0
     k = min(k, len(blockers))
@@ -76,15 +77,17 @@ def run(cls: int, seed: int, draws: int) -> list[tuple[float, float, float]]:
     rng = random.Random(seed)
     model: dict[float, float] = {}
     sched = sim.sched
-    ask: Callable[..., float] = sched.estimate_wait
+    ask: Callable[..., tuple[float, WaitRange]] = sched.estimate_range
 
     class Watched(Scheduler):
         __slots__ = ()
 
-        def estimate_wait(self, c: int, m: str | None, now: float, *args: object, **kw: object) -> float:
-            if c == cls and not kw:  # (the simulator's sampled estimates, not calibration's)
+        def estimate_range(
+            self, c: int, m: str | None, now: float, est_service_s: float | None = None
+        ) -> tuple[float, WaitRange]:
+            if c == cls:  # (the simulator's sampled estimates)
                 model[now] = model_estimate(self, c, now, draws, rng)
-            return ask(c, m, now, *args, **kw)  # type: ignore[arg-type]
+            return ask(c, m, now, est_service_s)
 
     sched.__class__ = Watched  # the same scheduler, watched
     res = sim.run()

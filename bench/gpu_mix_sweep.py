@@ -20,9 +20,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from laneway.sim.engine import SimResult, simulate
 from laneway.sim.report import percentile
 from laneway.sim.scenarios import scenario
+from laneway.sim.simulation import SimResult, simulate
 
 BIG = "big-70b"
 

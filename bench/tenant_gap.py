@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from laneway.core import SchedulerConfig
-from laneway.sim.engine import SimResult, simulate
 from laneway.sim.report import percentile
 from laneway.sim.scenarios import two_tenants
+from laneway.sim.simulation import SimResult, simulate
 
 
 def both_queued(res: SimResult, a: str, b: str) -> list[tuple[float, float]]:

@@ -13,6 +13,10 @@ FIRST = [
     "laneway.batch.cli",
     "laneway.runtime",
     "laneway.store",
+    "laneway.server",  # the composition of a server
+    "laneway.batch.runner",
+    "laneway.backends.factory",
+    "laneway.cluster.codec",
     "laneway.cli",
 ]
 

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from laneway.errors import retry_figures
 
 DEFAULT_MAX_HEADER_BYTES = 64 << 10  # a request's line and headers (cookies and tokens fit)
 FD_RESERVE_MIN = 64  # descriptors kept for everything but client connections (files, upstreams)
@@ -56,9 +59,11 @@ def cap_for(fd_limit: int) -> int:
     return max(16, fd_limit - max(FD_RESERVE_MIN, fd_limit // 8))
 
 
+_REFUSED_RETRY_S, _REFUSED_WAIT_S = retry_figures(None, 1.0)  # (a connection is let go soon)
 _REFUSED = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: "
+    + str(math.ceil(_REFUSED_RETRY_S)).encode()
+    + b"\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
 )
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
@@ -74,13 +79,20 @@ _LATE = (
 )
 
 
-def _raw(template: bytes, message: str, type_: str, code: str) -> bytes:
-    error = {"message": message, "type": type_, "code": code, "param": None}
+def _raw(template: bytes, message: str, type_: str, code: str, **extra: object) -> bytes:
+    error = {"message": message, "type": type_, "code": code, "param": None, **extra}
     body = json.dumps({"error": error}, separators=(",", ":")).encode()
     return template % (len(body), body)
 
 
-REFUSED = _raw(_REFUSED, "too many open connections; try again", "server_error", "too_many_connections")
+REFUSED = _raw(
+    _REFUSED,
+    "too many open connections; try again",
+    "server_error",
+    "too_many_connections",
+    estimated_wait_s=_REFUSED_WAIT_S,
+    retry_after_s=_REFUSED_RETRY_S,
+)
 LATE = _raw(_LATE, "the request did not arrive in time", "invalid_request_error", "request_timeout")
 MALFORMED = _raw(_MALFORMED, "malformed HTTP request", "invalid_request_error", "invalid_http")
 

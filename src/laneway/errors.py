@@ -7,6 +7,8 @@ OpenAI's error shape (``{"error": {"message", "type", "code", "param"}}``).
 
 from __future__ import annotations
 
+import math
+
 from laneway.core.errors import LanewayError
 
 
@@ -73,10 +75,38 @@ class PayloadTooLarge(RequestError):
     code = "payload_too_large"
 
 
+RETRY_MIN_S = 1.0  # Retry-After is at least this
+RETRY_MAX_S = 3600.0  # ... and at most this
+RETRY_UNKNOWN_S = 10.0  # ... and this where neither a retry time nor the wait is known
+
+
+def retry_figures(wait_s: float | None, retry_s: float | None = None) -> tuple[float, float | None]:
+    """The one rule for what a refusal that may be tried again (429, 503) tells:
+    ``(retry_after_s, estimated_wait_s)``.
+
+    - ``estimated_wait_s``: what a request of its class would wait now, to the
+      millisecond; ``None`` (``null``) where that is not known (``wait_s`` infinite or
+      ``None``: no worker is up, the scheduler or the store cannot be reached).
+    - ``retry_after_s``: the refusal's own time to come back where it has one (``retry_s``:
+      a quota's refill, the next health probe), else the wait; never under
+      :data:`RETRY_MIN_S` nor over :data:`RETRY_MAX_S`; :data:`RETRY_UNKNOWN_S` where
+      neither is known. (``Retry-After`` is it rounded up to whole seconds.)
+    """
+    wait = round(wait_s, 3) if wait_s is not None and math.isfinite(wait_s) else None
+    if retry_s is not None and math.isfinite(retry_s) and retry_s > 0:
+        retry = retry_s
+    elif wait is not None:
+        retry = wait
+    else:
+        retry = RETRY_UNKNOWN_S
+    return round(min(max(retry, RETRY_MIN_S), RETRY_MAX_S), 3), wait
+
+
 class Deferred(RequestError):
     """Not now: try again after ``retry_after_s`` (429 and 503 answers carry ``Retry-After``).
 
-    ``estimated_wait_s`` is what a request of the same class would wait now.
+    ``estimated_wait_s`` is what a request of the same class would wait now (``None``: not
+    known); both come from the one rule, :func:`retry_figures`.
     """
 
     def __init__(
@@ -84,14 +114,13 @@ class Deferred(RequestError):
         message: str,
         *,
         code: str,
-        retry_after_s: float = 1.0,
-        estimated_wait_s: float = 0.0,
+        retry_after_s: float | None = None,
+        estimated_wait_s: float | None = None,
         param: str | None = None,
     ) -> None:
         super().__init__(message, param=param)
         self.code = code
-        self.retry_after_s = retry_after_s
-        self.estimated_wait_s = estimated_wait_s
+        self.retry_after_s, self.estimated_wait_s = retry_figures(estimated_wait_s, retry_after_s)
 
 
 class QuotaExceeded(Deferred):

@@ -14,6 +14,7 @@ for laneway's id, model name and ``laneway`` object.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,11 +31,25 @@ SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator takes
 CHAT, COMPLETION, EMBEDDING = "chat", "completion", "embedding"
 KINDS = (CHAT, COMPLETION, EMBEDDING)
 
-# how a preempted job resumes (the ``laneway.resume`` a response reports)
-RESUME_EXACT = "exact"  # where it stopped (the worker says how: checkpoint, token ids, text)
-RESUME_RESTART = "restart"  # from scratch: the state cannot be resumed, and nothing was shown yet
-RESUME_NONE = "none"  # never preempted once started (drain only): streamed text cannot be taken back
-RESUME_RULES = (RESUME_EXACT, RESUME_RESTART, RESUME_NONE)
+
+class ResumeRule(enum.StrEnum):
+    """What a preemption may do to a job (``Job.resume``), as its request allows."""
+
+    EXACT = "exact"  # resume it where it stopped (the worker says how: ResumeMethod)
+    RESTART = "restart"  # start it again: its state cannot be resumed, and nothing was shown yet
+    NONE = "none"  # never preempt it once started (drain only): streamed text cannot be taken back
+
+
+class ResumeMethod(enum.StrEnum):
+    """How a preempted job resumes on its worker: its checkpoint's ``mode``, and the
+    ``laneway.resume`` a response reports."""
+
+    CHECKPOINT = "checkpoint"  # its state kept (KV cache, RNG) and restored: exact
+    RECOMPUTE = "recompute"  # its ids kept: the prompt and the text so far prefilled again
+    TOKEN_IDS = "token_ids"  # an upstream takes the prompt and the ids made so far
+    TEXT = "text"  # an upstream continues the text so far
+    RESTART = "restart"  # from scratch
+    NONE = "none"  # it is never stopped once started
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +164,7 @@ class Job:
     ``continue_final_message``). ``body``: for upstream workers, the client's
     fields laneway does not own, forwarded as sent. ``stream``: the client
     reads the answer as it is made. ``resume``: how a preemption may treat it
-    (:data:`RESUME_RULES`).
+    (:class:`ResumeRule`; its string is taken too).
     """
 
     id: str
@@ -161,7 +176,7 @@ class Job:
     kind: str = ""
     body: Mapping[str, Any] | None = None
     stream: bool = False
-    resume: str = RESUME_EXACT
+    resume: ResumeRule = ResumeRule.EXACT
 
     def __post_init__(self) -> None:
         if not self.kind:
@@ -170,8 +185,9 @@ class Job:
             object.__setattr__(self, "kind", CHAT if self.messages is not None else COMPLETION)
         elif self.kind not in KINDS:
             raise ValueError(f"unknown job kind {self.kind!r}")
-        if self.resume not in RESUME_RULES:
+        if self.resume not in tuple(ResumeRule):
             raise ValueError(f"unknown resume rule {self.resume!r}")
+        object.__setattr__(self, "resume", ResumeRule(self.resume))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +225,15 @@ class Ending:
 class Checkpoint:
     """Where a preempted job stopped; ``resume`` it on a worker of the same kind.
 
-    ``mode`` is ``"checkpoint"`` (state kept: KV cache, RNG), ``"recompute"``
-    (only the ids: the prompt and the text so far are prefilled again), or
-    what an upstream worker resumes by (``"token_ids"``, ``"text"``,
-    ``"restart"``). ``nbytes`` is what the saved state costs to hold;
-    ``save_s`` what saving took. ``state`` is the worker's own payload.
+    ``mode`` is how it resumes (:class:`ResumeMethod`): ``checkpoint`` (state kept: KV
+    cache, RNG), ``recompute`` (only the ids: the prompt and the text so far are prefilled
+    again), or what an upstream worker resumes by (``token_ids``, ``text``, ``restart``).
+    ``nbytes`` is what the saved state costs to hold; ``save_s`` what saving took.
+    ``state`` is the worker's own payload.
     """
 
     job: Job
-    mode: str
+    mode: ResumeMethod
     tokens_done: int
     text_so_far: str
     nbytes: int = 0

@@ -110,9 +110,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from laneway.api import create_app
+    from laneway.backends.factory import build_workers
     from laneway.connections import raise_fd_limit, uvicorn_options
-    from laneway.runtime import build_workers
-    from laneway.shutdown import LanewayServer
+    from laneway.stopping import LanewayServer
     from laneway.store import StoreError, open_store
 
     signal.signal(signal.SIGTERM, _stop_before_serving)  # (the server has its own once it runs)

@@ -208,10 +208,15 @@ class StandIn:
             return
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/stats":  # what tests read: peaks and counts
-            stats = {"peak": self.peak, "peak_requests": self.peak_requests, "served": self.served}
-            stats["open"] = self.open_requests()
-            stats["peak_prompts"] = self.peak_prompts
-            await _json(send, 200, {**stats, "aborted": self.aborted})
+            stats: dict[str, object] = {
+                "peak": self.peak,
+                "peak_requests": self.peak_requests,
+                "served": self.served,
+                "open": self.open_requests(),
+                "peak_prompts": self.peak_prompts,
+                "aborted": self.aborted,
+            }
+            await _json(send, 200, stats)
             return
         if method == "GET" and path == "/spans":  # marked requests: ended, and open now
             spans = {"spans": list(self.spans), "open": [(q.key, q.opened) for q in self.opened]}

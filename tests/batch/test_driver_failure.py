@@ -43,7 +43,7 @@ def test_a_failing_driver_backs_off_then_the_batch_completes(
 def test_a_file_that_breaks_the_checker_fails_its_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from laneway.runtime import batches
+    from laneway.batch import runner as batches
 
     def broken(*args: object, **kw: object) -> object:
         raise RecursionError("maximum recursion depth exceeded")

@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from laneway.cluster.codec import LoanGranted, LoanTaken
 from laneway.cluster.lending import Borrower, Lender, starts_itself
 from laneway.core import Dispatch, Request, Scheduler, WorkerSpec
 from laneway.core.admission import Quota, TenantPolicy
@@ -79,8 +80,11 @@ class Cluster:
             if self.to_leader[home]:
                 self.read(home, self.to_leader[home].popleft())
 
-    def read(self, home: str, e: list[Any]) -> None:
-        if e[0] == "s":
+    def read(self, home: str, e: Any) -> None:
+        if isinstance(e, LoanTaken):
+            self.lender.report(e.home, e.worker, e.seq, e.used)
+            self.core.hold(e.worker, self.lender.held(e.worker))
+        elif e[0] == "s":
             assert self.core.submit(e[1], self.now) is None
             self.sent[home].add(e[1].id)
         elif e[0] == "f":
@@ -88,9 +92,7 @@ class Cluster:
         elif e[0] == "w":
             self.wanting.setdefault(home, set()).add("")
         else:
-            _, h, w, seq, used = e
-            self.lender.report(h, w, seq, used)
-            self.core.hold(w, self.lender.held(w))
+            raise AssertionError(f"not an event of this model: {e!r}")
 
     def step(self) -> None:
         self.now += 1.0
@@ -111,8 +113,8 @@ class Cluster:
     def deliver(self, home: str, n: int = 1) -> None:
         for _ in range(n or len(self.to_replica[home])):
             if self.to_replica[home]:
-                _, w, lent, seq = self.to_replica[home].popleft()
-                self.to_leader[home].append(self.borrowers[home].granted(home, w, lent, seq))
+                m = self.to_replica[home].popleft()
+                self.to_leader[home].append(self.borrowers[home].granted(home, m.worker, m.slots, m.seq))
 
     def die(self, home: str) -> None:
         for rid, (h, w, _) in list(self.runs.items()):
@@ -175,13 +177,13 @@ def test_loans_grow_to_a_share_and_stop_short_of_the_reserve() -> None:
     free = {"w": 16}
     sent: dict[str, int] = {}
     for _ in range(6):
-        for home, (_, _, n, _) in lender.plan(free, {"a": {""}, "b": {""}}, False, set(), {}):
-            sent[home] = n
+        for home, m in lender.plan(free, {"a": {""}, "b": {""}}, False, set(), {}):
+            sent[home] = m.slots
         free = {"w": 16 - lender.held("w")}
     assert sent == {"a": 7, "b": 7}  # (16 - 2 reserved) ÷ 2 replicas
     assert lender.held("w") == 14
     out = lender.plan(free, {}, True, set(), {})  # something waits: every loan goes to 0
-    assert sorted((h, m[2]) for h, m in out) == [("a", 0), ("b", 0)]
+    assert sorted((h, m.slots) for h, m in out) == [("a", 0), ("b", 0)]
     assert lender.held("w") == 14  # held until the replicas confirm
     lender.report("a", "w", lender.loans[("a", "w")].seq, 3)
     assert lender.held("w") == 10  # a still uses 3
@@ -205,10 +207,10 @@ def test_a_replica_over_its_share_is_lowered_to_it_when_another_asks() -> None:
         lender.plan({"w": 9 - lender.held("w")}, {"a": {""}}, False, set(), {})
     assert lender.loans[("a", "w")].sent == 8
     out = lender.plan({"w": 9 - lender.held("w")}, {"b": {""}}, False, set(), {})
-    assert [(h, m[2]) for h, m in out] == [("a", 4)]  # nothing left for b: a down to its share
+    assert [(h, m.slots) for h, m in out] == [("a", 4)]  # nothing left for b: a down to its share
     lender.report("a", "w", lender.loans[("a", "w")].seq, 1)  # a uses 1
     out = lender.plan({"w": 9 - lender.held("w")}, {"b": {""}}, False, set(), {})
-    assert [(h, m[2]) for h, m in out] == [("b", 2)]
+    assert [(h, m.slots) for h, m in out] == [("b", 2)]
 
 
 def test_a_replica_that_may_have_been_taken_for_dead_starts_nothing_on_lent_slots() -> None:
@@ -224,10 +226,10 @@ def test_a_replica_that_may_have_been_taken_for_dead_starts_nothing_on_lent_slot
 def test_a_loan_that_ended_and_begins_again_is_used_and_comes_back() -> None:
     lender, borrower = Lender([WorkerSpec("w", 4)], reserve=1), Borrower([WorkerSpec("w", 4)])
 
-    def deliver(out: list[tuple[str, list[Any]]]) -> None:
-        for home, (_, w, n, seq) in out:
-            _, h, w2, s, used = borrower.granted(home, w, n, seq)
-            lender.report(h, w2, s, used)
+    def deliver(out: list[tuple[str, LoanGranted]]) -> None:
+        for home, m in out:
+            t = borrower.granted(home, m.worker, m.slots, m.seq)
+            lender.report(t.home, t.worker, t.seq, t.used)
 
     for round_ in range(3):  # lent, called back to nothing (the loan ends), lent again
         deliver(lender.plan({"w": 4 - lender.held("w")}, {"a": {""}}, False, set(), {}))
@@ -236,7 +238,7 @@ def test_a_loan_that_ended_and_begins_again_is_used_and_comes_back() -> None:
         assert lender.held("w") == 1  # r still runs on it
         _, report = borrower.give_back("a", f"r{round_}")
         assert report is not None
-        lender.report(*report[1:])
+        lender.report(report.home, report.worker, report.seq, report.used)
         assert lender.held("w") == 0 and not lender.loans, (round_, lender.loans)
 
 

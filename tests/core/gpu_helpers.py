@@ -90,7 +90,7 @@ class GpuDriver(Driver):
 
     @property
     def placement(self) -> GpuPlacement:
-        p = self.sched._planner
+        p = self.sched.planner
         assert p is not None, "the scheduler has no GPU placement"
         return p
 

@@ -8,15 +8,13 @@ import math
 
 import pytest
 
-from laneway.core.estimate import (
+from laneway.core.estimator import first_end_median, start_after, wait_estimate
+from laneway.core.measures import (
     SPREAD_AFTER,
     SPREAD_WINDOW,
     ArrivalRates,
     ServiceStats,
     SizeSpread,
-    first_end_median,
-    start_after,
-    wait_estimate,
 )
 
 from .helpers import Driver, req, sched

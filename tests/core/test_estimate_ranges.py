@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from laneway.core import ClassTable, Scheduler, SchedulerConfig, WorkerSpec
 from laneway.core.decisions import Dispatch
-from laneway.core.estimate import Calibration
+from laneway.core.measures import Calibration
 from laneway.core.request import Request
 
 

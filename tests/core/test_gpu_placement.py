@@ -517,7 +517,7 @@ def test_naive_evicts_whatever_idle_model_is_on_the_first_idle_gpu() -> None:
 def test_naive_preloads_every_model_listed_without_evicting_one_for_another() -> None:
     inv = inventory([gpu("g0", 16), gpu("g1", 16)], [model("m", 6, slots=1)], ("m", "m", "m"))
     for policy in ("laneway", "naive"):
-        p = gpu_sched(inv, policy)._planner
+        p = gpu_sched(inv, policy).planner
         assert p is not None
         assert len(p.replicas) == 3 and all(r.ready for r in p.replicas.values()), policy
         assert p.evictions == 0 and p.loads == 0, policy
@@ -607,10 +607,10 @@ def test_a_drain_window_that_lapses_unused_does_not_keep_waking_the_scheduler() 
     d.submit(greq("p0", 0, 0.0, "b"))
     d.step()
     assert not [x for x in d.log if type(x[1]) is Preempt]  # draining, not preempting
-    (until, drained) = d.sched._clearing["b"]
+    (until, drained) = d.sched.promises.clearing["b"]
     assert drained and 0.0 < until < 30.0
     d.now = 1.0
     d.cancel("p0")
     d.advance(until + 5.0)  # through the lapse
     assert d.sched.next_wakeup() > d.now
-    assert "b" not in d.sched._clearing
+    assert "b" not in d.sched.promises.clearing

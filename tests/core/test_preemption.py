@@ -7,7 +7,7 @@ import math
 import pytest
 
 from laneway.core import CostModel, Dispatch, Preempt, Scheduler, SchedulerConfig, WorkerSpec
-from laneway.core.preemption import Action, Candidate, choose_action, choose_victim, soonest
+from laneway.core.victims import Action, Candidate, choose_action, choose_victim, soonest
 
 from .helpers import Driver, ids, req, sched, slots
 

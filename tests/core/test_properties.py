@@ -27,7 +27,7 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.decisions import REJECT_REASONS
-from laneway.core.preemption import may_stop_again
+from laneway.core.victims import may_stop_again
 
 from .helpers import Driver
 

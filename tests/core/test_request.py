@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_table_covers_every_state() -> None:
 
 
 def test_documented_edges() -> None:
-    assert TRANSITIONS[State.NEW] == {State.QUEUED, State.REJECTED}
+    # (running: adopted, a request a new scheduler finds running on a worker)
+    assert TRANSITIONS[State.NEW] == {State.QUEUED, State.REJECTED, State.RUNNING}
     assert TRANSITIONS[State.QUEUED] == {State.RUNNING, State.EXPIRED, State.CANCELLED, State.REJECTED}
     assert TRANSITIONS[State.RUNNING] == {State.PREEMPTED, State.FINISHED, State.FAILED, State.CANCELLED}
     assert TRANSITIONS[State.PREEMPTED] == {State.QUEUED, State.FINISHED, State.FAILED, State.CANCELLED}
@@ -135,3 +137,53 @@ def test_same_input_same_decisions(policy: str) -> None:
     assert first  # it did decide things
     assert _script(7, policy) == first
     assert _script(8, policy) != first
+
+
+def test_the_core_changes_a_state_through_the_table_only() -> None:
+    """Outside the lifecycle's own module, the core changes ``.state`` only through
+    :func:`transition`, or (on the hot paths) right after checking the table itself: an
+    ``if NEW not in TRANSITIONS[x.state]`` (or its alias ``_NEXT``) just before the write."""
+    import ast
+
+    import laneway.core
+
+    def checked(prev: ast.stmt | None, target: ast.Attribute, value: ast.expr) -> bool:
+        if not isinstance(prev, ast.If) or not isinstance(prev.test, ast.Compare):
+            return False
+        test = prev.test
+        table = test.comparators[0] if test.comparators else None
+        return (
+            isinstance(test.ops[0], ast.NotIn)
+            and ast.unparse(test.left) == ast.unparse(value)
+            and isinstance(table, ast.Subscript)
+            and isinstance(table.value, ast.Name)
+            and table.value.id in ("TRANSITIONS", "_NEXT")
+            and ast.unparse(table.slice) == ast.unparse(target)
+        )
+
+    root = Path(laneway.core.__path__[0])
+    unchecked = []
+    writes = 0
+    for path in sorted(root.glob("*.py")):
+        if path.name == "request.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            body = getattr(node, "body", None)
+            if not isinstance(body, list):
+                continue
+            for blk in (body, getattr(node, "orelse", []) or []):
+                for i, stmt in enumerate(blk):
+                    if (
+                        isinstance(stmt, ast.AugAssign | ast.AnnAssign)
+                        and getattr(stmt.target, "attr", "") == "state"
+                    ):
+                        unchecked.append(f"{path.name}:{stmt.lineno}")
+                    if not isinstance(stmt, ast.Assign):
+                        continue
+                    for t in stmt.targets:
+                        if isinstance(t, ast.Attribute) and t.attr == "state":
+                            writes += 1
+                            if not checked(blk[i - 1] if i else None, t, stmt.value):
+                                unchecked.append(f"{path.name}:{stmt.lineno}")
+    assert unchecked == []
+    assert writes >= 3  # (the hot paths' checked writes: the test sees them)

@@ -6,7 +6,7 @@ import pytest
 
 from laneway.config import ServerConfig
 from laneway.errors import InvalidRequest
-from laneway.generation import CHAT, COMPLETION, EMBEDDING, RESUME_EXACT, RESUME_NONE, RESUME_RESTART, Job
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job, ResumeRule
 from laneway.protocol.requests import Support, parse_request
 
 BUILTIN = {"builtin:tiny": Support(False, frozenset({"n", "logprobs"}))}
@@ -85,19 +85,23 @@ def test_what_laneway_reads_of_a_forwarded_request_is_still_checked() -> None:
 @pytest.mark.parametrize(
     ("extra", "whole", "streamed"),
     [
-        ({"temperature": 0}, RESUME_EXACT, RESUME_EXACT),
-        ({"temperature": 0.8}, RESUME_EXACT, RESUME_EXACT),  # unseeded sampling resumes fine
-        ({"temperature": 0, "seed": 1}, RESUME_EXACT, RESUME_EXACT),  # greedy: the seed draws nothing
-        ({"seed": 1}, RESUME_RESTART, RESUME_NONE),  # the model's default temperature may sample
-        ({"temperature": 0.7, "seed": 1}, RESUME_RESTART, RESUME_NONE),
-        ({"n": 2, "temperature": 1}, RESUME_RESTART, RESUME_NONE),
-        ({"tools": [{"type": "function"}]}, RESUME_RESTART, RESUME_NONE),
-        ({"tools": [{"type": "function"}], "tool_choice": "none"}, RESUME_EXACT, RESUME_EXACT),
-        ({"response_format": {"type": "json_schema"}}, RESUME_RESTART, RESUME_NONE),
-        ({"response_format": {"type": "text"}}, RESUME_EXACT, RESUME_EXACT),
-        ({"guided_regex": "a+"}, RESUME_RESTART, RESUME_NONE),
-        ({"presence_penalty": 0.5}, RESUME_RESTART, RESUME_NONE),
-        ({"repetition_penalty": 1.3}, RESUME_EXACT, RESUME_EXACT),  # over prompt + output: carried over
+        ({"temperature": 0}, ResumeRule.EXACT, ResumeRule.EXACT),
+        ({"temperature": 0.8}, ResumeRule.EXACT, ResumeRule.EXACT),  # unseeded sampling resumes fine
+        ({"temperature": 0, "seed": 1}, ResumeRule.EXACT, ResumeRule.EXACT),  # greedy: the seed draws nothing
+        ({"seed": 1}, ResumeRule.RESTART, ResumeRule.NONE),  # the model's default temperature may sample
+        ({"temperature": 0.7, "seed": 1}, ResumeRule.RESTART, ResumeRule.NONE),
+        ({"n": 2, "temperature": 1}, ResumeRule.RESTART, ResumeRule.NONE),
+        ({"tools": [{"type": "function"}]}, ResumeRule.RESTART, ResumeRule.NONE),
+        ({"tools": [{"type": "function"}], "tool_choice": "none"}, ResumeRule.EXACT, ResumeRule.EXACT),
+        ({"response_format": {"type": "json_schema"}}, ResumeRule.RESTART, ResumeRule.NONE),
+        ({"response_format": {"type": "text"}}, ResumeRule.EXACT, ResumeRule.EXACT),
+        ({"guided_regex": "a+"}, ResumeRule.RESTART, ResumeRule.NONE),
+        ({"presence_penalty": 0.5}, ResumeRule.RESTART, ResumeRule.NONE),
+        (
+            {"repetition_penalty": 1.3},
+            ResumeRule.EXACT,
+            ResumeRule.EXACT,
+        ),  # over prompt + output: carried over
     ],
 )
 def test_how_a_preemption_may_treat_a_forwarded_request(
@@ -108,13 +112,13 @@ def test_how_a_preemption_may_treat_a_forwarded_request(
     parsed = parse_request(
         {"model": "tiny", "prompt": "x", "stream": True, **extra}, COMPLETION, ServerConfig(), UPSTREAM
     )
-    assert parsed.preemptible == (streamed != RESUME_NONE)
+    assert parsed.preemptible == (streamed != ResumeRule.NONE)
 
 
 def test_several_prompts_or_an_echo_restart_and_embeddings_are_never_preempted() -> None:
-    assert forwarded(COMPLETION, prompt=["a", "b"]).resume == RESUME_RESTART
-    assert forwarded(COMPLETION, echo=True).resume == RESUME_RESTART
-    assert forwarded(EMBEDDING, input="x").resume == RESUME_NONE
+    assert forwarded(COMPLETION, prompt=["a", "b"]).resume == ResumeRule.RESTART
+    assert forwarded(COMPLETION, echo=True).resume == ResumeRule.RESTART
+    assert forwarded(EMBEDDING, input="x").resume == ResumeRule.NONE
 
 
 def test_the_built_in_engine_reads_only_what_it_implements() -> None:

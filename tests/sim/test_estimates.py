@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from laneway.core.estimate import Calibration
-from laneway.sim.engine import simulate
+from laneway.core.measures import Calibration
 from laneway.sim.report import estimate_errors, summarize, waited_errors
 from laneway.sim.scenarios import scenario
+from laneway.sim.simulation import simulate
 
 
 def test_calibration_learns_the_ratio_and_ignores_what_teaches_nothing() -> None:

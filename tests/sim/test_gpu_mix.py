@@ -11,8 +11,8 @@ import pytest
 
 from laneway.core import ClassTable
 from laneway.core.inventory import Inventory
-from laneway.sim.engine import SimResult, simulate
 from laneway.sim.scenarios import scenario
+from laneway.sim.simulation import SimResult, simulate
 from laneway.sim.workload import SimRequest, TraceError, parse_trace
 
 

@@ -13,10 +13,10 @@ from rich.console import Console
 from contract import DESIGN_CLASS_KEYS, DESIGN_KEYS, PNG_MAGIC
 from laneway.core import ClassTable, CostModel, SchedulerConfig
 from laneway.core.inventory import Inventory
-from laneway.sim.engine import SimResult, simulate
 from laneway.sim.plots import definitions, summary_markdown, write_report
 from laneway.sim.report import capacity, details, estimate_errors, merge_intervals, percentile, summarize
 from laneway.sim.scenarios import gpu_mix
+from laneway.sim.simulation import SimResult, simulate
 from laneway.sim.tables import print_summaries, render_gpus, render_rejections, render_table, render_totals
 from laneway.sim.workload import SimRequest, parse_trace
 
@@ -336,9 +336,9 @@ def test_tables_are_whole_at_80_columns() -> None:
 
     from rich.console import Console
 
-    from laneway.sim.engine import simulate
     from laneway.sim.report import details, summarize
     from laneway.sim.scenarios import scenario
+    from laneway.sim.simulation import simulate
     from laneway.sim.tables import print_summaries
 
     sc = scenario("support-desk")

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from laneway.core import SchedulerConfig
-from laneway.sim.engine import SimResult, simulate
 from laneway.sim.scenarios import scenario
+from laneway.sim.simulation import SimResult, simulate
 
 
 def p99(values: list[float]) -> float:

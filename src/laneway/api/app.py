@@ -1,8 +1,9 @@
 """The HTTP application (Starlette): routes, error handlers, lifespan.
 
 :func:`create_app` takes the configuration and, optionally, workers already
-built (tests, embedding); otherwise the workers of the configuration are
-built at start-up and closed at shutdown, together with the runtime.
+built (tests, embedding) and an opened store; the server they make
+(:mod:`laneway.server`: workers, runtime, store, batch runner) starts at start-up and
+closes at shutdown.
 """
 
 from __future__ import annotations
@@ -16,23 +17,22 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from laneway.api import batches, completions, dashboard, files, info
+from laneway.api import batches, completions, dashboard, files, health, models, queue
 from laneway.api.errors import on_http_error, on_request_error, on_store_unavailable
 from laneway.api.guard import Guard
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
 from laneway.errors import RequestError
-from laneway.runtime import CHECKPOINTS, Runtime, build_workers
-from laneway.runtime.batches import BatchRunner
-from laneway.store import Store, StoreUnavailable, open_store
+from laneway.server import start_server
+from laneway.store import Store, StoreUnavailable
 
 ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
     Route("/v1/completions", completions.completions, methods=["POST"]),
     Route("/v1/embeddings", completions.embeddings, methods=["POST"]),
-    Route("/v1/models", info.models, methods=["GET"]),
-    Route("/v1/models/{model_id:path}", info.model, methods=["GET"]),
-    Route("/v1/queue/estimate", info.queue_estimate, methods=["GET"]),
+    Route("/v1/models", models.models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}", models.model, methods=["GET"]),
+    Route("/v1/queue/estimate", queue.queue_estimate, methods=["GET"]),
     Route("/v1/files", files.upload, methods=["POST"]),
     Route("/v1/files", files.list_files, methods=["GET"]),
     Route("/v1/files/{file_id}", files.retrieve, methods=["GET"]),
@@ -42,12 +42,12 @@ ROUTES = [
     Route("/v1/batches", batches.list_batches, methods=["GET"]),
     Route("/v1/batches/{batch_id}", batches.retrieve, methods=["GET"]),
     Route("/v1/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
-    Route("/", info.index, methods=["GET"]),
-    Route("/metrics", info.metrics, methods=["GET"]),
+    Route("/", health.index, methods=["GET"]),
+    Route("/metrics", health.metrics, methods=["GET"]),
     Route("/dashboard", dashboard.page, methods=["GET"]),
     Route("/dashboard/events", dashboard.events, methods=["GET"]),
-    Route("/healthz", info.healthz, methods=["GET"]),
-    Route("/readyz", info.readyz, methods=["GET"]),
+    Route("/healthz", health.healthz, methods=["GET"]),
+    Route("/readyz", health.readyz, methods=["GET"]),
 ]
 
 
@@ -59,43 +59,15 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        built = dict(workers) if workers is not None else await build_workers(config.workers, config.data_dir)
-        types = {w.name: w.type for w in config.workers}
-        runtime = Runtime(
-            config, built, can_checkpoint={n: CHECKPOINTS.get(types.get(n, "local"), True) for n in built}
-        )
-        app.state.runtime = runtime
-        await runtime.calibrate()
-        node = None
-        if config.cluster is not None:  # scheduled by the cluster's leader (laneway.cluster)
-            from laneway.cluster.node import join
-
-            node = await join(runtime, config.cluster)
-        app.state.node = node
-        await runtime.start()
+        server = await start_server(config, workers, store)
+        app.state.runtime = server.runtime
+        app.state.node = server.node
+        app.state.store = server.store
+        app.state.batches = server.batches
         try:
-            opened = store if store is not None else await open_store(config)
-        except BaseException:
-            await runtime.close()
-            raise
-        app.state.store = opened
-        # (in a cluster the runner's lines are owned by the replica's name in the cluster, so
-        # that one taken for dead frees them only once its requests are gone)
-        runner = BatchRunner(runtime, opened, owner=node.remote.home if node is not None else None)
-        if node is not None:
-            runner.paused = node.refusal
-        app.state.batches = runner
-        try:
-            await runner.start()
             yield
         finally:
-            try:
-                await runner.close()
-                await runtime.close()
-            finally:
-                if node is not None:
-                    await node.close()
-                await opened.close()
+            await server.close()
 
     app = Starlette(
         routes=ROUTES,

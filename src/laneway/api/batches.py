@@ -22,11 +22,11 @@ from laneway.api.files import tenant_of
 from laneway.api.kept import check_can_keep, created, gone_or
 from laneway.api.objects import batch_class, batch_object, limit_param, page
 from laneway.api.params import authenticate, read_json
+from laneway.batch.runner import BatchRunner
 from laneway.batch.validate import ENDPOINTS
 from laneway.batch.window import window_seconds
 from laneway.config.schema import ServerConfig, TenantConfig
 from laneway.errors import ClassNotAllowed, Conflict, InvalidRequest, NotFound
-from laneway.runtime.batches import BatchRunner
 from laneway.store.base import BatchRecord, BatchStatus, Store
 
 MAX_METADATA_KEYS = 16
@@ -40,18 +40,21 @@ def _parts(request: Request) -> tuple[ServerConfig, Store, BatchRunner]:
 def _metadata(value: object) -> dict[str, str] | None:
     if value is None:
         return None
-    ok = isinstance(value, dict) and len(value) <= MAX_METADATA_KEYS
-    ok = ok and all(
-        isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
-        for k, v in value.items()  # type: ignore[union-attr]
+    ok = (
+        isinstance(value, dict)
+        and len(value) <= MAX_METADATA_KEYS
+        and all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+            for k, v in value.items()
+        )
     )
-    if not ok:
+    if not ok or not isinstance(value, dict):
         raise InvalidRequest(
             f"metadata must be an object of at most {MAX_METADATA_KEYS} string keys (≤ 64 characters) "
             "and string values (≤ 512 characters)",
             param="metadata",
         )
-    return dict(value)  # type: ignore[arg-type]
+    return dict(value)
 
 
 def _entitled(cls: int | None, tenant: TenantConfig | None, config: ServerConfig) -> int:

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
 from laneway.api.dashboard_page import PAGE
+from laneway.api.state import runtime_of
 from laneway.errors import NotFound, Unauthorized
 from laneway.runtime import Phase, Runtime
 
@@ -36,14 +37,9 @@ EVERY_S = 1.0  # a snapshot a second
 STREAM_LIMIT_S = 3600.0  # a page reconnects after this (EventSource does it by itself)
 
 
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 def check_ops(request: Request) -> Runtime:
     """What ``/metrics`` and the dashboard ask: a tenant's key where ``ops_auth`` is on."""
-    runtime = _runtime(request)
+    runtime = runtime_of(request)
     config = runtime.config
     if config.ops_auth:
         key = request.query_params.get("key")
@@ -133,14 +129,14 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
 
 
 async def page(request: Request) -> Response:
-    if not _runtime(request).config.dashboard:
+    if not runtime_of(request).config.dashboard:
         raise NotFound("the dashboard is off ([server] dashboard = false)")
     check_ops(request)
     return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
 
 
 async def events(request: Request) -> Response:
-    runtime = _runtime(request)
+    runtime = runtime_of(request)
     if not runtime.config.dashboard:
         raise NotFound("the dashboard is off ([server] dashboard = false)")
     check_ops(request)

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from laneway.errors import Deferred, RequestError
+from laneway.errors import Deferred, RequestError, Unavailable
 
 log = logging.getLogger("laneway.api")
 
@@ -35,7 +35,7 @@ def request_error(exc: RequestError) -> JSONResponse:
         extra["retry_after_s"] = exc.retry_after_s
     resp = error_json(exc.status, exc.message, exc.type, exc.code, exc.param, **extra)
     if isinstance(exc, Deferred):
-        resp.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        resp.headers["Retry-After"] = str(math.ceil(exc.retry_after_s))
     return resp
 
 
@@ -66,12 +66,6 @@ async def on_store_unavailable(request: Request, exc: Exception) -> Response:
     """The shared store cannot be reached now: 503, try again shortly (a write whose answer
     was lost on the way may have been made)."""
     log.warning("%s %s: %s", request.method, request.url.path, exc)
-    resp = error_json(
-        503,
-        f"{exc}; try again shortly",
-        "server_error",
-        "store_unavailable",
-        retry_after_s=STORE_RETRY_S,
+    return request_error(
+        Unavailable(f"{exc}; try again shortly", code="store_unavailable", retry_after_s=STORE_RETRY_S)
     )
-    resp.headers["Retry-After"] = str(STORE_RETRY_S)
-    return resp

@@ -20,7 +20,7 @@ def check_can_keep(request: Request) -> None:
     node = getattr(request.app.state, "node", None)
     why = node.refusal() if node is not None else None
     if why is not None:
-        raise Unavailable(why, code="state_lost", retry_after_s=LOST_RETRY_S, estimated_wait_s=LOST_RETRY_S)
+        raise Unavailable(why, code="state_lost", retry_after_s=LOST_RETRY_S)
 
 
 def created(request: Request, kind: str, object_id: str, tenant: str) -> None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from laneway.generation import Checkpoint, Delta, Event, Job
+from laneway.generation import Checkpoint, Delta, Event, Job, ResumeMethod
 
 Sink = Callable[[Event], None]
 
@@ -39,12 +39,50 @@ class Health:
 
 @runtime_checkable
 class Worker(Protocol):
+    """What every worker is and can do. Beside running jobs, what the runtime asks of it:
+
+    - ``features``: the optional request features it implements
+      (:data:`laneway.protocol.fields.FEATURES`), or ``"passthrough"``: it forwards every
+      field to the engine it fronts;
+    - ``engine_name``: its engine in words, for messages ("the built-in engine");
+    - ``can_checkpoint``: a preempted job resumes from a saved state (else it is computed
+      again): the scheduler's choice of preemption mode counts on it;
+    - ``max_model_len``: the context it serves (``None``: not known), listed in ``/v1/models``;
+    - ``engine``: the in-process engine it runs (whose costs are measured at start), or ``None``;
+    - :meth:`resume_method`, :meth:`engine_load`, :meth:`capabilities`.
+    """
+
     name: str
-    # optional request features it implements (laneway.protocol.fields.FEATURES), or
-    # "passthrough": it forwards every field to the engine it fronts
-    features: frozenset[str]
+
+    @property
+    def features(self) -> frozenset[str]: ...
+
+    @property
+    def engine_name(self) -> str: ...
+
+    @property
+    def can_checkpoint(self) -> bool: ...
+
+    @property
+    def max_model_len(self) -> int | None: ...
+
+    @property
+    def engine(self) -> object | None: ...
 
     def capacity(self) -> Capacity: ...
+
+    def resume_method(self, job: Job) -> ResumeMethod:
+        """How a preemption of ``job`` would resume here (a response's ``laneway.resume``)."""
+        ...
+
+    async def engine_load(self) -> int | None:
+        """The requests its engine runs or queues, by the engine's own count (every client's);
+        ``None`` where it gives none."""
+        ...
+
+    def capabilities(self) -> dict[str, object] | None:
+        """What was learnt of the engine it fronts (``/readyz``); ``None``: nothing to learn."""
+        ...
 
     async def run(self, job: Job, sink: Sink) -> None:
         """Start ``job``; raise a :class:`~laneway.errors.RequestError` if it cannot run as asked."""

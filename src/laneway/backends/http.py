@@ -18,6 +18,10 @@ So the upstream worker speaks HTTP through this module:
 Only what upstream engines need is here: one request at a time per
 connection, ``Content-Length`` bodies out, ``Content-Length`` or chunked
 answers in (httptools decodes the chunking).
+
+How a connection is made is a seam (:data:`Connect`): by default a TCP (or TLS) connection
+to the upstream; :class:`~laneway.backends.inprocess.InProcess` makes one to an ASGI app
+in this process instead (the stand-in engine, in tests).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -381,8 +385,15 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
 
 
+# how a connection is made: given the protocol factory, the transport and the protocol made
+Connect = Callable[
+    [Callable[[], asyncio.Protocol]], Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]]
+]
+
+
 class Pool:
-    """Kept-alive connections to one upstream (``base_url`` such as ``http://host:port/v1``)."""
+    """Kept-alive connections to one upstream (``base_url`` such as ``http://host:port/v1``);
+    ``connect``: how a connection is made (by default, to the host and port of ``base_url``)."""
 
     def __init__(
         self,
@@ -391,8 +402,10 @@ class Pool:
         headers: dict[str, str] | None = None,
         connect_timeout_s: float = 10.0,
         max_idle: int = 16,
+        connect: Connect | None = None,
     ) -> None:
         self.target = Target.parse(base_url)
+        self._connect_with = connect
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle
         extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in (headers or {}).items())
@@ -429,9 +442,14 @@ class Pool:
         # is sent for a caller that was told it ended)
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await self.loop.create_connection(
-                    protocol, t.host, t.port, ssl=self._ssl, server_hostname=t.host if self._ssl else None
-                )
+                if self._connect_with is not None:
+                    _, made_conn = await self._connect_with(protocol)
+                    conn = made[-1]
+                    assert made_conn is conn
+                else:
+                    _, conn = await self.loop.create_connection(
+                        protocol, t.host, t.port, ssl=self._ssl, server_hostname=t.host if self._ssl else None
+                    )
         except TimeoutError:
             raise HttpError(
                 f"could not connect to {t.host}:{t.port} within {self.connect_timeout_s:g} s"

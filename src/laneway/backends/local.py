@@ -9,8 +9,11 @@ preemption checkpoints every choice still running.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from laneway.generation import (
     Event,
     Failed,
     Job,
+    ResumeMethod,
     Stopped,
     Usage,
 )
@@ -131,6 +135,16 @@ class LocalWorker:
 
     features = ENGINE_FEATURES
     engine_name = "the built-in engine"
+    can_checkpoint = True  # (the KV cache is saved and restored: exact)
+
+    def resume_method(self, job: Job) -> ResumeMethod:
+        return ResumeMethod.CHECKPOINT
+
+    async def engine_load(self) -> int | None:
+        return None  # (the scheduler counts what runs on it: nothing else does)
+
+    def capabilities(self) -> dict[str, object] | None:
+        return None
 
     def __init__(self, name: str, engine: Engine, slots: int | None = None) -> None:
         self.name = name
@@ -226,10 +240,10 @@ class LocalWorker:
         self._taken.set()
         await self._started(job.id, started)
 
-    async def _started(self, job_id: str, started: list[object]) -> None:
+    async def _started(self, job_id: str, started: Sequence[Future[None]]) -> None:
         try:
             for fut in started:
-                await asyncio.wrap_future(fut)  # type: ignore[arg-type]
+                await asyncio.wrap_future(fut)
         except BaseException:
             self._live.pop(job_id, None)
             raise
@@ -263,7 +277,7 @@ class LocalWorker:
         state = checkpoint.state
         parts = list(state[1].values()) if isinstance(state, tuple) else [checkpoint]
         for ckpt in parts:
-            self._runner.call(lambda c=ckpt: self.engine.discard(c))
+            self._runner.call(functools.partial(self.engine.discard, ckpt))
 
     async def health(self) -> Health:
         if not self._runner.alive:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from laneway.backends.base import Capacity, Health, Sink
 from laneway.errors import BackendError, InvalidRequest
-from laneway.generation import Checkpoint, Delta, Done, Job, Stopped, Usage
+from laneway.generation import Checkpoint, Delta, Done, Job, ResumeMethod, Stopped, Usage
 
 WORDS = (
     "the", "lane", "way", "queue", "token", "batch", "chat", "slot", "wait", "run",
@@ -61,6 +61,18 @@ class SimulatedWorker:
 
     features: frozenset[str] = frozenset()  # plain text only: no log-probabilities, choices, penalties
     engine_name = "the simulated worker"
+    can_checkpoint = True  # (its checkpoint is where it stopped: exact)
+    max_model_len: int | None = None
+    engine: object | None = None
+
+    def resume_method(self, job: Job) -> ResumeMethod:
+        return ResumeMethod.CHECKPOINT
+
+    async def engine_load(self) -> int | None:
+        return None  # (it is its own engine: the scheduler counts what runs on it)
+
+    def capabilities(self) -> dict[str, object] | None:
+        return None
 
     def __init__(
         self,
@@ -175,7 +187,7 @@ class SimulatedWorker:
 
     def _stopped(self, run: _Run) -> None:
         del self._runs[run.job.id]
-        mode = run.stop_mode or "checkpoint"
-        nbytes = (run.prompt_tokens + run.done) * BYTES_PER_TOKEN if mode == "checkpoint" else 0
+        mode = ResumeMethod(run.stop_mode or ResumeMethod.CHECKPOINT)
+        nbytes = (run.prompt_tokens + run.done) * BYTES_PER_TOKEN if mode is ResumeMethod.CHECKPOINT else 0
         ckpt = Checkpoint(run.job, mode, run.done, run.text, nbytes, 0.0, run)
         run.sink(Stopped(run.job.id, ckpt))

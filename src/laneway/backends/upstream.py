@@ -40,7 +40,7 @@ from typing import Any
 from laneway.backends.base import Capacity, Health, Sink
 from laneway.backends.capabilities import Capabilities, load_of, metrics_of
 from laneway.backends.continuation import by_ids, by_text, request_body
-from laneway.backends.http import MAX_ERROR_BYTES, Events, HttpError, Pool, Timeout
+from laneway.backends.http import MAX_ERROR_BYTES, Connect, Events, HttpError, Pool, Timeout
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import BackendError, InvalidRequest, ModelNotFound, PayloadTooLarge, RequestError
@@ -48,12 +48,12 @@ from laneway.generation import (
     CHAT,
     COMPLETION,
     EMBEDDING,
-    RESUME_NONE,
-    RESUME_RESTART,
     Checkpoint,
     Done,
     Failed,
     Job,
+    ResumeMethod,
+    ResumeRule,
     Stopped,
     Usage,
 )
@@ -77,6 +77,9 @@ class _State:
 
 class UpstreamWorker:
     features = frozenset({"passthrough"})
+    engine_name = "an upstream engine"
+    can_checkpoint = False  # (a preempted request resumes by recompute: from its tokens or text)
+    engine: object | None = None
 
     def __init__(
         self,
@@ -90,7 +93,10 @@ class UpstreamWorker:
         stall_timeout_s: float = 30.0,
         token_ids: str = "vllm",
         options: dict[str, Any] | None = None,
+        connect: Connect | None = None,
     ) -> None:
+        """``connect``: how connections to the upstream are made (by default to its URL's host
+        and port; :class:`~laneway.backends.inprocess.InProcess`: to an app in this process)."""
         if not url:
             raise InvalidRequest(f"worker {name}: an upstream needs a url")
         if token_ids not in TOKEN_ID_DIALECTS:
@@ -104,7 +110,9 @@ class UpstreamWorker:
         self.token_ids = token_ids
         self.options = dict(options or {})  # extra body fields sent with every request
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._pool = Pool(url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4)
+        self._pool = Pool(
+            url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4, connect=connect
+        )
         self.max_model_len: int | None = None  # as the upstream's /models says (vLLM's field)
         self.caps = Capabilities()  # what the engine takes, as learnt
         self._asking: asyncio.Task[None] | None = None
@@ -115,18 +123,21 @@ class UpstreamWorker:
     def capacity(self) -> Capacity:
         return Capacity(self.slots, len(self._runs), (self.model,))
 
-    def resume_method(self, job: Job) -> str:
+    def capabilities(self) -> dict[str, object] | None:
+        return self.caps.as_dict()
+
+    def resume_method(self, job: Job) -> ResumeMethod:
         """How a preemption of ``job`` would resume here (the response's ``laneway.resume``),
         as far as what the engine takes is known."""
-        if job.resume == RESUME_NONE:
-            return "none"
-        if job.resume == RESUME_RESTART:
-            return "restart"
+        if job.resume is ResumeRule.NONE:
+            return ResumeMethod.NONE
+        if job.resume is ResumeRule.RESTART:
+            return ResumeMethod.RESTART
         if self._asks_ids and self.caps.id_prompts is not False:
-            return "token_ids"
+            return ResumeMethod.TOKEN_IDS
         if job.kind == CHAT and self.caps.continue_final is False:
-            return "restart" if not job.stream else "none"
-        return "text"
+            return ResumeMethod.RESTART if not job.stream else ResumeMethod.NONE
+        return ResumeMethod.TEXT
 
     # ------------------------------------------------------------ protocol
     async def run(self, job: Job, sink: Sink) -> None:
@@ -155,16 +166,16 @@ class UpstreamWorker:
         if limit is not None and run.tokens + run.run_tokens >= limit:
             return  # every token is in, its end on the way: stopping it now would run it twice
         how = self.resume_method(run.job)
-        if how == "token_ids" and (run.out_ids is None or run.prompt_ids is None):
-            how = "text"  # the upstream gave no ids
+        if how is ResumeMethod.TOKEN_IDS and (run.out_ids is None or run.prompt_ids is None):
+            how = ResumeMethod.TEXT  # the upstream gave no ids
             if run.job.kind == CHAT and self.caps.continue_final is False:
-                how = "restart" if run.assembly is not None else "none"
-        if how == "none" and run.assembly is None and (run.tokens or run.run_tokens):
+                how = ResumeMethod.RESTART if run.assembly is not None else ResumeMethod.NONE
+        if how is ResumeMethod.NONE and run.assembly is None and (run.tokens or run.run_tokens):
             return  # its client reads what it made, and nothing could resume it: it runs on
         self._stop(job_id)
         run.stopped()
-        if how in ("restart", "none"):
-            how = "restart"
+        if how is ResumeMethod.RESTART or how is ResumeMethod.NONE:
+            how = ResumeMethod.RESTART
             run.reset()
         ckpt = Checkpoint(run.job, how, run.tokens, run.text, 0, 0.0, _State(run))
         run.sink(Stopped(run.job.id, ckpt))
@@ -197,8 +208,8 @@ class UpstreamWorker:
             if m.get("id") == self.model and isinstance(n, int) and not isinstance(n, bool) and n > 0:
                 self.max_model_len = n
         if self.model not in served:
-            listed = ", ".join(str(s) for s in served) or "none"
-            return Health(False, f"{self.base} does not serve model {self.model!r} (it serves: {listed})")
+            names = ", ".join(str(s) for s in served) or "none"
+            return Health(False, f"{self.base} does not serve model {self.model!r} (it serves: {names})")
         if self.caps.metrics is None and (self._asking is None or self._asking.done()):
             self._asking = asyncio.get_running_loop().create_task(self._ask_metrics())
         return Health(True, f"{self.base}: {len(self._runs)}/{self.slots} slots busy")
@@ -376,10 +387,12 @@ class UpstreamWorker:
     def _resumable(self, run: Run) -> Checkpoint | None:
         """Where a run that failed part-way stopped, for another worker to go on from (as a
         preempted one would); ``None`` when it streamed nothing or may only restart."""
-        if run.tokens + run.run_tokens == 0 or run.held or self.resume_method(run.job) in ("restart", "none"):
+        exact = self.resume_method(run.job) not in (ResumeMethod.RESTART, ResumeMethod.NONE)
+        if run.tokens + run.run_tokens == 0 or run.held or not exact:
             return None
         run.stopped()
-        how = "token_ids" if run.out_ids is not None and run.prompt_ids is not None else "text"
+        ids = run.out_ids is not None and run.prompt_ids is not None
+        how = ResumeMethod.TOKEN_IDS if ids else ResumeMethod.TEXT
         return Checkpoint(run.job, how, run.tokens, run.text, 0, 0.0, _State(run))
 
     async def _embed(self, run: Run) -> None:
@@ -402,8 +415,8 @@ class UpstreamWorker:
                 + describe_body(got.body, ctype)
             ) from None
         usage = answer.get("usage")
-        prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        prompt = prompt if plausible(prompt, 0, self.max_model_len or MAX_TOKENS) else 0
+        counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        prompt = counted if plausible(counted, 0, self.max_model_len or MAX_TOKENS) else 0
         self._end(run, Done(run.job.id, "stop", Usage(prompt, 0), "", response=answer))
 
     async def _generate(self, run: Run) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from laneway.backends.base import Sink
 from laneway.backends.continuation import as_chat_chunk
@@ -239,13 +239,15 @@ class Run:
             )
         if self.prompt_tokens is None:
             prompt = usage.get("prompt_tokens")
-            ok = plausible(prompt, 0, (self.context or MAX_TOKENS) * choices_of(self.job))
-            if ok and not self.continued:
-                self.prompt_tokens = prompt
+            counted = (
+                prompt if plausible(prompt, 0, (self.context or MAX_TOKENS) * choices_of(self.job)) else None
+            )
+            if counted is not None and not self.continued:
+                self.prompt_tokens = counted
             elif self.prompt_ids is not None:
                 self.prompt_tokens = len(self.prompt_ids)
-            elif ok:  # a run resumed by text had the text so far in its prompt
-                self.prompt_tokens = max(prompt - self.tokens, 0)
+            elif counted is not None:  # a run resumed by text had the text so far in its prompt
+                self.prompt_tokens = max(counted - self.tokens, 0)
         self.tokens += self.run_tokens
         self.run_tokens = 0
         u = self.usage_so_far()
@@ -272,7 +274,7 @@ class Run:
         return Done(self.job.id, finish, u, self.text, chunks=tuple(chunks))
 
 
-def plausible(value: object, low: int, high: int) -> bool:
+def plausible(value: object, low: int, high: int) -> TypeGuard[int]:
     """``value`` is a token count between ``low`` and ``high``."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 

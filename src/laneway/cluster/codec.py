@@ -1,65 +1,444 @@
-"""Requests and decisions as they travel through Redis: JSON lists, the first item a kind
-(``s`` a request submitted; ``D`` dispatch, ``P`` preempt, ``R`` reject)."""
+"""Every message of a cluster, as it travels through Redis: one typed record a kind, each
+with its tag, and the one place that knows how each is laid out on the wire.
+
+- *Events*, a replica to the leader (its stream of events, in order):
+  :class:`Submitted` (``s``), :class:`Finished` (``f``), :class:`Cancelled` (``c``),
+  :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
+  :class:`Availability` (``a``), :class:`Pace` (``o``), :class:`SlotsWanted` (``w``),
+  :class:`LoanTaken` (``u``), :class:`Census` (``K``).
+- *Orders*, the leader to a replica (its stream of decisions): the core's
+  :class:`~laneway.core.Dispatch` (``D``), :class:`~laneway.core.Preempt` (``P``) and
+  :class:`~laneway.core.Reject` (``R``), and :class:`LoanGranted` (``G``),
+  :class:`CensusAsked` (``K``).
+- :class:`TableEntry`: a live request in the leader's table (``PREFIX reqs``), written as
+  a JSON object of named fields, so that an entry can gain a field without moving others
+  (a table written as positional lists, by an earlier version, is read too).
+
+On the wire an event or an order is a JSON list, its tag first: compact, as thousands a
+second go through. :func:`encode` and :func:`decode` are the only code that indexes them.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
-from laneway.core import Decision, Dispatch, Preempt, Reject, Request
-
-
-def encode_request(req: Request, home: str) -> list[Any]:
-    return [
-        "s",
-        req.id,
-        home,
-        req.priority,
-        req.arrival_s,
-        req.model,
-        req.tenant,
-        req.preemptible,
-        req.timeout_s,
-        req.est_service_s,
-        req.prompt_tokens,
-        req.output_tokens,
-    ]
+from laneway.core import Dispatch, Preempt, Reject, Request, StopMode
 
 
-def decode_request(e: list[Any]) -> tuple[Request, str]:
-    _, rid, home, priority, arrival, model, tenant, preemptible, timeout, est, prompt, output = e
-    req = Request(
-        rid,
-        priority,
-        arrival,
-        model=model,
-        tenant=tenant,
-        preemptible=preemptible,
-        timeout_s=timeout,
-        est_service_s=est,
-        prompt_tokens=prompt,
-        output_tokens=output,
-    )
-    return req, home
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A request as a replica sent it to the leader (what the leader schedules it by)."""
+
+    id: str
+    home: str  # the replica that holds its client
+    priority: int
+    arrival_s: float  # the cluster's clock: the wall clock
+    model: str | None = None
+    tenant: str | None = None
+    preemptible: bool = True
+    timeout_s: float | None = None
+    est_service_s: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+    @classmethod
+    def of(cls, req: Request, home: str) -> Sent:
+        return cls(
+            req.id,
+            home,
+            req.priority,
+            req.arrival_s,
+            req.model,
+            req.tenant,
+            req.preemptible,
+            req.timeout_s,
+            req.est_service_s,
+            req.prompt_tokens,
+            req.output_tokens,
+        )
+
+    def request(self) -> Request:
+        """A fresh core request of it (to submit or adopt)."""
+        return Request(
+            self.id,
+            self.priority,
+            self.arrival_s,
+            model=self.model,
+            tenant=self.tenant,
+            preemptible=self.preemptible,
+            timeout_s=self.timeout_s,
+            est_service_s=self.est_service_s,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+        )
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.id,
+            self.home,
+            self.priority,
+            self.arrival_s,
+            self.model,
+            self.tenant,
+            self.preemptible,
+            self.timeout_s,
+            self.est_service_s,
+            self.prompt_tokens,
+            self.output_tokens,
+        ]
 
 
-def encode_decision(d: Decision) -> list[Any]:
-    if type(d) is Dispatch:
-        return ["D", d.request_id, d.worker_id, d.resume]
-    if type(d) is Preempt:
-        return ["P", d.request_id, d.worker_id, d.mode, d.for_class]
-    assert type(d) is Reject
-    return ["R", d.request_id, d.reason, d.message, d.estimated_wait_s, d.retry_after_s]
+_SENT_FIELDS = 11  # (positions of a Sent on the wire)
 
 
-def decode_decision(e: list[Any]) -> Decision:
-    kind = e[0]
-    if kind == "D":
-        return Dispatch(e[1], e[2], e[3])
-    if kind == "P":
-        return Preempt(e[1], e[2], e[3], e[4])
-    return Reject(e[1], e[2], e[3], _inf(e[4]), _inf(e[5]))
+def _sent(items: list[Any]) -> Sent:
+    return Sent(*items[:_SENT_FIELDS])
+
+
+QUEUED, RUNNING = "q", "r"  # a table entry's state
+
+
+@dataclass(frozen=True, slots=True)
+class TableEntry:
+    """A live request in the leader's table: as sent, and queued or running where."""
+
+    sent: Sent
+    state: str = QUEUED
+    worker: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state == RUNNING
+
+    def queued(self) -> TableEntry:
+        return TableEntry(self.sent, QUEUED, None)
+
+    def on(self, worker: str) -> TableEntry:
+        return TableEntry(self.sent, RUNNING, worker)
+
+    def to_json(self) -> dict[str, Any]:
+        """As the table keeps it: an object of named fields."""
+        return {**asdict(self.sent), "state": self.state, "worker": self.worker}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | list[Any]) -> TableEntry:
+        """An entry as the table keeps it (or as a list: :meth:`to_wire`, as an earlier
+        version wrote the table)."""
+        if isinstance(data, list):
+            return cls.from_wire(data)
+        fields = {k: data[k] for k in Sent.__dataclass_fields__ if k in data}
+        return cls(Sent(**fields), data.get("state", QUEUED), data.get("worker"))
+
+    def to_wire(self) -> list[Any]:
+        """As a census sends it: the request as submitted (``s`` and its fields), its state
+        and its worker."""
+        return [Submitted.TAG, *self.sent.to_wire(), self.state, self.worker]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> TableEntry:
+        return cls(_sent(items[1:]), items[1 + _SENT_FIELDS], items[2 + _SENT_FIELDS])
+
+
+# ---------------------------------------------------------------------- events
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    TAG: ClassVar[str] = "s"
+    sent: Sent
+
+    def to_wire(self) -> list[Any]:
+        return self.sent.to_wire()
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Submitted:
+        return cls(_sent(items))
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    TAG: ClassVar[str] = "f"
+    request_id: str
+    failed: bool = False
+    tokens: int | None = None  # output tokens made (None: not told)
+    prompt_tokens: int | None = None  # the engine's count of its prompt (None: not told)
+
+    def to_wire(self) -> list[Any]:
+        return [self.request_id, self.failed, self.tokens, self.prompt_tokens]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Finished:
+        return cls(items[0], bool(items[1]), *_optional(items[2:], 2))
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    TAG: ClassVar[str] = "c"
+    request_id: str
+    tokens: int | None = None
+
+    def to_wire(self) -> list[Any]:
+        return [self.request_id, self.tokens]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Cancelled:
+        return cls(items[0], *_optional(items[1:], 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    TAG: ClassVar[str] = "p"
+    request_id: str
+    tokens_done: int | None = None
+    checkpoint_bytes: int | None = None
+    save_s: float | None = None
+
+    def to_wire(self) -> list[Any]:
+        return [self.request_id, self.tokens_done, self.checkpoint_bytes, self.save_s]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Preempted:
+        return cls(items[0], *_optional(items[1:], 3))
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    TAG: ClassVar[str] = "q"
+    request_id: str
+
+    def to_wire(self) -> list[Any]:
+        return [self.request_id]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Requeued:
+        return cls(items[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    TAG: ClassVar[str] = "g"
+    request_id: str
+    tokens: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.request_id, self.tokens]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Progress:
+        return cls(items[0], int(items[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    TAG: ClassVar[str] = "a"
+    worker: str
+    available: bool
+
+    def to_wire(self) -> list[Any]:
+        return [self.worker, self.available]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Availability:
+        return cls(items[0], bool(items[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A replica measured the decode pace of a model."""
+
+    TAG: ClassVar[str] = "o"
+    model: str
+    tokens: int
+    seconds: float
+
+    def to_wire(self) -> list[Any]:
+        return [self.model, self.tokens, self.seconds]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Pace:
+        return cls(items[0], int(items[1]), float(items[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsWanted:
+    """A replica had a request of ``model`` that could have started on a lent slot."""
+
+    TAG: ClassVar[str] = "w"
+    home: str
+    model: str
+
+    def to_wire(self) -> list[Any]:
+        return [self.home, self.model]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> SlotsWanted:
+        return cls(items[0], items[1] or "")
+
+
+@dataclass(frozen=True, slots=True)
+class LoanTaken:
+    """A replica applied a loan's figure ``seq`` on ``worker`` and uses ``used`` of its slots."""
+
+    TAG: ClassVar[str] = "u"
+    home: str
+    worker: str
+    seq: int
+    used: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.home, self.worker, self.seq, self.used]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> LoanTaken:
+        return cls(items[0], items[1], int(items[2]), int(items[3]))
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """What ``home``'s requests do now, answering the census ``census_id`` a leader asked."""
+
+    TAG: ClassVar[str] = "K"
+    census_id: str
+    home: str
+    entries: tuple[TableEntry, ...] = field(default=())
+
+    def to_wire(self) -> list[Any]:
+        return [self.census_id, self.home, [e.to_wire() for e in self.entries]]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Census:
+        return cls(str(items[0]), str(items[1]), tuple(TableEntry.from_wire(e) for e in items[2]))
+
+
+Event = (
+    Submitted
+    | Finished
+    | Cancelled
+    | Preempted
+    | Requeued
+    | Progress
+    | Availability
+    | Pace
+    | SlotsWanted
+    | LoanTaken
+    | Census
+)
+
+
+# ---------------------------------------------------------------------- orders
+@dataclass(frozen=True, slots=True)
+class LoanGranted:
+    """The leader lends ``slots`` slots of ``worker`` in all (figure number ``seq``)."""
+
+    TAG: ClassVar[str] = "G"
+    worker: str
+    slots: int
+    seq: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.worker, self.slots, self.seq]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> LoanGranted:
+        return cls(items[0], int(items[1]), int(items[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class CensusAsked:
+    """A new leader asks what this replica's requests do."""
+
+    TAG: ClassVar[str] = "K"
+    census_id: str
+
+    def to_wire(self) -> list[Any]:
+        return [self.census_id]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> CensusAsked:
+        return cls(str(items[0]))
+
+
+Order = Dispatch | Preempt | Reject | LoanGranted | CensusAsked
 
 
 def _inf(v: float | None) -> float:
     return math.inf if v is None else float(v)
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def _optional(items: list[Any], n: int) -> list[Any]:
+    """``n`` trailing fields that an earlier version may not have sent: ``None`` then."""
+    return [items[i] if i < len(items) else None for i in range(n)]
+
+
+_DECISION_TAGS: dict[type, str] = {Dispatch: "D", Preempt: "P", Reject: "R"}
+
+
+def _decision_wire(d: Dispatch | Preempt | Reject) -> list[Any]:
+    if type(d) is Reject:
+        # (an infinite wait is not JSON: None on the wire, infinite again once read)
+        return [d.request_id, d.reason, d.message, _finite(d.estimated_wait_s), _finite(d.retry_after_s)]
+    return list(d)
+
+
+def encode(msg: Event | Order) -> list[Any]:
+    """A message as it goes on the wire: its tag, then its fields in order."""
+    tag = _DECISION_TAGS.get(type(msg))
+    if tag is not None:
+        return [tag, *_decision_wire(msg)]  # type: ignore[arg-type]
+    return [msg.TAG, *msg.to_wire()]  # type: ignore[union-attr]
+
+
+_EVENTS: dict[str, Callable[[list[Any]], Event]] = {
+    c.TAG: c.from_wire
+    for c in (
+        Submitted,
+        Finished,
+        Cancelled,
+        Preempted,
+        Requeued,
+        Progress,
+        Availability,
+        Pace,
+        SlotsWanted,
+        LoanTaken,
+        Census,
+    )
+}
+_ORDERS: dict[str, Callable[[list[Any]], Order]] = {
+    "D": lambda e: Dispatch(e[0], e[1], None if e[2] is None else StopMode(e[2])),
+    "P": lambda e: Preempt(e[0], e[1], StopMode(e[2]), e[3]),
+    "R": lambda e: Reject(e[0], e[1], e[2], _inf(e[3]), _inf(e[4])),
+    LoanGranted.TAG: LoanGranted.from_wire,
+    CensusAsked.TAG: CensusAsked.from_wire,
+}
+
+
+class BadMessage(ValueError):
+    """Not a message this version knows (an unknown tag, or fields missing)."""
+
+
+def decode_event(items: list[Any]) -> Event:
+    """An event from its wire form."""
+    return _decode(items, _EVENTS)
+
+
+def decode_order(items: list[Any]) -> Order:
+    """An order (a decision or a loan or a census asked) from its wire form."""
+    return _decode(items, _ORDERS)
+
+
+def _decode(items: list[Any], kinds: Mapping[str, Callable[[list[Any]], Any]]) -> Any:
+    if not isinstance(items, list) or not items:
+        raise BadMessage(f"not a message: {items!r:.80}")
+    make = kinds.get(items[0])
+    if make is None:
+        raise BadMessage(f"unknown message kind {items[0]!r}")
+    try:
+        return make(items[1:])
+    except (IndexError, TypeError, ValueError) as exc:
+        raise BadMessage(f"a {items[0]!r} message with bad fields: {exc}") from None

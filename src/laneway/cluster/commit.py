@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from laneway.cluster.codec import TableEntry
 from laneway.cluster.lending import Lender
 
 # after the fence: KEYS reqs, pos, loans, applied; ARGV prefix, pos, n sets (rid, entry)...,
@@ -49,7 +50,7 @@ return 1
 def commit_args(
     prefix: str,
     pos: str,
-    sets: Sequence[tuple[str, list[Any]]],
+    sets: Sequence[tuple[str, TableEntry]],
     dels: Sequence[str] | set[str],
     out: Sequence[tuple[str, list[Any]]],
     me: str,
@@ -63,7 +64,7 @@ def commit_args(
     replicas forgotten (``unapplied``)."""
     args: list[Any] = [prefix, pos, len(sets)]
     for rid, entry in sets:
-        args += [rid, json.dumps(entry, separators=(",", ":"))]
+        args += [rid, json.dumps(entry.to_json(), separators=(",", ":"))]
     args.append(len(dels))
     args += list(dels)
     remote: dict[str, list[list[Any]]] = {}

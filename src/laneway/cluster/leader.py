@@ -33,17 +33,36 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from laneway.cluster.codec import decode_request, encode_decision
+from laneway.cluster.codec import (
+    Availability,
+    BadMessage,
+    Cancelled,
+    Census,
+    CensusAsked,
+    Finished,
+    LoanTaken,
+    Pace,
+    Preempted,
+    Progress,
+    Requeued,
+    SlotsWanted,
+    Submitted,
+    TableEntry,
+    decode_event,
+    encode,
+)
 from laneway.cluster.commit import COMMIT, commit_args
 from laneway.cluster.lease import Lease, NotLeader
 from laneway.cluster.lending import Lender
 from laneway.cluster.liveness import ALIVE_TTL_S, DEAD_TTL_S, REAP
+from laneway.cluster.redis_io import stream_entries, text, text_map
 from laneway.cluster.remote import ESTIMATES_EVERY_S
 from laneway.core import (
-    Decision,
     Dispatch,
+    Evict,
     InvalidTransition,
     LanewayError,
+    Load,
     Preempt,
     Reject,
     Scheduler,
@@ -51,6 +70,7 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.config import SchedulerConfig
+from laneway.core.decisions import apply
 from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
@@ -104,7 +124,7 @@ class Leader:
         self._task: asyncio.Task[None] | None = None
         self._commit: Callable[..., Any] | None = None
         self.home: dict[str, str] = {}
-        self.entries: dict[str, list[Any]] = {}  # rid -> its table entry
+        self.entries: dict[str, TableEntry] = {}  # rid -> its table entry
         self.pos = "0-0"
         self.applied: dict[str, int] = {}  # home -> the last of its event entries applied
         # homes taken for dead (their tombstones): what they send after that is not applied (one
@@ -140,11 +160,11 @@ class Leader:
         heartbeat had not come back yet when the leader looked is heard all the same.)"""
         homes = {self.me, *self.home.values(), *self.lender.homes()}
         async for key in self.r.scan_iter(match=self.p + "alive:*", count=1000):
-            homes.add(key.decode().removeprefix(self.p + "alive:"))
+            homes.add(text(key).removeprefix(self.p + "alive:"))
         self.census_pending = set(homes)
         self.census_from = time.time() + CENSUS_MIN_S
         self.census_until = time.time() + CENSUS_WAIT_S
-        await self._write([], [], [(h, ["K", census_id]) for h in sorted(homes)])
+        await self._write([], [], [(h, encode(CensusAsked(census_id))) for h in sorted(homes)])
 
     async def _guarded(self) -> None:
         """The loop; if it breaks, the lease is given up (another replica, or this one once
@@ -176,44 +196,47 @@ class Leader:
     async def _rebuild(self) -> None:
         now = time.time()
         core = Scheduler(self.specs, self.config, self.policy)
-        raw = await self.r.hgetall(self.p + "reqs")
-        loans = await self.r.hgetall(self.p + "loans")
-        applied = await self.r.hgetall(self.p + "applied")
+        raw = text_map(await self.r.hgetall(self.p + "reqs"))
+        loans = text_map(await self.r.hgetall(self.p + "loans"))
+        applied = text_map(await self.r.hgetall(self.p + "applied"))
         pos = await self.r.get(self.p + "events:pos")
-        self.pos = pos.decode() if pos is not None else "0-0"
-        self.applied = {k.decode(): int(v) for k, v in applied.items()}
+        self.pos = text(pos) if pos is not None else "0-0"
+        self.applied = {k: int(v) for k, v in applied.items()}
         self.dead = set()
         async for key in self.r.scan_iter(match=self.p + "dead:*", count=1000):
-            self.dead.add(key.decode().removeprefix(self.p + "dead:"))
+            self.dead.add(text(key).removeprefix(self.p + "dead:"))
         # taken for dead by a leader before, whose commit of their quarantine never came:
         # taken for dead again (their quarantine is written with the next commit)
-        self.reaping = {h.decode() for h in await self.r.smembers(self.p + "reaping")}
+        self.reaping = {text(h) for h in await self.r.smembers(self.p + "reaping")}
         self.healthy_since = time.time()  # (a new leader gives every replica a period to say it lives)
         self.home, self.entries = {}, {}
         pending: list[tuple[str, list[Any]]] = []
-        rows = sorted(((k.decode(), json.loads(v)) for k, v in raw.items()), key=lambda kv: kv[1][4])
+        refused_ids: list[str] = []
+        rows = sorted(
+            ((k, TableEntry.from_json(json.loads(v))) for k, v in raw.items()),
+            key=lambda kv: kv[1].sent.arrival_s,
+        )
         adopted = queued = 0
         for rid, entry in rows:
-            req, home = decode_request(entry[:12])
-            state, worker = entry[12], entry[13]
+            home = entry.sent.home
             self.home[rid] = home
-            if state == "r" and worker in core.workers:
+            if entry.running and entry.worker in core.workers:
                 try:
-                    core.adopt(req, worker, now)
+                    core.adopt(entry.sent.request(), entry.worker, now)
                     self.entries[rid] = entry
                     adopted += 1
                     continue
                 except LanewayError:
-                    req, home = decode_request(entry[:12])  # (a fresh one to queue instead)
-            refused = core.submit(req, now)
+                    pass  # (a fresh one to queue instead)
+            refused = core.submit(entry.sent.request(), now)
             if refused is not None:
-                pending.append((home, encode_decision(refused)))
+                pending.append((home, encode(refused)))
+                refused_ids.append(rid)
                 self.home.pop(rid, None)
                 continue
-            entry[12], entry[13] = "q", None
-            self.entries[rid] = entry
+            self.entries[rid] = entry.queued()
             queued += 1
-        self.lender.restore({k.decode(): json.loads(v) for k, v in loans.items()}, core.workers)
+        self.lender.restore({k: json.loads(v) for k, v in loans.items()}, core.workers)
         for w, lent, held in self.lender.hold_in(core):
             log.warning("worker %s: %d slots lent, only %d free to hold", w, lent, held)
         self.core = core
@@ -225,18 +248,18 @@ class Leader:
             self.pos,
         )
         if pending:
-            await self._write([], [rid for _, e in pending for rid in [e[1]]], pending)
+            await self._write([], refused_ids, pending)
 
     def _lend(self, core: Scheduler, out: list[tuple[str, list[Any]]]) -> None:
         """Lend spare slots to the replicas that asked, or call every loan back while
         something waits; the core holds what is lent."""
         lender = self.lender
         if self.lending or lender.loans:
-            down = getattr(core.placement, "down", set())
+            down = core.placement.down
             free = {w: s.free for w, s in core.workers.items()}
             lent = lender.plan(free, lender.asking(time.time()), core.queued > 0, down, self.serves)
             lender.answered(lent)
-            out += lent
+            out += [(home, encode(m)) for home, m in lent]
         lender.hold_in(core)
 
     # ------------------------------------------------------------------ the loop
@@ -261,25 +284,29 @@ class Leader:
             if now - t_read > block / 1000 + GAP_S:  # Redis stood still: a gap
                 self.healthy_since = now
             self.healthy_since = min(self.healthy_since, now)
-            sets: dict[str, list[Any]] = {}
+            sets: dict[str, TableEntry] = {}
             dels: set[str] = set()
             out: list[tuple[str, list[Any]]] = []
             applied: dict[str, int] = {}
             moved = False
-            for _, entries in got or ():
-                for entry_id, fields in entries:
-                    self.pos = entry_id.decode()
-                    moved = True
-                    home = fields.get(b"h", b"").decode()
-                    if home in self.dead:
-                        continue  # (it learns it was taken for dead and goes on under a new name)
-                    n = int(fields.get(b"n", 0))
-                    if home and n:
-                        if n <= self.applied.get(home, 0):
-                            continue  # (sent again: its answer had been lost)
-                        self.applied[home] = applied[home] = n
-                    for e in json.loads(fields[b"b"]):
-                        self._apply(e, now, sets, dels, out)
+            for entry_id, fields in stream_entries(got):
+                self.pos = entry_id
+                moved = True
+                home = text(fields.get(b"h", b""))
+                if home in self.dead:
+                    continue  # (it learns it was taken for dead and goes on under a new name)
+                n = int(fields.get(b"n", 0))
+                if home and n:
+                    if n <= self.applied.get(home, 0):
+                        continue  # (sent again: its answer had been lost)
+                    self.applied[home] = applied[home] = n
+                for e in json.loads(fields[b"b"]):
+                    try:
+                        event = decode_event(e)
+                    except BadMessage as exc:
+                        log.warning("leader %s: an event of %s not applied: %s", self.replica, home, exc)
+                        continue
+                    self._apply(event, now, sets, dels, out)
             self.lender.hold_in(core)  # (loans that came back: their slots are the core's again)
             if self.census_pending and now >= self.census_until:
                 log.warning(
@@ -289,8 +316,7 @@ class Leader:
                 )
                 self.census_pending = set()
             if not self.census_pending and now >= self.census_from:
-                for d in core.schedule(now):
-                    self._decided(d, sets, dels, out)
+                apply(core.schedule(now), Relay(self, sets, dels, out), now)
             unapplied: list[str] = []
             if now - last_reap >= REAP_EVERY_S and now - self.healthy_since >= ALIVE_TTL_S:
                 last_reap = now
@@ -326,84 +352,89 @@ class Leader:
 
     def _apply(
         self,
-        e: list[Any],
+        e: Any,
         now: float,
-        sets: dict[str, list[Any]],
+        sets: dict[str, TableEntry],
         dels: set[str],
         out: list[tuple[str, list[Any]]],
     ) -> None:
         core = self.core
         assert core is not None
-        kind, rid = e[0], e[1]
+        kind = type(e)
         try:
-            if kind == "s":
-                req, home = decode_request(e)
+            if kind is Submitted:
+                sent = e.sent
+                rid = sent.id
                 if rid in self.entries:
                     return  # (sent twice)
-                refused = core.submit(req, now)
+                refused = core.submit(sent.request(), now)
                 if refused is not None:
-                    out.append((home, encode_decision(refused)))
+                    out.append((sent.home, encode(refused)))
                     return
-                self.home[rid] = home
-                self.entries[rid] = [*e, "q", None]
-                sets[rid] = self.entries[rid]
+                self.home[rid] = sent.home
+                self.entries[rid] = sets[rid] = TableEntry(sent)
                 dels.discard(rid)
-            elif kind in ("f", "c"):
-                if kind == "f":
-                    core.finished(
-                        rid,
-                        now,
-                        failed=bool(e[2]),
-                        tokens=e[3] if len(e) > 3 else None,
-                        prompt_tokens=e[4] if len(e) > 4 else None,
-                    )
-                else:
-                    core.cancel(rid, now, tokens=e[2] if len(e) > 2 else None)
-                self._forget(rid, sets, dels)
-            elif kind == "p":
+            elif kind is Finished:
                 try:
-                    core.preempted(rid, now, tokens_done=e[2], checkpoint_bytes=e[3], save_s=e[4])
+                    core.finished(
+                        e.request_id, now, failed=e.failed, tokens=e.tokens, prompt_tokens=e.prompt_tokens
+                    )
+                finally:
+                    self._forget(e.request_id, sets, dels)
+            elif kind is Cancelled:
+                try:
+                    core.cancel(e.request_id, now, tokens=e.tokens)
+                finally:
+                    self._forget(e.request_id, sets, dels)
+            elif kind is Preempted:
+                try:
+                    core.preempted(
+                        e.request_id,
+                        now,
+                        tokens_done=e.tokens_done,
+                        checkpoint_bytes=e.checkpoint_bytes,
+                        save_s=e.save_s,
+                    )
                 except InvalidTransition:  # preempted by a leader before this one: it runs here
-                    core.requeue(rid, now)
-                self._state(rid, "q", None, sets)
-            elif kind == "q":
-                core.requeue(rid, now)
-                self._state(rid, "q", None, sets)
-            elif kind == "g":
-                core.progress(rid, int(e[2]), now)
-            elif kind == "a":
-                core.set_available(rid, bool(e[2]))
-            elif kind == "o":  # a replica measured the pace of a model (rid: the model)
-                self.pace.observe(rid, int(e[2]), float(e[3]))
-            elif kind == "w":  # a replica asks for slots (rid: the replica) for a model
-                self.lender.ask(rid, e[2] or "", now)
-            elif kind == "u":  # a replica took a loan's new figure (rid: the replica)
-                self.lender.report(rid, e[2], int(e[3]), int(e[4]))
-            elif kind == "K":  # a replica's census (rid: the census asked): its requests now
-                self._census(str(e[2]), e[3], now, sets, dels, out)
+                    core.requeue(e.request_id, now)
+                self._queued(e.request_id, sets)
+            elif kind is Requeued:
+                core.requeue(e.request_id, now)
+                self._queued(e.request_id, sets)
+            elif kind is Progress:
+                core.progress(e.request_id, e.tokens, now)
+            elif kind is Availability:
+                core.set_available(e.worker, e.available)
+            elif kind is Pace:  # a replica measured the pace of a model
+                self.pace.observe(e.model, e.tokens, e.seconds)
+            elif kind is SlotsWanted:  # a replica asks for slots for a model
+                self.lender.ask(e.home, e.model, now)
+            elif kind is LoanTaken:  # a replica took a loan's new figure
+                self.lender.report(e.home, e.worker, e.seq, e.used)
+            elif kind is Census:  # a replica's census: its requests now
+                self._census(e, now, sets, dels, out)
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
-            if kind in ("f", "c"):
-                self._forget(rid, sets, dels)
+            pass  # (an end of what ended before, a request this leader does not know)
 
     def _census(
         self,
-        home: str,
-        entries: list[list[Any]],
+        census: Census,
         now: float,
-        sets: dict[str, list[Any]],
+        sets: dict[str, TableEntry],
         dels: set[str],
         out: list[tuple[str, list[Any]]],
     ) -> None:
-        """What ``home`` reports its requests do (table entries), in order with its events:
-        the table is made to agree. A request the table has that it no longer reports ended
-        (its end was lost); one it runs where the table does not say is taken in as running
-        there; one the table has running that it reports queued is sent its dispatch again
-        (it was lost, or is on its way: a second is ignored); one the table lacks is queued.
-        Its loans end: what ran on lent slots is reported as running."""
+        """What ``census.home`` reports its requests do (table entries), in order with its
+        events: the table is made to agree. A request the table has that it no longer reports
+        ended (its end was lost); one it runs where the table does not say is taken in as
+        running there; one the table has running that it reports queued is sent its dispatch
+        again (it was lost, or is on its way: a second is ignored); one the table lacks is
+        queued. Its loans end: what ran on lent slots is reported as running."""
         core = self.core
         assert core is not None
+        home = census.home
         self.census_pending.discard(home)
-        reported = {str(e[1]): e for e in entries}
+        reported = {e.sent.id: e for e in census.entries}
         dropped = [rid for rid, h in self.home.items() if h == home and rid not in reported]
         for rid in dropped:
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
@@ -413,36 +444,32 @@ class Leader:
         self.lender.hold_in(core)
         adopted = requeued = 0
         for rid, entry in reported.items():
-            state, worker = entry[12], entry[13]
             known = self.entries.get(rid)
             if known is not None:
-                if known[12] == state and known[13] == worker:
+                if known.state == entry.state and known.worker == entry.worker:
                     continue
-                if state == "q" and known[12] == "r":
-                    out.append((home, encode_decision(Dispatch(rid, known[13], None))))
+                if not entry.running and known.running:
+                    out.append((home, encode(Dispatch(rid, known.worker, None))))  # type: ignore[arg-type]
                     continue
                 with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                     core.cancel(rid, now)
                 self._forget(rid, sets, dels)
-            req, _ = decode_request(entry[:12])
             self.home[rid] = home
-            if state == "r" and worker in core.workers:
+            if entry.running and entry.worker in core.workers:
                 try:
-                    core.adopt(req, worker, now)
-                    self.entries[rid] = list(entry)
-                    sets[rid] = self.entries[rid]
+                    core.adopt(entry.sent.request(), entry.worker, now)
+                    self.entries[rid] = sets[rid] = entry
                     dels.discard(rid)
                     adopted += 1
                     continue
                 except LanewayError:
-                    req, _ = decode_request(entry[:12])  # (no slot to hold it: it waits instead)
-            refused = core.submit(req, now)
+                    pass  # (no slot to hold it: it waits instead)
+            refused = core.submit(entry.sent.request(), now)
             if refused is not None:
-                out.append((home, encode_decision(refused)))
+                out.append((home, encode(refused)))
                 self.home.pop(rid, None)
                 continue
-            self.entries[rid] = [*entry[:12], "q", None]
-            sets[rid] = self.entries[rid]
+            self.entries[rid] = sets[rid] = entry.queued()
             dels.discard(rid)
             requeued += 1
         if dropped or adopted or requeued:
@@ -455,39 +482,24 @@ class Leader:
                 requeued,
             )
 
-    def _forget(self, rid: str, sets: dict[str, list[Any]], dels: set[str]) -> None:
+    def _forget(self, rid: str, sets: dict[str, TableEntry], dels: set[str]) -> None:
         self.home.pop(rid, None)
         if self.entries.pop(rid, None) is not None:
             dels.add(rid)
         sets.pop(rid, None)
 
-    def _state(self, rid: str, state: str, worker: str | None, sets: dict[str, list[Any]]) -> None:
+    def _queued(self, rid: str, sets: dict[str, TableEntry]) -> None:
         entry = self.entries.get(rid)
         if entry is not None:
-            entry[12], entry[13] = state, worker
-            sets[rid] = entry
+            self.entries[rid] = sets[rid] = entry.queued()
 
-    def _decided(
-        self,
-        d: Decision,
-        sets: dict[str, list[Any]],
-        dels: set[str],
-        out: list[tuple[str, list[Any]]],
-    ) -> None:
-        rid = d.request_id  # type: ignore[union-attr]
-        home = self.home.get(rid)
-        if home is None:
-            return
-        if type(d) is Dispatch:
-            self._state(rid, "r", d.worker_id, sets)
-        elif type(d) is Reject:
-            self._forget(rid, sets, dels)
-        elif type(d) is not Preempt:
-            return  # (Load / Evict: GPU placement, not used by the server)
-        out.append((home, encode_decision(d)))
+    def _running(self, rid: str, worker: str, sets: dict[str, TableEntry]) -> None:
+        entry = self.entries.get(rid)
+        if entry is not None:
+            self.entries[rid] = sets[rid] = entry.on(worker)
 
     async def _reap(
-        self, now: float, sets: dict[str, list[Any]], dels: set[str], out: list[tuple[str, list[Any]]]
+        self, now: float, sets: dict[str, TableEntry], dels: set[str], out: list[tuple[str, list[Any]]]
     ) -> list[str]:
         """Cancel the requests of replicas that stopped saying they live (each taken for dead
         in one script with its tombstone: :mod:`laneway.cluster.liveness`); the homes whose
@@ -521,10 +533,11 @@ class Leader:
         gone = [rid for rid, h in self.home.items() if h in dead]
         for rid in gone:
             entry = self.entries.get(rid)
-            if entry is not None and entry[12] == "r" and entry[13] in core.workers:
-                key = (self.home[rid], entry[13])
+            if entry is not None and entry.running and entry.worker in core.workers:
+                key = (self.home[rid], entry.worker)
                 held[key] = held.get(key, 0) + 1
-                est = entry[9] if isinstance(entry[9], int | float) else QUARANTINE_MAX_S
+                size = entry.sent.est_service_s
+                est = size if isinstance(size, int | float) else QUARANTINE_MAX_S
                 longest[key] = max(longest.get(key, 0.0), 2 * est + QUARANTINE_GRACE_S)
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                 core.cancel(rid, now)
@@ -582,7 +595,7 @@ class Leader:
 
     async def _write(
         self,
-        sets: Sequence[tuple[str, list[Any]]],
+        sets: Sequence[tuple[str, TableEntry]],
         dels: Sequence[str] | set[str],
         out: Sequence[tuple[str, list[Any]]],
         applied: dict[str, int] | None = None,
@@ -621,3 +634,42 @@ class Leader:
         with contextlib.suppress(aioredis.RedisError, OSError):
             await self.r.set(self.p + "est", json.dumps(fig), px=5000)
             await self.r.xtrim(self.p + "events", minid=self.pos)
+
+
+class Relay:
+    """The leader's :class:`~laneway.core.decisions.Actuator`: a decision about a request
+    goes to the stream of the replica that holds it, and the table of live requests
+    follows (written with the same commit)."""
+
+    __slots__ = ("dels", "leader", "out", "sets")
+
+    def __init__(
+        self, leader: Leader, sets: dict[str, TableEntry], dels: set[str], out: list[tuple[str, list[Any]]]
+    ) -> None:
+        self.leader = leader
+        self.sets = sets
+        self.dels = dels
+        self.out = out
+
+    def dispatch(self, d: Dispatch, now: float) -> None:
+        home = self.leader.home.get(d.request_id)
+        if home is not None:
+            self.leader._running(d.request_id, d.worker_id, self.sets)
+            self.out.append((home, encode(d)))
+
+    def preempt(self, d: Preempt, now: float) -> None:
+        home = self.leader.home.get(d.request_id)
+        if home is not None:
+            self.out.append((home, encode(d)))
+
+    def reject(self, d: Reject, now: float) -> None:
+        home = self.leader.home.get(d.request_id)
+        if home is not None:
+            self.leader._forget(d.request_id, self.sets, self.dels)
+            self.out.append((home, encode(d)))
+
+    def load(self, d: Load, now: float) -> None:
+        """(A cluster's core places on slots: it never loads models.)"""
+
+    def evict(self, d: Evict, now: float) -> None:
+        """(Nor evicts them.)"""

@@ -34,6 +34,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from laneway.cluster.redis_io import text
+
 log = logging.getLogger("laneway.cluster")
 
 # Candidates: ZSET PREFIX leader:prio (replica -> its priority) and ZSET PREFIX leader:seen
@@ -163,7 +165,7 @@ class Lease:
         raw = await self.r.get(self.key)
         if raw is None:
             return None
-        replica, _, token = raw.decode().rpartition("|")
+        replica, _, token = text(raw).rpartition("|")
         return Holder(replica, token)
 
     def fenced(self, body: str) -> Callable[[Sequence[str], Sequence[Any]], Awaitable[Any]]:

@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from laneway.cluster.codec import LoanGranted, LoanTaken
 from laneway.core import Request, Scheduler, WorkerSpec
 from laneway.core.admission import TenantPolicy
 
@@ -71,7 +71,7 @@ class Lender:
     def held(self, worker: str) -> int:
         return sum(loan.hold for (_, w), loan in self.loans.items() if w == worker)
 
-    def lend(self, home: str, worker: str, n: int) -> list[Any]:
+    def lend(self, home: str, worker: str, n: int) -> LoanGranted:
         """Lend ``home`` ``n`` slots of ``worker`` (in all): the message to send it."""
         key = (home, worker)
         loan = self.loans.get(key)
@@ -82,7 +82,7 @@ class Lender:
         self.last_seq[key] = loan.seq
         loan.hold = max(loan.hold, n)  # lowered only once the replica confirms
         self.changed.add((home, worker))
-        return ["G", worker, n, loan.seq]
+        return LoanGranted(worker, n, loan.seq)
 
     def report(self, home: str, worker: str, seq: int, used: int) -> None:
         """``home`` applied figure ``seq`` on ``worker`` and uses ``used`` of its slots."""
@@ -181,10 +181,10 @@ class Lender:
                 del self.asks[home]
         return out
 
-    def answered(self, messages: Iterable[tuple[str, list[Any]]]) -> None:
+    def answered(self, messages: Iterable[tuple[str, LoanGranted]]) -> None:
         """Replicas lent more are no longer asking (they ask again if they need more)."""
         for home, m in messages:
-            if m[2] > 0:
+            if m.slots > 0:
                 self.asks.pop(home, None)
 
     def plan(
@@ -194,12 +194,12 @@ class Lender:
         contested: bool,
         down: set[str],
         serves: Mapping[str, set[str]],
-    ) -> list[tuple[str, list[Any]]]:
+    ) -> list[tuple[str, LoanGranted]]:
         """The messages to send now: every loan to 0 while something waits (``contested``)
         and on workers taken out (``down``); else more of ``free`` (slots the core has
         free, per worker) to the replicas ``wanting`` (home -> models it asked for) on the
         workers that serve those models (``serves``: worker -> models; empty: any)."""
-        out: list[tuple[str, list[Any]]] = []
+        out: list[tuple[str, LoanGranted]] = []
         for (home, w), loan in list(self.loans.items()):
             if loan.sent > 0 and loan.until == 0 and (contested or w in down):
                 out.append((home, self.lend(home, w, 0)))
@@ -265,13 +265,13 @@ class Borrower:
     # no new request starts on a lent slot (a replica paused past its liveness lost them)
     valid_until: float = math.inf
 
-    def granted(self, home: str, worker: str, n: int, seq: int) -> list[Any]:
+    def granted(self, home: str, worker: str, n: int, seq: int) -> LoanTaken:
         """The leader lends ``n`` slots of ``worker`` (figure ``seq``): the confirmation.
         Figures come in the order they were sent (one stream), so the last one holds,
         whatever its number (a loan that ended and began again numbers afresh)."""
         self.lent[worker] = n
         self.seq[worker] = seq
-        return ["u", home, worker, seq, self.used.get(worker, 0)]
+        return LoanTaken(home, worker, seq, self.used.get(worker, 0))
 
     def take(self, req: Request, now: float = 0.0) -> str | None:
         """A lent slot for ``req`` (its worker, now counted as used), or ``None``; ``now``
@@ -290,7 +290,7 @@ class Borrower:
         self.running[req.id] = Borrowed(best, req)
         return best
 
-    def give_back(self, home: str, request_id: str) -> tuple[Borrowed | None, list[Any] | None]:
+    def give_back(self, home: str, request_id: str) -> tuple[Borrowed | None, LoanTaken | None]:
         """``request_id`` ended (or left): its slot is free again. The request (if it ran on
         a lent slot) and the report to send (when the leader waits for that slot)."""
         b = self.running.pop(request_id, None)
@@ -300,7 +300,7 @@ class Borrower:
         before = self.used[w]
         self.used[w] = before - 1
         if before > self.lent.get(w, 0):  # over the figure: the leader holds it until told
-            return b, ["u", home, w, self.seq.get(w, 0), before - 1]
+            return b, LoanTaken(home, w, self.seq.get(w, 0), before - 1)
         return b, None
 
     def running_per_class(self, names: Sequence[str]) -> dict[str, int]:

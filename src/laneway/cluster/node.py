@@ -204,8 +204,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
 
     async def engine_load(worker: str) -> int | None:
         w = runtime.workers.get(worker)
-        ask = getattr(w, "engine_load", None)
-        return None if ask is None else await ask()  # type: ignore[no-any-return]
+        return None if w is None else await w.engine_load()
 
     leader.engine_load = engine_load
     lease = Lease(

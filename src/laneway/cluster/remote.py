@@ -30,9 +30,30 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from laneway.cluster.codec import decode_decision, encode_request
+from laneway.cluster.codec import (
+    RUNNING,
+    Availability,
+    BadMessage,
+    Cancelled,
+    Census,
+    CensusAsked,
+    Event,
+    Finished,
+    LoanGranted,
+    Pace,
+    Preempted,
+    Progress,
+    Requeued,
+    Sent,
+    SlotsWanted,
+    Submitted,
+    TableEntry,
+    decode_order,
+    encode,
+)
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
+from laneway.cluster.redis_io import stream_entries
 from laneway.core import Decision, Dispatch, Reject, Request, WaitRange, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
@@ -54,7 +75,7 @@ class SharedSizing(Sizing):
     leader's estimates (and the refusals made on them) do not depend on which replica
     a client reached."""
 
-    def __init__(self, base: Sizing, emit: Callable[[list[Any]], None]) -> None:
+    def __init__(self, base: Sizing, emit: Callable[[Event], None]) -> None:
         super().__init__(base.costs, base.default_max_tokens)
         self.decode_tokens_s = dict(base.decode_tokens_s)
         self._emit = emit
@@ -66,7 +87,7 @@ class SharedSizing(Sizing):
         if tokens >= 2 and seconds > 0:
             if model not in self._told:  # the first of a model at once (the others size by it)
                 self._told.add(model)
-                self._emit(["o", model, tokens, seconds])
+                self._emit(Pace(model, tokens, seconds))
                 return
             seen = self._seen.setdefault(model, [0.0, 0.0])
             seen[0] += tokens - 1
@@ -75,7 +96,7 @@ class SharedSizing(Sizing):
     def send(self) -> None:
         """What was measured since the last call, one event per model (its pace over all)."""
         for model, (tokens, seconds) in self._seen.items():
-            self._emit(["o", model, tokens + 1, seconds])
+            self._emit(Pace(model, int(tokens) + 1, seconds))
         self._seen = {}
 
     def adopt(self, pace: dict[str, float]) -> None:
@@ -173,8 +194,8 @@ class RemoteScheduler:
                 break
 
     # ------------------------------------------------------------------ the core's surface
-    def _emit(self, event: list[Any]) -> None:
-        self._out.append(event)
+    def _emit(self, event: Event) -> None:
+        self._out.append(encode(event))
         self._wake.set()
 
     def submit(self, req: Request, now: float) -> Reject | None:
@@ -187,8 +208,8 @@ class RemoteScheduler:
                 self._inbox.append(Dispatch(req.id, worker, None))
                 self.on_lent_start()
                 return None
-            self._emit(["w", self.home, req.model])  # (it asks for slots)
-        self._emit(encode_request(req, self.home))
+            self._emit(SlotsWanted(self.home, req.model or ""))  # (it asks for slots)
+        self._emit(Submitted(Sent.of(req, self.home)))
         limit = req.timeout_s if req.timeout_s is not None else self._timeouts[req.priority]
         if limit is not None and math.isfinite(limit):
             self._deadlines[req.id] = now + limit + LOCAL_GRACE_S
@@ -223,7 +244,7 @@ class RemoteScheduler:
         self._reqs.pop(request_id, None)
         self._deadlines.pop(request_id, None)
         if self._gave_back(request_id) is None:
-            self._emit(["f", request_id, failed, tokens, prompt_tokens])
+            self._emit(Finished(request_id, failed, tokens, prompt_tokens))
 
     def preempted(
         self,
@@ -236,9 +257,9 @@ class RemoteScheduler:
     ) -> None:
         req = self._gave_back(request_id)
         if req is not None:  # (stopped on a lent slot: it waits in the leader's queues now)
-            self._emit(encode_request(req, self.home))
+            self._emit(Submitted(Sent.of(req, self.home)))
             return
-        self._emit(["p", request_id, tokens_done, checkpoint_bytes, save_s])
+        self._emit(Preempted(request_id, tokens_done, checkpoint_bytes, save_s))
 
     def cancel(self, request_id: str, now: float, *, tokens: int | None = None) -> bool:
         live = request_id in self._mine
@@ -246,23 +267,23 @@ class RemoteScheduler:
         self._reqs.pop(request_id, None)
         self._deadlines.pop(request_id, None)
         if self._gave_back(request_id) is None:
-            self._emit(["c", request_id, tokens])
+            self._emit(Cancelled(request_id, tokens))
         return live
 
     def requeue(self, request_id: str, now: float) -> None:
         req = self._gave_back(request_id)
-        self._emit(["q", request_id] if req is None else encode_request(req, self.home))
+        self._emit(Requeued(request_id) if req is None else Submitted(Sent.of(req, self.home)))
 
     def progress(self, request_id: str, tokens: int, now: float) -> None:
         if request_id not in self.borrower.running:
-            self._emit(["g", request_id, tokens])
+            self._emit(Progress(request_id, tokens))
 
     def set_available(self, worker_id: str, available: bool) -> None:
         if available:
             self.borrower.down.discard(worker_id)
         else:
             self.borrower.down.add(worker_id)
-        self._emit(["a", worker_id, available])
+        self._emit(Availability(worker_id, available))
 
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
@@ -275,23 +296,27 @@ class RemoteScheduler:
         """What the leader sends this replica (decisions, loans), encoded; the leader
         running in this very process calls it without a round trip."""
         for e in entries:
-            if e[0] == "G":  # a loan: [G, worker, slots, its number]
-                self._emit(self.borrower.granted(self.home, e[1], e[2], e[3]))
+            try:
+                d = decode_order(e)
+            except BadMessage as exc:
+                log.warning("replica %s: an order not applied: %s", self.replica, exc)
                 continue
-            if e[0] == "K":  # a new leader asks what this replica's requests do: [K, census id]
-                self._census(e[1])
+            if isinstance(d, LoanGranted):  # slots lent
+                self._emit(self.borrower.granted(self.home, d.worker, d.slots, d.seq))
                 continue
-            d = decode_decision(e)
+            if isinstance(d, CensusAsked):  # a new leader asks what this replica's requests do
+                self._census(d.census_id)
+                continue
             if type(d) is Reject:
                 self._mine.discard(d.request_id)
                 self._reqs.pop(d.request_id, None)
-            self._inbox.append(d)
+            self._inbox.append(d)  # (a decision of the core: Dispatch, Preempt or Reject)
         if self._inbox:
             self.kick()
 
     def _census(self, census_id: str) -> None:
         """Tell the leader every live request of this replica, queued or running where (the
-        table entries it keeps: :func:`~laneway.cluster.codec.encode_request`, state, worker),
+        table entries it keeps: :class:`~laneway.cluster.codec.TableEntry`),
         in order with the other events: it rebuilds from that what Redis may have lost.
         Requests on lent slots are reported as running there: they are the leader's from
         now on (their ends are reported), and every loan ends."""
@@ -303,9 +328,10 @@ class RemoteScheduler:
             req = self._reqs.get(rid)
             if req is None or rid not in self._mine:
                 continue
-            entries.append([*encode_request(req, self.home), "q" if worker is None else "r", worker])
+            sent = Sent.of(req, self.home)
+            entries.append(TableEntry(sent) if worker is None else TableEntry(sent, RUNNING, worker))
         self.borrower = Borrower(self.borrower.specs, down=self.borrower.down)
-        self._emit(["K", census_id, self.home, entries])
+        self._emit(Census(census_id, self.home, tuple(entries)))
 
     def schedule(self, now: float) -> list[Decision]:
         out, self._inbox = self._inbox, []
@@ -436,10 +462,9 @@ class RemoteScheduler:
                 got = await self.r.xread({key: self._last}, count=500, block=int(ESTIMATES_EVERY_S * 1000))
                 if key != self.decisions_key:
                     continue  # (this replica was taken for dead meanwhile: a stream of its new name)
-                for _, entries in got or ():
-                    for entry_id, fields in entries:
-                        self._last = entry_id.decode()
-                        self.deliver(json.loads(fields[b"b"]))
+                for entry_id, fields in stream_entries(got):
+                    self._last = entry_id
+                    self.deliver(json.loads(fields[b"b"]))
                 if loop.time() - read_est >= ESTIMATES_EVERY_S:
                     read_est = loop.time()
                     if self.sizing is not None:

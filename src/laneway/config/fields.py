@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -47,7 +48,12 @@ class Table:
         return value
 
     def int(
-        self, name: str, default: Any = _MISSING, *, low: int | None = None, optional: bool = False
+        self,
+        name: builtins.str,
+        default: Any = _MISSING,
+        *,
+        low: builtins.int | None = None,
+        optional: bool = False,
     ) -> Any:
         """A whole number; with ``optional``, the string ``"none"`` (or ``false``) gives ``None``."""
         value = self.raw(name, default)
@@ -62,7 +68,7 @@ class Table:
             raise ConfigError(f"{self.key(name)}: must be >= {low}, got {value}")
         return value
 
-    def float(self, name: str, default: Any = _MISSING, *, positive: bool = False) -> Any:
+    def float(self, name: builtins.str, default: Any = _MISSING, *, positive: bool = False) -> Any:
         """A number; the string ``"none"`` (or ``false``) gives ``None``."""
         value = self.raw(name, default)
         if value is default:
@@ -77,13 +83,13 @@ class Table:
             raise ConfigError(f"{self.key(name)}: must be >= 0, got {value}")
         return float(value)
 
-    def bool(self, name: str, default: Any = _MISSING) -> Any:
+    def bool(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if value is not default and not isinstance(value, bool):
             raise ConfigError(f"{self.key(name)}: expected true or false, got {value!r}")
         return value
 
-    def list(self, name: str, default: Any = _MISSING) -> Any:
+    def list(self, name: builtins.str, default: Any = _MISSING) -> Any:
         value = self.raw(name, default)
         if value is not default and not isinstance(value, list):
             raise ConfigError(f"{self.key(name)}: expected a list, got {value!r}")

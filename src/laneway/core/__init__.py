@@ -10,9 +10,10 @@ from laneway.core.config import SchedulerConfig
 from laneway.core.costs import CostModel
 from laneway.core.decisions import Decision, Dispatch, Evict, Load, Preempt, Reject
 from laneway.core.errors import ConfigError, InvalidTransition, LanewayError, UnknownRequest
-from laneway.core.estimate import WaitRange
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
+from laneway.core.measures import WaitRange
+from laneway.core.modes import PreemptionMode, StopMode
 from laneway.core.policies import POLICIES, PolicySpec
 from laneway.core.request import TERMINAL, TRANSITIONS, Request, State
 from laneway.core.scheduler import Scheduler
@@ -37,6 +38,7 @@ __all__ = [
     "ModelSpec",
     "PolicySpec",
     "Preempt",
+    "PreemptionMode",
     "PriorityClass",
     "Quota",
     "Reject",
@@ -44,6 +46,7 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "State",
+    "StopMode",
     "TenantPolicy",
     "UnknownRequest",
     "WaitRange",

@@ -1,12 +1,16 @@
 """Decisions: what the core tells the runtime (or the simulator) to do.
 
 Plain immutable data (named tuples: cheap to make on the hot path). The core
-never acts; whoever drives it applies these.
+never acts; whoever drives it applies these, through :func:`apply` and an
+:class:`Actuator` of its own.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol
+
+from laneway.core.modes import StopMode
 
 
 class Dispatch(NamedTuple):
@@ -18,7 +22,7 @@ class Dispatch(NamedTuple):
 
     request_id: str
     worker_id: str
-    resume: str | None = None
+    resume: StopMode | None = None
 
 
 class Preempt(NamedTuple):
@@ -29,7 +33,7 @@ class Preempt(NamedTuple):
 
     request_id: str
     worker_id: str
-    mode: str  # "checkpoint" or "recompute"
+    mode: StopMode
     for_class: int
 
 
@@ -82,3 +86,38 @@ REJECT_REASONS = (
 )
 
 Decision = Dispatch | Preempt | Reject | Load | Evict
+
+
+class Actuator(Protocol):
+    """Whoever carries out decisions: the server's runtime, the simulator, a cluster's
+    leader (which passes them on to the replicas). One method per kind of decision, each
+    given the clock value of the step that made it; :func:`apply` is the one loop that
+    hands decisions to them."""
+
+    def dispatch(self, d: Dispatch, now: float) -> None: ...
+
+    def preempt(self, d: Preempt, now: float) -> None: ...
+
+    def reject(self, d: Reject, now: float) -> None: ...
+
+    def load(self, d: Load, now: float) -> None: ...
+
+    def evict(self, d: Evict, now: float) -> None: ...
+
+
+def apply(decisions: Iterable[Decision], to: Actuator, now: float) -> None:
+    """Carry out ``decisions``, in order, with ``to``."""
+    for d in decisions:
+        kind = type(d)
+        if kind is Dispatch:
+            to.dispatch(d, now)  # type: ignore[arg-type]
+        elif kind is Preempt:
+            to.preempt(d, now)  # type: ignore[arg-type]
+        elif kind is Reject:
+            to.reject(d, now)  # type: ignore[arg-type]
+        elif kind is Load:
+            to.load(d, now)  # type: ignore[arg-type]
+        elif kind is Evict:
+            to.evict(d, now)  # type: ignore[arg-type]
+        else:
+            raise TypeError(f"not a decision: {d!r}")

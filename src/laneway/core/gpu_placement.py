@@ -4,10 +4,12 @@ A *replica* is one loaded copy of a model on one GPU, or on ``gpus`` GPUs of
 one node for a tensor-parallel model. To the scheduler a ready replica is a
 worker with ``ModelSpec.slots`` slots serving that one model.
 
-Answers, as the Kubernetes scheduler framework does:
+Answers, as the Kubernetes scheduler framework does (:mod:`laneway.core.placement`):
 
 - :meth:`GpuPlacement.take_slot` — a slot of a ready replica (*now*), or
-  ``None`` (*not now*: waiting, a load or a preemption may help);
+  ``None`` (*not now*: waiting, a load or a preemption may help); chosen among the
+  model's replicas by :func:`~laneway.core.placement.choose` with :data:`REPLICA_FILTERS`
+  and :data:`REPLICA_SCORERS`;
 - :meth:`GpuPlacement.never` — why no GPU group could *ever* hold the model
   (reject at once, naming the model and its VRAM need);
 - :meth:`GpuPlacement.plan` — the loads (and the evictions of idle replicas
@@ -38,6 +40,7 @@ from typing import Any
 from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.errors import ConfigError
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
+from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
 from laneway.core.replicas import Replica, classes_of
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
@@ -45,7 +48,67 @@ from laneway.core.workers import WorkerState
 _EPS = 1e-9
 
 
+class HasFreeSlot:
+    """The replica has a slot free now (a replica is a worker of a few slots)."""
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        return w.free > 0
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return True
+
+    def why_never(self, req: Request) -> str:
+        return "no replica has slots"
+
+
+class InService:
+    """The replica is in placement (not taken out as failing)."""
+
+    def __init__(self, down: set[str]) -> None:
+        self.down = down
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        return w.id not in self.down
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return True
+
+    def why_never(self, req: Request) -> str:
+        return "no replica is in service"
+
+
+class NotDraining:
+    """The replica is not being drained for another model's load; a drain nobody needed
+    after all (its window passed) ends here."""
+
+    def __init__(self, replicas: dict[str, Replica]) -> None:
+        self.replicas = replicas
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        r = self.replicas[w.id]
+        if r.draining:
+            if now < r.draining:
+                return False
+            r.draining = 0.0  # nobody needed the room after all
+        return True
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return True
+
+    def why_never(self, req: Request) -> str:
+        return "every replica drains"
+
+
+class LeastLoaded:
+    """The replica with the most free slots."""
+
+    def score(self, req: Request, w: WorkerState, now: float) -> float:
+        return -w.free
+
+
 class GpuPlacement:
+    takes_any = False  # (a slot of a replica is taken only by placement)
+
     def __init__(self, inventory: Inventory, *, naive: bool = False, switch_wait_s: float = 60.0) -> None:
         self.inv = inventory
         self.naive = naive
@@ -61,6 +124,14 @@ class GpuPlacement:
         self._seq = 0
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
         self.down: set[str] = set()  # replicas out of placement until they recover
+        # which ready replica of its model a request takes: filters, then scores
+        self.filters: tuple[Filter, ...] = (
+            HasFreeSlot(),
+            AdmitsClass(),
+            InService(self.down),
+            NotDraining(self.replicas),
+        )
+        self.scorers: tuple[Scorer, ...] = (LeastLoaded(),)
         # preloads are placed best-fit next to each other, in naive mode too (its
         # "first idle GPU, evict what is there" would evict the preloads before)
         self.naive = False
@@ -81,21 +152,14 @@ class GpuPlacement:
             w.free -= 1
         return w
 
+    def take(self, worker: WorkerState) -> None:
+        raise ConfigError("a replica's slots are taken by placement only")
+
     def _place(self, req: Request, now: float) -> WorkerState | None:
         if self.naive:
             return self._place_naive(req)
-        best: WorkerState | None = None
-        for r in self.by_model.get(req.model, ()):  # type: ignore[arg-type]
-            w = r.worker
-            if not r.ready or w.free <= 0 or not w.spec.admits(req.cls) or w.id in self.down:
-                continue
-            if r.draining:
-                if now < r.draining:
-                    continue
-                r.draining = 0.0  # nobody needed the room after all
-            if best is None or w.free > best.free:  # the least loaded
-                best = w
-        return best
+        ready = (r.worker for r in self.by_model.get(req.model, ()) if r.ready)  # type: ignore[arg-type]
+        return choose(req, ready, self.filters, self.scorers, now)
 
     def _place_naive(self, req: Request) -> WorkerState | None:
         """One request per GPU: the first idle GPU (configuration order) that fits.

@@ -17,6 +17,14 @@ submitted with an earlier arrival time). Either holds entries
 ``(tag, seq, gen, request)``; the lane's head is the lesser of their
 fronts and is kept in :attr:`Lanes.heads` (``None``: the lane is empty).
 
+Going back to the queue and leaving it as a request's lifecycle goes (:meth:`Lanes.back`,
+:meth:`Lanes.leave`, :meth:`Lanes.pop_head` with the time) also keeps what the queue
+settles: the earliest deadline (:mod:`laneway.core.expiry`, given with ``expiry``), the
+request's time queued, and its tenant's count of queued requests (``admission``);
+:meth:`push` and :meth:`take` alone move a request between lanes (a class raised by
+inheritance). A new request enters with :meth:`push`, its deadline and its tenant's
+counts set by the scheduler's ``submit``.
+
 Removal is lazy: an entry carries the request's generation, and an entry
 whose generation no longer matches is stale (a request leaves the queue only
 through :meth:`Lanes.take`, which bumps it, or :meth:`Lanes.pop_head`, which
@@ -33,8 +41,13 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop, heappush
+from typing import TYPE_CHECKING
 
 from laneway.core.request import Request
+
+if TYPE_CHECKING:
+    from laneway.core.admission import Admission
+    from laneway.core.expiry import Expiry
 
 Entry = tuple[float, int, int, Request]
 
@@ -57,10 +70,14 @@ class Lanes:
         ceilings: list[int] | None = None,
         *,
         lane_counts: bool = True,
+        expiry: Expiry | None = None,
+        admission: Admission | None = None,
     ) -> None:
         if single and levels > 1:
             raise ValueError("feedback levels need class lanes")
         self.n_classes = n_classes
+        self.expiry = expiry  # (the deadlines of those waiting: pop_head and leave keep it)
+        self.admission = admission  # (tenants' counts of queued requests)
         self.levels = levels
         self.single = single
         self.width = 1 if single else n_classes * levels  # lanes per model
@@ -146,10 +163,50 @@ class Lanes:
         if (fifo and fifo[0][3] is req) or (side and side[0][3] is req):
             self._settle(lane)  # a front went stale
 
-    def pop_head(self, req: Request) -> None:
-        """Remove ``req``, the head of its lane (as selection returns it)."""
-        self._uncount(req)
+    # ------------------------------------------------------------------ the lifecycle
+    def back(self, req: Request, now: float) -> None:
+        """A preempted request waits again (at the head of its class: it keeps its place in
+        its order); it never times out in the queue again."""
+        req.enqueued_s = now
+        self.push(req)
+        if req.tenant is not None:
+            self.admission.on_requeue(req.tenant)  # type: ignore[union-attr]
+
+    def leave(self, req: Request, now: float) -> None:
+        """``req`` stops waiting: it is expired, shed, cancelled or withdrawn."""
+        self.take(req)
+        self._left(req, now)
+
+    def _left(self, req: Request, now: float) -> None:
+        expiry = self.expiry
+        if expiry is not None and req.deadline_s <= expiry.next_due:
+            expiry.stale = True  # the earliest deadline may be gone with it
+        req.queued_total_s += now - req.enqueued_s
+        if req.tenant is not None and self.admission is not None:
+            self.admission.on_dequeue(req.tenant)
+
+    def pop_head(self, req: Request, now: float | None = None) -> None:
+        """Remove ``req``, the head of its lane (as selection returns it); with ``now``, it
+        stops waiting then: it is dispatched (:meth:`_left`, inline: the hot path)."""
+        if now is not None:  # (given by the scheduler, whose lanes have their expiry and admission)
+            expiry = self.expiry
+            if req.deadline_s <= expiry.next_due:  # type: ignore[union-attr]
+                expiry.stale = True  # type: ignore[union-attr]  # the earliest deadline may be gone with it
+            req.queued_total_s += now - req.enqueued_s
+            if req.tenant is not None:
+                self.admission.on_dequeue(req.tenant)  # type: ignore[union-attr]
+        c = req.cls  # self._uncount(req), inline: the hot path
         lane = req.lane
+        if self.lane_counts:
+            self.count[lane] -= 1
+        self.class_count[c] -= 1
+        if self.levels > 1:
+            self.level_count[c * self.levels + req.level] -= 1
+        self.total -= 1
+        hint = req.est_service_s
+        if hint is not None:
+            self.hint_count[c] -= 1
+            self.hint_work[c] = self.hint_work[c] - hint if self.hint_count[c] else 0.0
         # its entry, a front, leaves the lane (no need to make it stale)
         fifo = self.fifos[lane]
         side = self.sides[lane]

@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from laneway.core.classes import ClassTable
+from laneway.core.modes import PreemptionMode
 
-PREEMPTION_MODES = ("none", "drain", "auto", "checkpoint", "recompute")
+PREEMPTION_MODES = tuple(m.value for m in PreemptionMode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class PolicySpec:
     name: str
     classes: bool = True  # False: one FIFO lane for everything
     aging: bool = True
-    preemption: str = "auto"
+    preemption: PreemptionMode = PreemptionMode.AUTO  # (a string of its values is taken too)
     shares: bool = False  # weighted class shares instead of strict order
     feedback: bool = False  # time-slice demotion (multi-level feedback)
     timeouts: bool = True  # per-class queue timeouts
@@ -38,15 +39,16 @@ class PolicySpec:
     def __post_init__(self) -> None:
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}")
+        object.__setattr__(self, "preemption", PreemptionMode(self.preemption))
         if self.feedback and not self.classes:
             raise ValueError("feedback (time-slice demotion) needs class lanes: classes=True")
 
 
 POLICIES: dict[str, PolicySpec] = {
-    "fifo": PolicySpec("fifo", classes=False, aging=False, preemption="none", timeouts=False),
-    "priority": PolicySpec("priority", aging=False, preemption="none"),
-    "graceful": PolicySpec("graceful", preemption="drain"),
-    "mlfq": PolicySpec("mlfq", aging=True, preemption="auto", shares=True, feedback=True),
+    "fifo": PolicySpec("fifo", classes=False, aging=False, preemption=PreemptionMode.NONE, timeouts=False),
+    "priority": PolicySpec("priority", aging=False, preemption=PreemptionMode.NONE),
+    "graceful": PolicySpec("graceful", preemption=PreemptionMode.DRAIN),
+    "mlfq": PolicySpec("mlfq", aging=True, preemption=PreemptionMode.AUTO, shares=True, feedback=True),
     "laneway": PolicySpec("laneway"),
     "naive": PolicySpec("naive", placement="naive"),
 }
@@ -69,6 +71,6 @@ def stoppable_classes(classes: ClassTable, name: str | PolicySpec) -> frozenset[
     spec = policy(name)
     if spec.feedback:
         return frozenset(c.rank for c in classes.classes if c.preemptible)
-    if spec.preemption == "none":
+    if spec.preemption is PreemptionMode.NONE:
         return frozenset()
     return frozenset(v for victims in classes.victims() for v in victims)

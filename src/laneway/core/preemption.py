@@ -1,188 +1,241 @@
-"""Victim choice and preemption mode: small pure functions over candidates.
+"""The preemption step: who stops for whom, and how.
 
-The scheduler gathers :class:`Candidate` rows for running requests that the
-waiting class may preempt; :func:`choose_victim` and :func:`choose_action`
-decide. Nothing here looks at queues or workers.
+For each class with preemption rights that needs more slots than free and promised ones,
+:class:`Preemptor` gathers the running requests it may preempt (:mod:`laneway.core.victims`
+chooses among them: lowest class first, then least work lost), and either claims the
+victim's slot and lets it drain (it ends soon) or stops it now, by checkpoint or by
+recompute (:func:`~laneway.core.victims.preempt_mode`). A drain that outlives its deadline
+becomes a preemption. On GPU fleets, a class whose model fits nowhere has replicas of
+other models cleared for it (:meth:`Preemptor.room_for`).
+
+What it promised is in :class:`~laneway.core.promises.Promises`; what it decided goes out
+as :class:`~laneway.core.decisions.Preempt`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from laneway.core.costs import CostModel
-from laneway.core.request import Request, State
-from laneway.core.workers import WorkerState
+from laneway.core.config import SchedulerConfig
+from laneway.core.decisions import Decision, Preempt
+from laneway.core.lanes import Lanes
+from laneway.core.measures import Measures
+from laneway.core.modes import PreemptionMode, StopMode
+from laneway.core.occupancy import Occupancy
+from laneway.core.promises import Promises
+from laneway.core.request import Request, State, transition
+from laneway.core.selection import NONE_BLOCKED, Selector
+from laneway.core.stats import Counters
+from laneway.core.tables import Tables
+from laneway.core.victims import Candidate, choose_action, gather_candidates, may_stop_again, preempt_mode
+
+if TYPE_CHECKING:
+    from laneway.core.gpu_placement import GpuPlacement
 
 _RUNNING = State.RUNNING
-MAX_SCAN = 8  # running requests examined per victim class, from each end
-PER_END = 1  # candidates taken from each end
+_PREEMPTED = State.PREEMPTED
 
 
-def may_stop_again(r: Request, now: float, max_loss: float | None, max_count: int | None) -> bool:
-    """Whether running request ``r`` may be preempted (again) now, by the bound on what
-    preemptions cost it: at most ``max_loss`` of its expected service lost to them so far
-    (``None``: no bound), and at most ``max_count`` of them (``None``: no cap)."""
-    n = r.preemptions
-    if max_count is not None and n >= max_count:
-        return False
-    # (its expected service, not the time it ran: whether it may be preempted changes only
-    # when it is preempted or its size is revised, which the victim search keeps track of)
-    return n == 0 or max_loss is None or r.lost_s <= max_loss * r.est_s
+class Preemptor:
+    __slots__ = (
+        "cfg",
+        "counters",
+        "lanes",
+        "measures",
+        "occ",
+        "planner",
+        "promises",
+        "reqs",
+        "selector",
+        "tables",
+    )
 
+    def __init__(
+        self,
+        tables: Tables,
+        cfg: SchedulerConfig,
+        reqs: Mapping[str, Request],
+        lanes: Lanes,
+        occ: Occupancy,
+        promises: Promises,
+        selector: Selector,
+        measures: Measures,
+        counters: Counters,
+        planner: GpuPlacement | None,
+    ) -> None:
+        self.tables = tables
+        self.cfg = cfg
+        self.reqs = reqs
+        self.lanes = lanes
+        self.occ = occ
+        self.promises = promises
+        self.selector = selector
+        self.measures = measures
+        self.counters = counters
+        self.planner = planner
 
-class Candidate(NamedTuple):
-    request_id: str
-    worker_id: str
-    cls: int  # the victim's class rank (larger = less urgent)
-    seq: int
-    eta_s: float  # expected remaining service
-    checkpoint_s: float  # slot time of a checkpoint round trip (save + restore)
-    recompute_s: float  # slot time of a recompute round trip (re-prefill)
-    can_checkpoint: bool = True
-    lost_before_s: float = 0.0  # what its earlier preemptions cost it
-
-    @property
-    def best_mode(self) -> str:
-        if self.can_checkpoint and self.checkpoint_s <= self.recompute_s:
-            return "checkpoint"
-        return "recompute"
-
-    @property
-    def lost_s(self) -> float:
-        """Slot time wasted by preempting it the cheapest way available."""
-        return self.checkpoint_s if self.best_mode == "checkpoint" else self.recompute_s
-
-
-class Action(NamedTuple):
-    kind: str  # "preempt" or "drain"
-    victim: Candidate
-    mode: str  # "checkpoint" / "recompute" for a preemption, "drain" for a drain
-
-
-def eta_of(r: Request, now: float) -> float:
-    """How long running ``r`` is reckoned to need yet, for drains: its expected service
-    left, but never under a quarter of its expected service (one past its expected end
-    is not taken to end at once)."""
-    return max(r.est_s - r.run_s - (now - r.started_s), 0.25 * r.est_s)
-
-
-def _victim_key(c: Candidate) -> tuple[int, float, int]:
-    # what it would lose now plus what it lost before: preemptions spread over the
-    # victims rather than hitting again and again the one resumed last
-    return (-c.cls, c.lost_s + c.lost_before_s, -c.seq)
-
-
-def _soonest_key(c: Candidate) -> tuple[float, int, int]:
-    return (c.eta_s, -c.cls, -c.seq)
-
-
-def choose_victim(cands: Sequence[Candidate]) -> Candidate | None:
-    """Lowest class first, then least work lost (now and by earlier preemptions), then
-    the latest arrival (seq)."""
-    if not cands:
-        return None
-    return min(cands, key=_victim_key)
-
-
-def soonest(cands: Sequence[Candidate]) -> Candidate | None:
-    if not cands:
-        return None
-    return min(cands, key=_soonest_key)
-
-
-def choose_action(cands: Sequence[Candidate], mode: str, drain_cap_s: float) -> Action | None:
-    """Decide how to free one slot for a waiting request.
-
-    - ``drain``: wait for the soonest-finishing victim when its ETA is under
-      ``drain_cap_s``; else preempt the chosen victim the cheapest way.
-    - ``auto``: drain when a victim will finish sooner than preempting the
-      chosen victim would cost, else preempt it the cheapest way.
-    - ``checkpoint`` / ``recompute``: always preempt in that mode
-      (``checkpoint`` falls back to recompute where a worker cannot checkpoint).
-    """
-    victim = choose_victim(cands)
-    if victim is None:
-        return None
-    first = soonest(cands)
-    assert first is not None
-    if mode == "drain":
-        if first.eta_s <= drain_cap_s:
-            return Action("drain", first, "drain")
-        return Action("preempt", victim, victim.best_mode)
-    if mode == "auto":
-        if first.eta_s <= victim.lost_s:
-            return Action("drain", first, "drain")
-        return Action("preempt", victim, victim.best_mode)
-    if mode == "checkpoint":
-        return Action("preempt", victim, "checkpoint" if victim.can_checkpoint else "recompute")
-    if mode == "recompute":
-        return Action("preempt", victim, "recompute")
-    raise ValueError(f"unknown preemption mode {mode!r}")
-
-
-def gather_candidates(
-    running: Sequence[Mapping[str, Request]],
-    victims: Sequence[int],
-    workers: Mapping[str, WorkerState],
-    model: str | None,
-    now: float,
-    costs: CostModel,
-    max_loss: float | None,
-    max_count: int | None,
-    for_class: int | None = None,
-) -> list[Candidate]:
-    """Running requests of the ``victims`` classes that may be preempted.
-
-    ``running[c]`` holds class ``c``'s running requests in start order. A
-    class with up to ``2 x MAX_SCAN`` running is looked at whole; a larger one
-    gives the few started last (least progress to lose) and the few started
-    first (soonest to finish, for drains), looking at no more than
-    ``MAX_SCAN`` from each end, so victim choice stays O(1) however many run.
-    """
-    out: list[Candidate] = []
-    for v in sorted(victims, reverse=True):
-        group = running[v]
-        if not group:
-            continue
-        seen: set[str] = set()
-        small = len(group) <= 2 * MAX_SCAN  # few enough to look at every one
-        ends = (group.values(),) if small else (reversed(group.values()), iter(group.values()))
-        for it in ends:
-            taken = scanned = 0
-            for r in it:
-                scanned += 1
-                if not small and (taken >= PER_END or scanned > MAX_SCAN):
+    # ------------------------------------------------------------------ the step
+    def step(self, now: float, out: list[Decision]) -> None:
+        """Claim or stop victims for every class that needs slots (only while some running
+        work may be preempted and something waits: the scheduler checks)."""
+        count = self.lanes.class_count
+        running = self.occ.running
+        promises = self.promises
+        incoming = promises.incoming
+        reserved = promises.reserved
+        tables = self.tables
+        for c in tables.rights:
+            need = count[c] - incoming[c] - reserved[c]  # promises.need(c, count[c]), inline
+            if need <= 0:
+                continue
+            victims = tables.victims[c]
+            for v in victims:
+                if running[v]:
                     break
-                if (
-                    r.state is not _RUNNING
-                    or r.claimed_for is not None
-                    or not r.preemptible
-                    or r.id in seen
-                    or not may_stop_again(r, now, max_loss, max_count)
-                ):
-                    continue
-                spec = workers[r.worker].spec  # type: ignore[index]
-                if (model is not None and not spec.serves(model)) or (
-                    for_class is not None and not spec.admits(for_class)
-                ):
-                    continue  # its slot could not serve the waiting request
-                seen.add(r.id)
-                taken += 1
-                checkpoint_s, recompute_s = costs.round_trips(
-                    r.prompt_tokens, r.tokens_done, now - r.started_s
-                )
-                out.append(
-                    Candidate(
-                        r.id,
-                        spec.id,
-                        v,
-                        r.seq,
-                        eta_of(r, now),
-                        checkpoint_s,
-                        recompute_s,
-                        spec.can_checkpoint,
-                        r.lost_s,
-                    )
-                )
-    return out
+            else:
+                continue  # nothing it may preempt is running
+            if promises.barren[c] == self.occ.changes:
+                continue  # searched in vain and no slot changed hands since
+            mode = tables.preemption
+            cap = self.cfg.drain_cap_s
+            model = None
+            head: Request | None = None
+            if len(self.lanes.models) > 1:  # requests name models: victims must serve it
+                head = self.selector.best_in_class(c, now, NONE_BLOCKED)
+                model = head.model if head is not None else None
+            while need > 0:
+                action = choose_action(self._candidates(victims, model, now, c), mode, cap)
+                if action is None:
+                    if self.planner is not None and self.room_for(c, now, out):
+                        need -= 1
+                        continue
+                    promises.barren[c] = self.occ.changes
+                    break
+                victim = self.reqs[action.victim.request_id]
+                promises.claim(victim, c)
+                if action.kind == "drain":
+                    wait = cap if mode is PreemptionMode.DRAIN else action.victim.eta_s + action.victim.lost_s
+                    # stop draining in time for the waiting request to start before it expires
+                    if head is None:
+                        head = self.selector.best_in_class(c, now, NONE_BLOCKED)
+                    latest = head.deadline_s - action.victim.lost_s if head is not None else math.inf
+                    promises.drain(victim, max(now, min(now + wait, latest)))
+                    self.counters.drains += 1
+                else:
+                    assert isinstance(action.mode, StopMode)
+                    self.stop(victim, action.mode, c, now, out)
+                need -= 1
+
+    def may_stop(self, req: Request, now: float) -> bool:
+        """Whether running ``req`` may be preempted now (nobody claimed it, it and its class
+        are preemptible, its preemptions have not cost it too much yet)."""
+        cfg = self.cfg
+        return (
+            req.state is _RUNNING
+            and req.claimed_for is None
+            and req.preemptible
+            and self.tables.preemptible[req.cls]
+            and may_stop_again(req, now, cfg.max_preempt_loss, cfg.max_preemptions)
+        )
+
+    def _candidates(
+        self, victims: tuple[int, ...], model: str | None, now: float, cls: int
+    ) -> list[Candidate]:
+        cfg = self.cfg
+        return gather_candidates(
+            self.occ.running,
+            victims,
+            self.occ.workers,
+            model,
+            now,
+            self.measures.costs,
+            cfg.max_preempt_loss,
+            cfg.max_preemptions,
+            cls,
+        )
+
+    def stop(self, victim: Request, mode: StopMode, for_class: int, now: float, out: list[Decision]) -> None:
+        """Preempt ``victim`` now by ``mode`` for a request of ``for_class``."""
+        transition(victim, _PREEMPTED)
+        victim.preempt_at_s = now
+        victim.preemptions += 1
+        checkpoint_s, recompute_s = self.measures.costs.round_trips(
+            victim.prompt_tokens, victim.tokens_done, now - victim.started_s
+        )
+        victim.lost_s += checkpoint_s if mode is StopMode.CHECKPOINT else recompute_s
+        victim.resume = mode
+        self.promises.stopping(victim)
+        self.counters.preemptions[victim.cls] += 1
+        out.append(Preempt(victim.id, victim.worker, mode, for_class))  # type: ignore[arg-type]
+
+    def cheapest_mode(self, req: Request, now: float) -> StopMode:
+        """How to stop ``req`` now (:func:`~laneway.core.victims.preempt_mode`)."""
+        checkpoint_s, recompute_s = self.measures.costs.round_trips(
+            req.prompt_tokens, req.tokens_done, now - req.started_s
+        )
+        can = self.occ.workers[req.worker].spec.can_checkpoint  # type: ignore[index]
+        return preempt_mode(self.tables.preemption, can, checkpoint_s, recompute_s)
+
+    # ------------------------------------------------------------------ drains
+    def overdue_drains(self, now: float, out: list[Decision]) -> None:
+        """A drained victim that has not ended by its deadline is preempted, if
+        its claimant class still needs the slot; otherwise the claim lapses."""
+        count = self.lanes.class_count
+        promises = self.promises
+        for req in [r for r in promises.drains.values() if r.claim_deadline_s <= now]:
+            c: int = req.claimed_for  # type: ignore[assignment]
+            if promises.need(c, count[c]) < 0:
+                promises.lapse(req)
+                self.occ.changes += 1  # it may be a victim for someone else now
+                continue
+            self.stop(req, self.cheapest_mode(req, now), c, now, out)
+
+    # ------------------------------------------------------------------ GPU fleets
+    def lapsed_clearings(self, now: float) -> None:
+        """A graceful clearing whose window passed: search again (and preempt).
+
+        The lapsed window leaves a mark, ``(-inf, True)``, so that the search of
+        this call preempts at once; a mark no search used (the request was
+        served otherwise) is dropped at the next call, and a later need opens
+        a new window."""
+        clearing = self.promises.clearing
+        for model, (until, drained) in list(clearing.items()):
+            if until <= now:
+                if drained and until != -math.inf:
+                    clearing[model] = (-math.inf, True)  # ended draining: preempt now
+                    self.occ.changes += 1
+                else:  # a mark left unused, or a stopping window over
+                    del clearing[model]
+
+    def room_for(self, c: int, now: float, out: list[Decision]) -> bool:
+        """GPU fleets: the head of class ``c`` fits nowhere and nothing it may
+        preempt runs its model: clear replicas of other models to load it."""
+        planner = self.planner
+        assert planner is not None
+        head = self.selector.best_in_class(c, now, NONE_BLOCKED)
+        if head is None or head.model is None:
+            return False
+        clearing = self.promises.clearing
+        until, drained = clearing.get(head.model, (0.0, False))
+        if until > now:
+            return False  # clearing for it already
+        victims_of = self.tables.victims[c]
+        victims = planner.make_room(head, now, lambda r: r.cls in victims_of and self.may_stop(r, now))
+        if victims is None:
+            return False
+        load_s = planner.inv.models[head.model].load_s
+        if self.tables.preemption is PreemptionMode.DRAIN and not drained:
+            # graceful: let the victims end if they do so within the drain cap and
+            # in time for the load to finish before the request's queue timeout
+            window = min(self.cfg.drain_cap_s, head.deadline_s - now - load_s - 1.0)
+            if window > 0 and all(
+                max(v.est_s - v.run_s - (now - v.started_s), 0.0) <= window for v in victims
+            ):
+                clearing[head.model] = (now + window, True)
+                return True
+        clearing[head.model] = (now + planner.switch_wait_s, False)
+        for v in victims:
+            self.stop(v, self.cheapest_mode(v, now), c, now, out)
+        return True

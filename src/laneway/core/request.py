@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from laneway.core.errors import InvalidTransition
+from laneway.core.modes import StopMode
 
 
 class State(enum.Enum):
@@ -33,7 +34,9 @@ class State(enum.Enum):
 TERMINAL = frozenset({State.FINISHED, State.FAILED, State.REJECTED, State.EXPIRED, State.CANCELLED})
 
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.NEW: frozenset({State.QUEUED, State.REJECTED}),
+    # (a request found running by a scheduler that takes over from one that failed is
+    # adopted: new -> running)
+    State.NEW: frozenset({State.QUEUED, State.REJECTED, State.RUNNING}),
     State.QUEUED: frozenset({State.RUNNING, State.EXPIRED, State.CANCELLED, State.REJECTED}),
     State.RUNNING: frozenset({State.PREEMPTED, State.FINISHED, State.FAILED, State.CANCELLED}),
     # A worker may finish (or fail) the request before it sees the preemption.
@@ -102,7 +105,7 @@ class Request:
     tag: float = 0.0  # its order inside its class (laneway.core.fairness; else its arrival)
     fair_charged: float = 0.0  # weighted tokens its tenant was charged for it so far
     tokens_charged: int = 0  # output tokens charged to its tenant's token quota so far
-    resume: str | None = None  # "checkpoint" / "recompute" for the next dispatch
+    resume: StopMode | None = None  # how its next dispatch resumes it (how it was stopped)
     claimed_for: int | None = None  # a more urgent class waits for this slot
     claim_deadline_s: float = math.inf  # drain claims turn into preemption after this
     inherited: int | None = None

@@ -6,48 +6,70 @@ Drive it with a clock value on every call:
 - :meth:`Scheduler.finished`, :meth:`Scheduler.preempted` and
   :meth:`Scheduler.cancel` report what happened on the workers;
 - :meth:`Scheduler.schedule` returns the decisions to apply now
-  (:class:`Dispatch`, :class:`Preempt`, :class:`Reject`);
+  (:class:`Dispatch`, :class:`Preempt`, :class:`Reject`, :class:`Load`, :class:`Evict`);
 - :meth:`Scheduler.next_wakeup` says when to call ``schedule`` again if
   nothing else happens (timeouts, drain limits, time slices).
 
 No I/O, no threads, no clock of its own: the simulator and the server drive
 the same object.
+
+The scheduler holds its state in parts that each own their data —
+:class:`~laneway.core.tables.Tables` (what the configuration fixes, frozen),
+:class:`~laneway.core.live.Live` (the live requests),
+:class:`~laneway.core.lanes.Lanes` (the queues, with their deadlines),
+:class:`~laneway.core.occupancy.Occupancy` (who runs where, free and held slots),
+:class:`~laneway.core.promises.Promises` (what preemption promised),
+:class:`~laneway.core.measures.Measures` (what was measured) — and runs its steps as
+components handed what they need: :class:`~laneway.core.refusal.Refusals`,
+:class:`~laneway.core.dispatching.Dispatcher`,
+:class:`~laneway.core.preemption.Preemptor`, :class:`~laneway.core.feedback.TimeSlices`,
+:class:`~laneway.core.inheritance.Inheritance`, :class:`~laneway.core.loads.ModelLoads`;
+:class:`~laneway.core.estimator.Estimator` reads it all and writes nothing.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+from dataclasses import replace
 
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
-from laneway.core.decisions import Decision, Dispatch, Reject
+from laneway.core.costs import CostModel
+from laneway.core.decisions import Decision, Reject
+from laneway.core.dispatching import Dispatcher
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
-from laneway.core.estimate import (
+from laneway.core.estimator import Estimator
+from laneway.core.expiry import Expiry
+from laneway.core.fairness import FairShares
+from laneway.core.feedback import TimeSlices, start_level
+from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.inheritance import Inheritance
+from laneway.core.inspection import check_invariants, snapshot
+from laneway.core.lanes import Lanes
+from laneway.core.live import Live
+from laneway.core.loads import ModelLoads
+from laneway.core.measures import (
     CALIBRATE_AFTER,
     CALIBRATE_EVERY,
     ArrivalRates,
     Calibration,
+    Measures,
     ServiceStats,
     SizeSpread,
+    WaitRange,
 )
-from laneway.core.estimating import Estimating, estimate_tables
-from laneway.core.expiry import Expiry
-from laneway.core.fairness import FairShares
-from laneway.core.gpu_placement import GpuPlacement
-from laneway.core.gpu_scheduling import GpuScheduling
-from laneway.core.inheritance import Inheriting
-from laneway.core.inspection import Inspecting
-from laneway.core.lanes import Lanes
+from laneway.core.modes import StopMode
+from laneway.core.occupancy import Occupancy, worker_states
+from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec, policy
-from laneway.core.preempting import Preempting
-from laneway.core.refusing import Refusing
-from laneway.core.request import Request, State, transition
-from laneway.core.selecting import Selecting
-from laneway.core.selection import NONE_BLOCKED, select_strict
-from laneway.core.stats import Counters
-from laneway.core.worker_failures import WorkerFailures
-from laneway.core.workers import Placement, SlotPlacement, WorkerSpec, WorkerState
+from laneway.core.preemption import Preemptor
+from laneway.core.promises import Promises
+from laneway.core.refusal import Refusals
+from laneway.core.request import TRANSITIONS, Request, State, transition
+from laneway.core.selection import Selector
+from laneway.core.stats import Counters, Snapshot
+from laneway.core.tables import Tables
+from laneway.core.workers import WorkerSpec, WorkerState
 
 _NEW = State.NEW
 _RUNNING = State.RUNNING
@@ -55,69 +77,39 @@ _PREEMPTED = State.PREEMPTED
 _QUEUED = State.QUEUED
 _FINISHED = State.FINISHED
 _FAILED = State.FAILED
-_new_tuple = tuple.__new__  # builds a named tuple without the Python-level __new__
+_CANCELLED = State.CANCELLED
+_NEXT = TRANSITIONS
 
 
-class Scheduler(
-    Preempting, GpuScheduling, Inheriting, Estimating, Inspecting, Refusing, Selecting, WorkerFailures
-):
-    # Every attribute is a slot (the mixins declare none): past 30 keys an
-    # instance dict loses CPython's fast attribute and method lookups, which the
-    # hot path (submit, finished, schedule) makes dozens of per request.
+class Scheduler:
     __slots__ = (
-        "_awaited",
-        "_barren",
-        "_boost",
-        "_bounded",
-        "_changes",
-        "_check_every",
-        "_clearing",
-        "_drains",
-        "_end_sum",
-        "_est_ahead",
-        "_est_rights",
+        "_calibration",
+        "_expiry",
         "_exposed_running",
-        "_feedback_on",
-        "_free",
-        "_gated",
-        "_held",
-        "_incoming",
-        "_interval",
-        "_max_queued",
-        "_max_queued_total",
         "_now",
-        "_pending",
-        "_planner",
         "_preempting",
         "_ranks",
         "_reqs",
-        "_reserved",
-        "_reserved_total",
-        "_rights",
-        "_rights_of",
-        "_running",
-        "_seq",
-        "_shares",
-        "_slices",
-        "_victims",
-        "_wait_limits",
-        "_weights",
+        "_service",
         "admission",
-        "arrivals",
-        "calibration",
         "cfg",
         "classes",
-        "costs",
         "counters",
-        "expiry",
+        "dispatcher",
+        "estimator",
         "fair",
+        "inheritance",
         "lanes",
-        "placement",
+        "live_requests",
+        "loads",
+        "measures",
+        "occupancy",
         "pol",
-        "service",
-        "slots",
-        "spread",
-        "workers",
+        "preemptor",
+        "promises",
+        "refusals",
+        "slices",
+        "tables",
     )
 
     def __init__(
@@ -127,134 +119,96 @@ class Scheduler(
         policy_name: str | PolicySpec = "laneway",
         placement: Placement | None = None,
     ) -> None:
-        if not workers and (placement is None or not hasattr(placement, "plan")):
+        planner = placement if isinstance(placement, GpuPlacement) else None
+        if not workers and planner is None:
             raise LanewayError("at least one worker is required")
         self.cfg = cfg = config or SchedulerConfig()
-        self.costs = cfg.costs  # moves toward the checkpoint costs workers report
-        self.pol = policy(policy_name)
+        self.pol = pol = policy(policy_name)
         self.classes = cfg.classes
-        k = len(cfg.classes)
-        self.workers = {spec.id: WorkerState(spec) for spec in workers}
-        if len(self.workers) != len(workers):
-            raise LanewayError("worker ids must be unique")
-        self.placement: Placement = placement or SlotPlacement(list(self.workers.values()))
-        # a placement that can load models (GpuPlacement) plans loads and evictions
-        self._planner: GpuPlacement | None = placement if isinstance(placement, GpuPlacement) else None
-        if self._planner is not None:  # replicas loaded at start-up take work at once
-            for rid, rep in self._planner.replicas.items():
+        restricted = planner is not None or any(w.classes is not None for w in workers)
+        self.tables = tables = Tables.build(cfg, pol, restricted=restricted)
+        k = tables.k
+        states = worker_states(workers)
+        placement = placement or SlotPlacement(list(states.values()))
+        if planner is not None:  # replicas loaded at start-up take work at once
+            for rid, rep in planner.replicas.items():
                 if rep.ready:
-                    self.workers[rid] = rep.worker
-        # whether a request without a model may still be unplaceable
-        self._check_every = self._planner is not None or any(w.classes is not None for w in workers)
-        self.expiry = Expiry(
-            [c.timeout_s for c in cfg.classes.classes],
-            self.pol.timeouts,
-            shedding=cfg.max_queued_total is not None,  # _shed_candidate looks at it only then
+                    states[rid] = rep.worker
+        self.occupancy = occ = Occupancy(states, k, tables.exposed)
+        occ.placement = placement
+        self.measures = measures = Measures(
+            k, cfg.costs, cfg.default_service_s, [c.service_s for c in cfg.classes.classes]
         )
-        self.admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
-        self.service = ServiceStats(
-            k, cfg.default_service_s, class_priors=[c.service_s for c in self.classes.classes]
-        )
-        self.arrivals = ArrivalRates(k)
-        self.calibration = Calibration(k)
-        self.spread = SizeSpread(k)
-        self.counters = Counters(k)
-        self.slots = sum(w.spec.slots for w in self.workers.values())
-        self._free = self.slots
-        self._held = 0  # slots held for use outside this scheduler (WorkerFailures.hold)
+        self.counters = counters = Counters(k)
+        self.admission = admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
         # tenants inside a class share by tokens (not under fifo: one queue, an engine's)
         self.fair: FairShares | None = (
             FairShares(
                 k,
-                {name: pol.weight for name, pol in cfg.tenants.items()},
+                {name: p.weight for name, p in cfg.tenants.items()},
                 prompt_weight=cfg.fair_prompt_weight,
                 output_weight=cfg.fair_output_weight,
                 # (what its slots serve a second: the scale of the tags against arrival times)
-                tokens_per_s=max(self.slots, 1)
+                tokens_per_s=max(occ.slots, 1)
                 * cfg.costs.decode_tokens_s
                 * max(cfg.fair_output_weight, 1e-9),
             )
-            if cfg.fair_tenants and self.pol.classes
+            if cfg.fair_tenants and pol.classes
             else None
         )
-        self._reqs: dict[str, Request] = {}
-        self._seq = 0
-        self._running: list[dict[str, Request]] = [{} for _ in range(k)]  # by class, start order
-        self._end_sum = [0.0] * k  # sum of expected ends of running work, by class
-        self._incoming = [0] * k  # slots promised to a class: victims draining or stopping
-        self._reserved = [0] * k  # freed slots held for a class
-        self._reserved_total = 0
-        self._changes = 0  # bumped whenever a slot changes hands
-        self._barren = [-1] * k  # _changes when a victim search for a class found none
-        self._drains: dict[str, Request] = {}
-        self._awaited: dict[str, set[str]] = {}  # ids not yet submitted -> live waiters
-        # model -> (until when replicas are being cleared for it, by draining only?)
-        self._clearing: dict[str, tuple[float, bool]] = {}
-        self._now = 0.0  # the clock of the last schedule() call
-        self._slices: list[tuple[float, int, float, Request]] = []
-        self._pending: list[Decision] = []
-        self._ranks = range(k)
-        self._max_queued = [c.max_queued for c in cfg.classes.classes]
-        self._max_queued_total = cfg.max_queued_total
-        # whether any queue bound applies (submit checks them only then)
-        self._bounded = cfg.max_queued_total is not None or any(b is not None for b in self._max_queued)
-        # class -> the expected wait past which an arrival is refused (None: unbounded)
-        self._wait_limits: tuple[float | None, ...] | None = (
-            tuple(c.timeout_s if c.timeout_s is not None else cfg.max_wait_s for c in cfg.classes.classes)
-            if cfg.max_wait_s is not None
-            else None
+        expiry = Expiry(
+            [c.timeout_s for c in cfg.classes.classes],
+            pol.timeouts,
+            shedding=cfg.max_queued_total is not None,  # shedding looks at it only then
         )
-        self._bounded = self._bounded or self._wait_limits is not None
-        # whether a request without a tenant or a model still needs _admit
-        self._gated = self._check_every or self._bounded
-        self._rights = [c for c in range(k) if cfg.classes[c].may_preempt]
-        self._weights = [c.weight for c in cfg.classes.classes]
-        self._rights_of = [c.may_preempt for c in cfg.classes.classes]
-        self._interval = cfg.aging_interval_s if self.pol.aging else None
-        # aging never lifts a request to a rank whose class may preempt it: it
-        # would be dispatched only to be preempted at once
-        ceilings = [
-            max([cfg.aging_ceiling] + [r + 1 for r in range(k) if c in cfg.classes[r].may_preempt])
-            for c in range(k)
-        ]
-        self.lanes = Lanes(
+        self.lanes = lanes = Lanes(
             k,
-            cfg.mlfq_levels if self.pol.feedback else 1,
-            not self.pol.classes,
-            ceilings if self._interval is not None else None,
-            lane_counts=self._planner is not None,  # GPU placement counts per model
+            tables.levels,
+            tables.single,
+            list(tables.ceilings) if tables.ceilings is not None else None,
+            lane_counts=planner is not None,  # GPU placement counts per model
+            expiry=expiry,
+            admission=admission,
         )
-        table = cfg.classes.classes
-        # the preemptible classes each class may preempt
-        self._victims = list(cfg.classes.victims())
-        # the classes some class may preempt: with none of them running, no preemption is possible
-        exposed = sorted({v for victims in self._victims for v in victims})
-        self._exposed_running = tuple(self._running[v] for v in exposed)
-        self._preempting = self.pol.preemption != "none"
-        self._feedback_on = self.pol.feedback
-        self._shares = self.pol.shares
-        self._est_rights, self._est_ahead = estimate_tables(
-            table,
-            self._victims,
-            preempting=self._preempting and not self.lanes.single,
-            single=self.lanes.single,
-            shares=self._shares,
+        self.promises = promises = Promises(k)
+        reqs: dict[str, Request] = {}
+        self.inheritance = inheritance = Inheritance(reqs, lanes, occ, promises, tables.victims)
+        self.live_requests = live = Live(reqs, admission, inheritance)
+        self.loads = loads = ModelLoads(planner, occ, lanes, counters) if planner is not None else None
+        self.estimator = estimator = Estimator(
+            tables, cfg.drain_cap_s, cfg.mlfq_slice_s, lanes, occ, measures, placement.down, planner
         )
-        self._boost = cfg.mlfq_boost_s if self.pol.aging else None
+        self.refusals = Refusals(
+            tables, cfg.classes, placement, admission, lanes, expiry, live, estimator, counters
+        )
+        selector = Selector(tables, lanes, occ.running, promises)
+        self.preemptor = preemptor = Preemptor(
+            tables, cfg, reqs, lanes, occ, promises, selector, measures, counters, planner
+        )
+        self.slices = slices = TimeSlices(cfg.mlfq_slice_s, lanes, occ, preemptor)  # (empty but under mlfq)
+        self.dispatcher = Dispatcher(
+            tables, lanes, occ, promises, selector, self.fair, measures.calibration, counters, slices, loads
+        )
+        self._now = 0.0  # the clock of the last schedule() call
+        # (the parts' own objects, held here too for the hot path)
+        self._calibration = measures.calibration
+        self._service = measures.service
+        self._reqs = reqs
+        self._ranks = range(k)
+        self._expiry = expiry
+        self._preempting = tables.preempting
+        self._exposed_running = occ.exposed_running  # (the running requests some class may preempt)
 
     # ------------------------------------------------------------------ queries
     def get(self, request_id: str) -> Request:
-        try:
-            return self._reqs[request_id]
-        except KeyError:
-            raise UnknownRequest(f"unknown request {request_id!r}") from None
+        return self.live_requests.get(request_id)
 
     def __contains__(self, request_id: object) -> bool:
-        return request_id in self._reqs
+        return request_id in self.live_requests.reqs
 
     @property
     def live(self) -> int:
-        return len(self._reqs)
+        return len(self.live_requests.reqs)
 
     @property
     def queued(self) -> int:
@@ -262,9 +216,63 @@ class Scheduler(
 
     @property
     def free_slots(self) -> int:
-        return self._free
+        return self.occupancy.free
 
-    # ------------------------------------------------------------------ events
+    @property
+    def slots(self) -> int:
+        return self.occupancy.slots
+
+    @property
+    def workers(self) -> dict[str, WorkerState]:
+        return self.occupancy.workers
+
+    @property
+    def placement(self) -> Placement:
+        return self.occupancy.placement
+
+    @property
+    def planner(self) -> GpuPlacement | None:
+        """The GPU placement, where this scheduler loads models (else ``None``)."""
+        return self.loads.planner if self.loads is not None else None
+
+    @property
+    def expiry(self) -> Expiry:
+        return self._expiry
+
+    @property
+    def costs(self) -> CostModel:
+        return self.measures.costs
+
+    @property
+    def service(self) -> ServiceStats:
+        return self.measures.service
+
+    @property
+    def arrivals(self) -> ArrivalRates:
+        return self.measures.arrivals
+
+    @property
+    def calibration(self) -> Calibration:
+        return self.measures.calibration
+
+    @property
+    def spread(self) -> SizeSpread:
+        return self.measures.spread
+
+    def use_costs(self, costs: CostModel) -> None:
+        """Schedule by ``costs`` (measured on the engines before the first request)."""
+        self.cfg = replace(self.cfg, costs=costs)
+        self.measures.costs = costs
+        self.preemptor.cfg = self.cfg
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self)
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` if the internal state is inconsistent."""
+        check_invariants(self)
+
+    # ------------------------------------------------------------------ arrivals and ends
     def submit(self, req: Request, now: float) -> Reject | None:
         """Admit ``req`` into its class queue, or refuse it."""
         if req.state is not _NEW:
@@ -274,35 +282,37 @@ class Scheduler(
         if rid in reqs:
             raise LanewayError(f"request id {rid!r} is already live")
         cls = req.priority
+        tables = self.tables
         if cls not in self._ranks:
             raise LanewayError(f"request {rid}: unknown class rank {cls}")
-        req.seq = self._seq  # _seq also counts submissions
-        self._seq += 1
+        live = self.live_requests
+        req.seq = live.seq  # live.number(req), inline: the hot path
+        live.seq += 1
         req.cls = cls
         model = req.model
         tenant = req.tenant
-        if tenant is not None or model is not None or self._gated:
-            refused = self._admit(req, now)
+        if tenant is not None or model is not None or tables.gated:
+            refused = self.refusals.admit(req, now)
             if refused is not None:
                 return refused
+        service = self._service
         est = req.est_service_s
         if est is None:
-            service = self.service
             if model is None:  # service.mean(cls), inline: the hot path
                 est = service.means[cls]
                 if est != est:  # NaN: the class is not measured yet
                     est = service.overall
             else:
                 est = service.mean(cls, model)
-        elif self._feedback_on:
-            req.level = self._start_level(est)
+        elif tables.feedback:
+            req.level = start_level(tables.levels, tables.slice_s, est)
         req.est_s = est
-        if not req.seq % CALIBRATE_EVERY and self.service.n[cls] >= CALIBRATE_AFTER:
+        if not req.seq % CALIBRATE_EVERY and service.n[cls] >= CALIBRATE_AFTER:
             # (estimated before it is queued: the wait ahead of it; and only once its class's
             # service was measured: an estimate on the prior would teach the prior's error)
-            req.est_raw_s = self.estimate_wait(cls, model, now, req.est_service_s, raw=True)
-            self.calibration.watch(req, cls, req.est_raw_s, now)
-        arrivals = self.arrivals  # arrivals.add(cls, est, now), inline: the hot path
+            req.est_raw_s = self.estimator.estimate_wait(cls, model, now, req.est_service_s, raw=True)
+            self._calibration.watch(req, cls, req.est_raw_s, now)
+        arrivals = self.measures.arrivals  # arrivals.add(cls, est, now), inline: the hot path
         if now // arrivals.bucket_s != arrivals.index:
             arrivals.roll(now)
         arrivals.cur[cls] += est
@@ -310,20 +320,22 @@ class Scheduler(
         if fair is None or tenant is None:
             req.tag = req.arrival_s  # (FIFO by arrival, as a tenant within its share)
         else:
-            req.tag = fair.tag(req, req.output_tokens or est * self.costs.decode_tokens_s)
+            req.tag = fair.tag(req, req.output_tokens or est * self.measures.costs.decode_tokens_s)
         if tenant is not None:  # its token quota: the prompt and its size (max_tokens) now
             reserve = max(req.output_tokens, 0)
             self.admission.charge_tokens(tenant, cls, req.prompt_tokens + reserve, now)
             req.tokens_charged = reserve  # (settled when it ends: _settle)
-        req.state = _QUEUED  # NEW -> QUEUED, checked on entry
+        if _QUEUED not in _NEXT[req.state]:  # transition(req, _QUEUED), inline: the hot path
+            transition(req, _QUEUED)
+        req.state = _QUEUED
         reqs[rid] = req
         req.enqueued_s = now
         self.lanes.push(req)
-        self.expiry.add(req, now)
+        self._expiry.add(req, now)
         if tenant is not None:
             self.admission.on_admit(tenant)
-        if req.depends_on or self._awaited:
-            self._inherit(req)
+        if req.depends_on or self.inheritance.awaited:
+            self.inheritance.inherit(req)
         return None
 
     def finished(
@@ -339,8 +351,9 @@ class Scheduler(
         ``tokens`` output tokens (``None``: not told; its share is charged as expected)
         from a prompt of ``prompt_tokens`` (``None``: as estimated at submission; 0: the
         engine refused it before doing anything)."""
+        reqs = self._reqs
         try:
-            req = self._reqs[request_id]
+            req = reqs[request_id]
         except KeyError:
             raise UnknownRequest(f"unknown request {request_id!r}") from None
         if req.tenant is not None:
@@ -353,26 +366,65 @@ class Scheduler(
             req.preemptions -= 1
             self.counters.preemptions[req.cls] -= 1
         service = req.run_s + (now - req.started_s)
-        self._release(req)
-        # from RUNNING or PREEMPTED, checked above
+        self.occupancy.release(req)  # self._release(req), inline: the hot path
+        if req.claimed_for is not None:
+            self.promises.freed(req)
         if failed:
-            req.state = _FAILED
+            transition(req, _FAILED)
             self.counters.failed[req.priority] += 1
         else:
+            if _FINISHED not in _NEXT[req.state]:  # transition(req, _FINISHED), inline: the hot path
+                transition(req, _FINISHED)
             req.state = _FINISHED
-            self.service.record(req.priority, req.model, service)  # also counts completions
+            self._service.record(req.priority, req.model, service)  # also counts completions
             if req.est_service_s is not None:
-                self.spread.record(req.priority, service / req.est_s)
+                self.measures.spread.record(req.priority, service / req.est_s)
         if req.tenant is None and not req.depends_on:
-            del self._reqs[request_id]  # _end(req) with nothing else to do: the hot path
+            del reqs[request_id]  # live.end(req) with nothing else to do: the hot path
         else:
-            self._end(req)
+            self.live_requests.end(req)
+
+    def preempted(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        tokens_done: int | None = None,
+        checkpoint_bytes: int | None = None,
+        save_s: float | None = None,
+    ) -> None:
+        """The worker stopped a preempted request and its slot is free.
+
+        A worker that measures its checkpoint (``checkpoint_bytes``, and
+        ``save_s`` the time the copy took) teaches the cost model used to
+        choose victims and preemption modes.
+        """
+        req = self.live_requests.get(request_id)
+        if req.state is not _PREEMPTED:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not preempted")
+        ran = max(req.preempt_at_s - req.started_s, 0.0)
+        req.run_s += ran
+        measures = self.measures
+        costs = measures.costs
+        req.tokens_done = (
+            tokens_done if tokens_done is not None else req.tokens_done + costs.generated_in(ran)
+        )
+        held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
+        if checkpoint_bytes is None:
+            checkpoint_bytes = costs.checkpoint_bytes(held) if req.resume is StopMode.CHECKPOINT else 0
+        elif checkpoint_bytes > 0 and req.prompt_tokens:
+            measures.costs = costs.observed(checkpoint_bytes, held, save_s)
+        req.checkpoint_bytes = checkpoint_bytes
+        self._release(req)
+        transition(req, _QUEUED)
+        self.lanes.back(req, now)
 
     def cancel(self, request_id: str, now: float, *, tokens: int | None = None) -> bool:
         """Cancel a live request wherever it is, having made ``tokens`` output tokens
         (``None``: not told); ``False`` if it is not live. Its tenant is charged the
         tokens it made (token quota and fair share) as if it had ended."""
-        req = self._reqs.get(request_id)
+        live = self.live_requests
+        req = live.reqs.get(request_id)
         if req is None:
             return False
         if req.tenant is not None:
@@ -380,83 +432,194 @@ class Scheduler(
                 tokens = 0  # never ran: what was charged for its output goes back
             self._settle(req, tokens, None, now)
         if req.state is _QUEUED:
-            self._dequeue(req, now)
+            self.lanes.leave(req, now)
         else:
             self._release(req)
-        transition(req, State.CANCELLED)
+        transition(req, _CANCELLED)
         self.counters.cancelled[req.priority] += 1
-        self._end(req)
+        live.end(req)
         return True
+
+    def withdraw(
+        self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
+    ) -> Reject:
+        """Refuse a queued request now (the runtime knows it cannot run: no worker for its
+        model is healthy). Its wait estimate is ``retry_after_s``: it cannot start sooner."""
+        return self.refusals.withdraw(request_id, now, reason, message, retry_after_s)
+
+    def progress(self, request_id: str, tokens: int, now: float) -> None:
+        """A running request has made ``tokens`` output tokens so far (over all its
+        runs): its expected end follows its own pace toward its size
+        (``output_tokens``). Requests without a size are left as they are."""
+        req = self.live_requests.reqs.get(request_id)
+        if req is None:
+            return
+        if self.fair is not None and req.tenant is not None:  # tokens are charged as they come
+            self.fair.charge(req, tokens)
+        if req.tenant is not None and tokens > req.tokens_charged:
+            self.admission.charge_tokens(req.tenant, req.priority, tokens - req.tokens_charged, now)
+            req.tokens_charged = tokens
+        if req.state is not _RUNNING or req.output_tokens <= 0:
+            return
+        ran = now - req.started_s
+        made = tokens - req.tokens_done  # in this run
+        if made <= 0 or ran <= 0:
+            return
+        left_s = max(req.output_tokens - tokens, 0) * ran / made
+        self.occupancy.expect_end(req, now + left_s)
+        req.est_s = req.run_s + ran + left_s
+        if req.lost_s:
+            self.occupancy.changes += 1  # (its size bounds its preemptions: victim searches look again)
+
+    def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
+        """Whether a new class-``cls`` request of ``tenant`` would be refused by its
+        entitlements or quotas now: ``(reason, message, retry_after_s)``, or ``None``.
+        It charges nothing."""
+        return None if tenant is None else self.admission.check(tenant, cls, now)
+
+    # ------------------------------------------------------------------ workers
+    def requeue(self, request_id: str, now: float) -> None:
+        """Its worker failed before the request produced anything: queue it again.
+
+        It goes back to the head of its class (it keeps its arrival time) and
+        starts afresh on whichever worker it is dispatched to next.
+        """
+        req = self.live_requests.get(request_id)
+        if req.state is _PREEMPTED:  # the failure came first: the preemption did not happen
+            req.preemptions -= 1
+            self.counters.preemptions[req.cls] -= 1
+        elif req.state is _RUNNING:
+            transition(req, _PREEMPTED)
+        else:
+            raise InvalidTransition(f"request {request_id} is {req.state.value}, not running")
+        req.preempt_at_s = now
+        req.resume = None
+        self.preempted(request_id, now, tokens_done=0, checkpoint_bytes=0)
+
+    def available_for(self, model: str | None) -> bool:
+        """Whether some worker that serves ``model`` is in placement (not taken out)."""
+        return self.estimator.available_for(model)
+
+    def set_available(self, worker_id: str, available: bool) -> None:
+        """Take a worker out of placement (it is failing) or back in (it recovered).
+
+        Requests it runs are not touched; queued ones wait for other workers
+        (an unavailable worker is "not now", never "never").
+        """
+        w = self.occupancy.workers.get(worker_id)
+        if w is None:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        self.occupancy.placement.set_available(w, available)
+
+    def adopt(self, req: Request, worker_id: str, now: float) -> None:
+        """Take in ``req`` as running on ``worker_id`` already (a new scheduler rebuilding
+        the state of one that failed): it holds one of the worker's slots from ``now``,
+        counts for its tenant, and ends, is preempted or cancelled like any running request."""
+        if req.state is not _NEW:
+            raise InvalidTransition(f"request {req.id} was already submitted")
+        live = self.live_requests
+        if req.id in live.reqs:
+            raise LanewayError(f"request id {req.id!r} is already live")
+        w = self.occupancy.adoptable(worker_id, req.id)
+        live.number(req)
+        cls = req.cls = req.priority
+        req.est_s = (
+            req.est_service_s if req.est_service_s is not None else self.measures.service.mean(cls, req.model)
+        )
+        transition(req, _RUNNING)
+        req.first_start_s = req.started_s = now
+        self.occupancy.adopt(req, w, now)
+        live.reqs[req.id] = req
+        if req.tenant is not None:
+            self.admission.on_admit(req.tenant)
+            self.admission.on_dequeue(req.tenant)
+
+    def hold(self, worker_id: str, n: int) -> None:
+        """Hold ``n`` slots of ``worker_id`` (in all, not more) out of this scheduler's
+        hands: in use elsewhere, e.g. lent to a replica of a cluster that starts requests
+        on them itself. Held slots are neither free nor running; holding more takes free
+        ones only. Estimates count them as available (whoever holds them gives them back
+        when asked)."""
+        self.occupancy.hold(worker_id, n)
+
+    def loaded(self, replica_id: str, now: float) -> None:
+        """The runtime finished loading a replica: its slots take work from now on."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        self.loads.loaded(replica_id, now)
 
     # ------------------------------------------------------------------ decide
     def schedule(self, now: float) -> list[Decision]:
         """Decisions to apply now, in order."""
         self._now = now
-        out = self._pending
-        self._pending = []
-        watching = self.calibration.watching
+        refusals = self.refusals
+        out = refusals.pending
+        refusals.pending = []
+        watching = self._calibration.watching
         if watching and now > watching[0][0]:
-            self.calibration.overdue(now)
-        if now >= self.expiry.next_due:
-            for req in self.expiry.due(now):
-                self._expire(req, now, out)
-        if self._drains:
-            self._overdue_drains(now, out)
-        if self._clearing:
-            self._lapsed_clearings(now)
-        self._dispatch(now, out)
-        if self._slices:
-            self._feedback(now, out)
+            self._calibration.overdue(now)
+        if now >= self._expiry.next_due:
+            refusals.expire(now, out)
+        promises = self.promises
+        if promises.drains:
+            self.preemptor.overdue_drains(now, out)
+        if promises.clearing:
+            self.preemptor.lapsed_clearings(now)
+        self.dispatcher.step(now, out)
+        if self.slices.heap:
+            self.slices.step(now, out)
         if self._preempting and self.lanes.total:
             for running in self._exposed_running:
                 if running:  # some running work may be preempted: look for waiting claimants
-                    self._preempt(now, out)
+                    self.preemptor.step(now, out)
                     break
         return out
 
     def next_wakeup(self) -> float:
         """Earliest time ``schedule`` has work to do without a new event (inf: none)."""
-        expiry = self.expiry
+        expiry = self._expiry
         t = expiry.refresh() if expiry.stale else expiry.next_due
-        for req in self._drains.values():
+        promises = self.promises
+        for req in promises.drains.values():
             t = min(t, req.claim_deadline_s)
-        for until, drained in self._clearing.values():
+        for until, drained in promises.clearing.values():
             if drained and until > self._now:  # a drain window still open
                 t = min(t, until)
-        if self._planner is not None and self.lanes.total:
-            t = min(t, self._gpu_wakeup())
-        if self._slices:
-            t = min(t, self._slices[0][0])
+        if self.loads is not None and self.lanes.total:
+            t = min(t, self.loads.wakeup(self._now))
+        if self.slices.heap:
+            t = min(t, self.slices.next_due())
         return t
 
-    # ------------------------------------------------------------------ state changes
-    def _dequeue(self, req: Request, now: float) -> None:
-        self.lanes.take(req)
-        if req.deadline_s <= self.expiry.next_due:
-            self.expiry.stale = True  # the earliest deadline may be gone with it
-        req.queued_total_s += now - req.enqueued_s
-        if req.tenant is not None:
-            self.admission.on_dequeue(req.tenant)
+    # ------------------------------------------------------------------ estimates
+    def estimate_wait(
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+        *,
+        raw: bool = False,
+    ) -> float:
+        """Expected seconds a new class-``cls`` request would wait to start
+        (``est_service_s``: its size hint, which places it under feedback),
+        corrected by how such estimates compared with the waits that followed
+        (``raw``: without that correction)."""
+        return self.estimator.estimate_wait(cls, model, now, est_service_s, raw=raw)
 
+    def estimate_range(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None = None
+    ) -> tuple[float, WaitRange]:
+        """:meth:`estimate_wait` and its interval (10th to 90th percentile), and what it
+        rests on."""
+        return self.estimator.estimate_range(cls, model, now, est_service_s)
+
+    # ------------------------------------------------------------------ plumbing
     def _release(self, req: Request) -> None:
-        """Free the slot held by a running or preempted request."""
-        w = self.workers[req.worker]  # type: ignore[index]
-        rid = req.id
-        cls = req.cls
-        self._changes += 1
-        del w.running[rid]
-        self._free += 1
-        self.placement.free_slot(w)
-        del self._running[cls][rid]
-        self._end_sum[cls] -= req.expected_end_s
-        req.worker = None
-        c = req.claimed_for
-        if c is not None:
-            self._incoming[c] -= 1
-            self._reserved[c] += 1
-            self._reserved_total += 1
-            req.claimed_for = None
-            self._drains.pop(rid, None)
+        """Free the slot held by a running or preempted request (to its claimant, if claimed)."""
+        self.occupancy.release(req)
+        if req.claimed_for is not None:
+            self.promises.freed(req)
 
     def _settle(self, req: Request, tokens: int | None, prompt_tokens: int | None, now: float) -> None:
         """``req`` (a tenant's) ended having made ``tokens`` from a prompt of
@@ -472,83 +635,3 @@ class Scheduler(
         self.admission.charge_tokens(req.tenant, req.priority, charge, now)  # (0: nothing)
         if self.fair is not None:
             self.fair.ended(req, tokens)
-
-    def _end(self, req: Request) -> None:
-        del self._reqs[req.id]
-        if req.tenant is not None:
-            self.admission.on_end(req.tenant)
-        for dep_id in req.depends_on:
-            dep = self._reqs.get(dep_id)
-            if dep is not None and dep.waiters:
-                dep.waiters.discard(req.id)
-                self._reclass(dep, set())
-            awaited = self._awaited.get(dep_id)
-            if awaited is not None:
-                awaited.discard(req.id)
-                if not awaited:
-                    del self._awaited[dep_id]
-
-    # ------------------------------------------------------------------ dispatch
-    def _dispatch(self, now: float, out: list[Decision]) -> None:
-        """Start queued requests while slots are free (or loads may be planned)."""
-        blocked: set[int] = NONE_BLOCKED
-        lanes = self.lanes
-        planner = self._planner
-        placement = self.placement
-        while (self._free > 0 or planner is not None) and lanes.total:
-            if self._reserved_total:
-                req = self._reserved_head(now, blocked) or self._select(now, blocked)
-            elif self._shares:
-                req = self._select(now, blocked)
-            else:  # self._select, inline: the hot path
-                req = select_strict(lanes, now, blocked, self._interval)
-            if req is None:
-                return
-            w = placement.take_slot(req, now) if self._free > 0 else None
-            if w is None:
-                if planner is not None:
-                    self._plan_load(req, now, out)
-                if blocked is NONE_BLOCKED:
-                    blocked = set()
-                blocked.add(req.lane)
-                continue
-            # start req on w; _dequeue(req, now) inline
-            lanes.pop_head(req)
-            expiry = self.expiry
-            if req.deadline_s <= expiry.next_due:
-                expiry.stale = True  # the earliest deadline may be gone with it
-            req.queued_total_s += now - req.enqueued_s
-            if req.tenant is not None:
-                self.admission.on_dequeue(req.tenant)
-            req.state = _RUNNING  # QUEUED -> RUNNING: only queued requests are selected
-            counters = self.counters
-            if req.first_start_s != req.first_start_s:  # NaN: never started
-                req.first_start_s = now
-                if req.est_raw_s == req.est_raw_s:  # an estimate to learn from
-                    self.calibration.learn(req.priority, req.est_raw_s, now - req.arrival_s)
-                    self.calibration.started(req, now - req.arrival_s)
-            else:
-                counters.resumed += 1
-            req.started_s = now
-            if req.tenant is not None and self.fair is not None:  # (others' tags are arrivals)
-                self.fair.dispatched(req)
-            self._changes += 1
-            rid = req.id
-            wid = w.id
-            cls = req.cls
-            left = req.est_s - req.run_s
-            if left < 0.0:  # max(left, 0.0) without the call
-                left = 0.0
-            req.expected_end_s = end = now + left
-            req.worker = wid
-            w.running[rid] = req
-            self._free -= 1
-            if planner is not None:
-                planner.touch(wid, now)
-            self._running[cls][rid] = req
-            self._end_sum[cls] += end
-            counters.dispatched += 1
-            out.append(_new_tuple(Dispatch, (rid, wid, req.resume)))  # Dispatch(rid, wid, req.resume)
-            if self._feedback_on and self.classes.classes[cls].preemptible:
-                slice_s = self.cfg.mlfq_slice_s * (2**req.level)
-                heapq.heappush(self._slices, (now + slice_s, req.seq, now, req))

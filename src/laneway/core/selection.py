@@ -9,7 +9,9 @@
 - :func:`select_share`: weighted class shares — the class furthest below its
   share of running slots, then the best of that class;
 - :func:`best_in_class`: inside one class, the lowest ``(level, arrival, seq)``
-  over its feedback levels, a level rising back one step per ``boost_s`` waited.
+  over its feedback levels, a level rising back one step per ``boost_s`` waited;
+- :class:`Selector`: the policy's choice of these, and slots reserved for the class
+  they were freed for (:mod:`laneway.core.promises`).
 
 Heads are enough: inside a lane the head has the earliest arrival, so it has
 waited longest and carries the largest aging boost. A blocked lane (its head
@@ -22,7 +24,9 @@ from collections.abc import Sequence
 
 from laneway.core.aging import aged_rank
 from laneway.core.lanes import Lanes
+from laneway.core.promises import Promises
 from laneway.core.request import Request
+from laneway.core.tables import Tables
 
 NONE_BLOCKED: set[int] = set()  # shared and never written: no lane is blocked
 _UNRANKED = 1 << 20  # ranks after every real rank (and stays a small int)
@@ -112,3 +116,46 @@ def select_share(
             if req is not None:
                 return req
     return best
+
+
+class Selector:
+    """Which queued request a free slot goes to, under the policy's order."""
+
+    __slots__ = ("_running", "boost_s", "interval_s", "lanes", "promises", "rights_of", "shares", "weights")
+
+    def __init__(
+        self, tables: Tables, lanes: Lanes, running: Sequence[dict[str, Request]], promises: Promises
+    ) -> None:
+        self.lanes = lanes
+        self.promises = promises
+        self._running = running  # (the occupancy's, by class: read for the shares)
+        self.shares = tables.shares
+        self.weights = tables.weights
+        self.rights_of = tables.rights_of
+        self.interval_s = tables.interval_s
+        self.boost_s = tables.boost_s
+
+    def select(self, now: float, blocked: set[int]) -> Request | None:
+        if self.shares:
+            running = [len(r) for r in self._running]
+            return select_share(self.lanes, running, self.weights, self.rights_of, now, blocked, self.boost_s)
+        return select_strict(self.lanes, now, blocked, self.interval_s)
+
+    def best_in_class(self, cls: int, now: float, blocked: set[int]) -> Request | None:
+        return best_in_class(self.lanes, cls, now, blocked, self.boost_s)
+
+    def reserved_head(self, now: float, blocked: set[int]) -> Request | None:
+        """The request a freed, reserved slot goes to: the class it was freed for,
+        unless a request of a more urgent class arrived meanwhile (the class
+        that lost the slot claims another one in the same step)."""
+        best = self.select(now, blocked)
+        promises = self.promises
+        for c, n in enumerate(promises.reserved):
+            if n:
+                req = best if best is not None and best.cls < c else self.best_in_class(c, now, blocked)
+                if req is None:
+                    promises.unreserve(c)  # nobody of that class is waiting any more
+                    continue
+                promises.use_reserved(c)
+                return req
+        return None

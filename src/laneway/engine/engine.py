@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from laneway.engine.batch import KV, KVBatch
 from laneway.engine.checkpoints import CheckpointStore, SavedKV
 from laneway.engine.detok import TextState
+from laneway.engine.kv_batch import KV, KVBatch, layer_kv
 from laneway.engine.models import LoadedModel
 from laneway.engine.sampler import adjust, adjusts, logprob_of, new_generator, sample
 from laneway.errors import BackendError, ContextTooLong, InvalidRequest
@@ -40,6 +40,7 @@ from laneway.generation import (
     Event,
     Failed,
     Job,
+    ResumeMethod,
     Stopped,
     TokenLogprob,
     Usage,
@@ -281,7 +282,7 @@ class Engine:
         nbytes = saved.nbytes if saved is not None else 0
         ckpt = Checkpoint(
             seq.job,
-            mode,
+            ResumeMethod(mode),
             seq.generated,
             seq.text.text[: seq.text.emitted],
             nbytes,
@@ -369,7 +370,7 @@ class Engine:
         out = self.model.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         self.stats.prefill_tokens += len(seq.ids)
         seq.kv_len = len(seq.ids)
-        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        kv = layer_kv(cache)
         seq.row = self.batch.add(kv, seq.kv_len)
         self.rows.append(seq)
         if self._emit(seq, out.logits[0, -1] + self._bias):
@@ -397,8 +398,8 @@ class Engine:
                     ended.append(seq)
             except Exception as exc:  # sampling this one broke: it fails, the others go on
                 failed.append((seq, exc))
-        for seq, exc in failed:
-            self._fail([seq], exc)
+        for seq, err in failed:
+            self._fail([seq], err)
         self._drop_rows(ended + [seq for seq, _ in failed])
         dt = time.perf_counter() - t0
         st = self.stats

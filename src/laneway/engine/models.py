@@ -89,7 +89,7 @@ def _builtin(spec: str, dev: torch.device) -> LoadedModel:
     with torch.random.fork_rng(devices=fork):
         torch.manual_seed(BUILTIN_SEED)
         model = LlamaForCausalLM(cfg)
-    model = model.to(dev).eval()
+    model = model.to(dev).eval()  # type: ignore[arg-type]  # (transformers types .to as a wrapper)
     return LoadedModel(spec, model, ByteTokenizer(), cfg, context, dev, _count(model))
 
 
@@ -114,7 +114,7 @@ def _from_directory(spec: str, path: Path, dev: torch.device) -> LoadedModel:
         tok = ByteTokenizer()  # a built-in model saved with save_pretrained
     cfg = model.config
     context = int(getattr(cfg, "max_position_embeddings", 2048) or 2048)
-    model = model.to(dev).eval()
+    model = model.to(dev).eval()  # type: ignore[arg-type]  # (transformers types .to as a wrapper)
     return LoadedModel(spec, model, tok, cfg, context, dev, _count(model))
 
 

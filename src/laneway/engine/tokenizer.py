@@ -82,7 +82,7 @@ class HFTokenizer:
         self._tok = tok
         eos = tok.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self.suppressed_ids = ()
+        self.suppressed_ids: tuple[int, ...] = ()
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=True))

@@ -25,10 +25,8 @@ from laneway.generation import (
     CHAT,
     COMPLETION,
     EMBEDDING,
-    RESUME_EXACT,
-    RESUME_NONE,
-    RESUME_RESTART,
     Job,
+    ResumeRule,
     SamplingParams,
 )
 from laneway.protocol.builtin import check_fields, engine_job
@@ -110,7 +108,7 @@ def _prompt_count(prompt: object) -> int:
 
 def resume_rule(
     body: Mapping[str, Any], kind: str, params: SamplingParams, stream: bool, prompts: int
-) -> str:
+) -> ResumeRule:
     """How a preemption may treat a forwarded request.
 
     Exactly resumable (from the token ids so far) unless its state cannot be
@@ -122,7 +120,7 @@ def resume_rule(
     that does not stream), else it is not preempted once started.
     """
     if kind == EMBEDDING:
-        return RESUME_NONE
+        return ResumeRule.NONE
     tools = body.get("tools") or body.get("functions")
     choice = body.get("tool_choice") or body.get("function_call")
     fmt = body.get("response_format")
@@ -139,8 +137,8 @@ def resume_rule(
         or bool(body.get("use_beam_search"))
     )
     if not inexact:
-        return RESUME_EXACT
-    return RESUME_NONE if stream else RESUME_RESTART
+        return ResumeRule.EXACT
+    return ResumeRule.NONE if stream else ResumeRule.RESTART
 
 
 def _lenient(body: Mapping[str, Any], name: str, default: float) -> float:
@@ -217,4 +215,4 @@ def parse_request(
     else:
         job = engine_job(rid, model, body, kind, config, served)
         check_fields(body, kind, model, served)
-    return Parsed(job, stream, include_usage, preemptible and job.resume != RESUME_NONE)
+    return Parsed(job, stream, include_usage, preemptible and job.resume != ResumeRule.NONE)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from laneway.generation import CHAT, Done, Ending, TokenLogprob, Usage
+from laneway.generation import CHAT, Done, Ending, ResumeMethod, TokenLogprob, Usage
 
 DONE_LINE = b"data: [DONE]\n\n"
 
@@ -25,7 +25,7 @@ class Tracked(Protocol):
     queue_s: float
     preemptions: int
     worker: str | None
-    resume: str
+    resume: ResumeMethod
 
 
 def usage(u: Usage) -> dict[str, int]:

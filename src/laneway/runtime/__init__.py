@@ -2,6 +2,5 @@
 
 from laneway.runtime.runtime import Runtime
 from laneway.runtime.ticket import Phase, Ticket
-from laneway.runtime.workers import CHECKPOINTS, build_workers
 
-__all__ = ["CHECKPOINTS", "Phase", "Runtime", "Ticket", "build_workers"]
+__all__ = ["Phase", "Runtime", "Ticket"]

@@ -70,8 +70,7 @@ async def _timed_job(worker: Worker, model_name: str) -> tuple[float, float, int
 
 async def engine_costs(worker: Worker, base: CostModel) -> CostModel | None:
     """The cost model of an in-process engine worker; ``None`` for any other worker."""
-    engine = getattr(worker, "engine", None)
-    loaded = getattr(engine, "model", None)
+    loaded = getattr(worker.engine, "model", None)
     name = getattr(loaded, "name", None)
     if loaded is None or not isinstance(name, str):
         return None

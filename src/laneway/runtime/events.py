@@ -19,7 +19,11 @@ from laneway.logs import request_ended
 from laneway.runtime.ticket import Phase, Ticket
 
 if TYPE_CHECKING:
-    from laneway.runtime.runtime import Runtime
+    from laneway.runtime.alerts import QueueWaitAlerts
+    from laneway.runtime.metrics import Metrics
+    from laneway.runtime.recovery import Recovery
+    from laneway.runtime.scheduling import SchedulerPort
+    from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.runtime")
 
@@ -27,9 +31,27 @@ PROGRESS_EVERY = 16  # tokens: progress is reported at 16, 48, 112, ... (each ga
 
 
 class WorkerEvents:
-    _held = 0  # bytes of checkpoints held for preempted requests
+    """What :class:`~laneway.runtime.runtime.Runtime` does with its workers' events; the
+    attributes below are the runtime's, declared here for what these methods use."""
 
-    def _sink(self: Runtime, ticket: Ticket, run: int, worker: Worker) -> Sink:
+    _held = 0  # bytes of checkpoints held for preempted requests
+    sched: SchedulerPort
+    workers: dict[str, Worker]
+    tickets: dict[str, Ticket]
+    held_bytes: int
+    usage: dict[str, list[int]]
+    metrics: Metrics
+    alerts: QueueWaitAlerts
+    recovery: Recovery
+    sizing: Sizing
+
+    if TYPE_CHECKING:
+
+        def now(self) -> float: ...
+
+        def kick(self) -> None: ...
+
+    def _sink(self, ticket: Ticket, run: int, worker: Worker) -> Sink:
         def sink(event: Event) -> None:
             if ticket.ended or ticket.run != run:
                 if isinstance(event, Stopped):  # nobody will resume it
@@ -46,7 +68,7 @@ class WorkerEvents:
 
         return sink
 
-    def _delta(self: Runtime, ticket: Ticket, event: Delta) -> None:
+    def _delta(self, ticket: Ticket, event: Delta) -> None:
         if math.isnan(ticket.first_token_s):
             self._first_token(ticket)
         tokens = ticket.tokens = event.tokens
@@ -55,11 +77,11 @@ class WorkerEvents:
             self.sched.progress(ticket.id, tokens, self.now())
         ticket.put(event)
 
-    def _first_token(self: Runtime, ticket: Ticket) -> None:
+    def _first_token(self, ticket: Ticket) -> None:
         ticket.first_token_s = now = self.now()
         self.metrics.first_token[ticket.class_name].observe(now - ticket.arrival_s)
 
-    def _done(self: Runtime, ticket: Ticket, event: Done) -> None:
+    def _done(self, ticket: Ticket, event: Done) -> None:
         if event.finish_reason == "cancelled":  # not asked by us: the worker gave up on it
             self._failed(
                 ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} cancelled the request")
@@ -76,7 +98,7 @@ class WorkerEvents:
         self._end(ticket, event, "completed")
         self.kick()
 
-    def _stopped(self: Runtime, ticket: Ticket, event: Stopped) -> None:
+    def _stopped(self, ticket: Ticket, event: Stopped) -> None:
         now = self.now()
         ckpt = event.checkpoint
         try:
@@ -98,7 +120,7 @@ class WorkerEvents:
         self.alerts.watch(ticket, now)
         self.kick()
 
-    def _failed(self: Runtime, ticket: Ticket, run: int, error: Exception) -> None:
+    def _failed(self, ticket: Ticket, run: int, error: Exception) -> None:
         if ticket.ended or ticket.run != run:
             return
         if ticket.phase is not Phase.QUEUED and self.recovery.retry(ticket, error):
@@ -118,7 +140,7 @@ class WorkerEvents:
         self._end(ticket, error, "failed")
         self.kick()
 
-    def _end(self: Runtime, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
+    def _end(self, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
         ticket.phase = Phase.ENDED
         if self.tickets.pop(ticket.id, None) is not None:
             self.held_bytes -= ticket.size
@@ -144,16 +166,16 @@ class WorkerEvents:
         )
         ticket.put(item)
 
-    def _drop_checkpoint(self: Runtime, ticket: Ticket) -> None:
+    def _drop_checkpoint(self, ticket: Ticket) -> None:
         ckpt, ticket.checkpoint = ticket.checkpoint, None
         if ckpt is not None and ticket.worker is not None:
             self._held -= ckpt.nbytes
             self.workers[ticket.worker].discard(ckpt)
 
-    def _alerted(self: Runtime, ticket: Ticket) -> None:
+    def _alerted(self, ticket: Ticket) -> None:
         self.metrics.alerted[ticket.class_name].inc()
 
-    def refresh_metrics(self: Runtime) -> None:
+    def refresh_metrics(self) -> None:
         """Bring the present-tense gauges up to date (before a scrape)."""
         snap = self.sched.snapshot()
         now = self.now()

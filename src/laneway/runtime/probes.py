@@ -130,12 +130,12 @@ class Prober:
 
     def unavailable(self, model: str) -> Unavailable:
         reasons = "; ".join(f"{w}: {self.state[w].detail}" for w, m in self.rt.served.items() if m == model)
-        wait = math.ceil(self.retry_after(model))
-        return Unavailable(
+        back = math.ceil(self.retry_after(model))  # (it cannot start before a worker is back:
+        return Unavailable(  # the next probe, at the soonest)
             f"no healthy worker serves model {model!r} ({reasons})",
             code="no_healthy_worker",
-            retry_after_s=wait,
-            estimated_wait_s=wait,
+            retry_after_s=back,
+            estimated_wait_s=back,
         )
 
     def _hold_over(self, ticket: Ticket) -> None:

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 from laneway.core import Reject
 from laneway.errors import ClassNotAllowed, ModelNotFound, QuotaExceeded, RequestError, Unavailable
 
 QUOTA = frozenset({"rate_limited", "concurrency"})  # 429
 UNAVAILABLE = frozenset({"queue_timeout", "queue_full", "shed", "overloaded", "unavailable"})  # 503
-
-
-def _seconds(value: float) -> float:
-    return round(value, 3) if math.isfinite(value) else 3600.0
 
 
 def error_for(reject: Reject) -> RequestError:
@@ -22,8 +16,7 @@ def error_for(reject: Reject) -> RequestError:
         return ClassNotAllowed(reject.message, param="priority")
     if reason == "unplaceable":
         return ModelNotFound(reject.message, param="model")
-    retry = max(_seconds(reject.retry_after_s), 1.0)
-    wait = _seconds(reject.estimated_wait_s)
+    retry, wait = reject.retry_after_s, reject.estimated_wait_s
     if reason in QUOTA:
         return QuotaExceeded(reject.message, code=reason, retry_after_s=retry, estimated_wait_s=wait)
     return Unavailable(reject.message, code=reason, retry_after_s=retry, estimated_wait_s=wait)

@@ -24,15 +24,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import replace
+from typing import Any
 
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
-from laneway.core import CostModel, Dispatch, Preempt, Reject, Request, Scheduler, WaitRange, WorkerSpec
+from laneway.core import (
+    CostModel,
+    Dispatch,
+    Evict,
+    Load,
+    Preempt,
+    Reject,
+    Request,
+    Scheduler,
+    WaitRange,
+    WorkerSpec,
+)
+from laneway.core.decisions import apply
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
-from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job, ResumeMethod
 from laneway.protocol.requests import Support
 from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
@@ -49,24 +62,17 @@ log = logging.getLogger("laneway.runtime")
 
 
 class Runtime(WorkerEvents):
-    def __init__(
-        self,
-        config: ServerConfig,
-        workers: Mapping[str, Worker],
-        *,
-        can_checkpoint: Mapping[str, bool] | None = None,
-    ) -> None:
+    def __init__(self, config: ServerConfig, workers: Mapping[str, Worker]) -> None:
         self.config = config
         self.workers = dict(workers)
         self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
-        checkpoints = can_checkpoint or {}
         specs = [
             WorkerSpec(
                 name,
                 slots=worker.capacity().slots,
                 models=frozenset({self.served.get(name, name)}),
-                can_checkpoint=checkpoints.get(name, True),
+                can_checkpoint=worker.can_checkpoint,
             )
             for name, worker in self.workers.items()
         ]
@@ -105,8 +111,7 @@ class Runtime(WorkerEvents):
         if costs is None:
             return None
         # nothing was submitted yet: only the costs change, no new scheduler needed
-        sched.cfg = replace(sched.cfg, costs=costs)
-        sched.costs = costs
+        sched.use_costs(costs)
         self.sizing.costs = costs
         log.info(
             "preemption costs measured: decode step %.1f ms, prefill %.0f tokens/s, KV %d bytes/token",
@@ -166,8 +171,7 @@ class Runtime(WorkerEvents):
                 f"the server holds {self.held_bytes >> 20} MiB of requests (limit "
                 f"{self.config.max_queued_bytes >> 20} MiB)",
                 code="overloaded",
-                retry_after_s=max(1.0, wait if wait < math.inf else 1.0),
-                estimated_wait_s=wait if wait < math.inf else None,
+                estimated_wait_s=wait,
             )
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
@@ -195,7 +199,7 @@ class Runtime(WorkerEvents):
             job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas, size=size
         )
         if not preemptible or priority not in self.stoppable:
-            ticket.resume = "none"  # (never stopped once started: laneway.resume says so)
+            ticket.resume = ResumeMethod.NONE  # (never stopped once started: laneway.resume says so)
         self.held_bytes += size
         self.tickets[job.id] = ticket
         self.alerts.watch(ticket, now)
@@ -236,15 +240,7 @@ class Runtime(WorkerEvents):
             return
         now = self.now()
         self.alerts.due(now)
-        for decision in self.sched.schedule(now):
-            if type(decision) is Dispatch:
-                self._dispatch(decision, now)
-            elif type(decision) is Preempt:
-                self._preempt(decision)
-            elif type(decision) is Reject:
-                self._reject(decision)
-            else:  # Load / Evict come only with GPU placement, which the server does not use
-                log.error("ignoring unexpected decision %r", decision)
+        apply(self.sched.schedule(now), self, now)
         self._arm(now)
 
     def _arm(self, now: float) -> None:
@@ -263,8 +259,8 @@ class Runtime(WorkerEvents):
         self._timer_at = math.inf
         self.kick()
 
-    # ------------------------------------------------------------------ decisions
-    def _dispatch(self, d: Dispatch, now: float) -> None:
+    # ------------------------------------------------------------------ decisions (an Actuator)
+    def dispatch(self, d: Dispatch, now: float) -> None:
         ticket = self.tickets.get(d.request_id)
         if ticket is None:  # ended here before the decision came (a scheduler in another process)
             self.sched.finished(d.request_id, now, failed=True)
@@ -290,9 +286,8 @@ class Runtime(WorkerEvents):
             start = worker.resume(ckpt, sink)
         else:
             job = ticket.job
-            method = getattr(worker, "resume_method", None)
-            if ticket.resume != "none":
-                ticket.resume = method(job) if method is not None else "checkpoint"
+            if ticket.resume is not ResumeMethod.NONE:
+                ticket.resume = worker.resume_method(job)
             model = self.upstream_model.get(d.worker_id, job.model)
             start = worker.run(job if model == job.model else replace(job, model=model), sink)
         self.spawn(self._started(ticket, ticket.run, start))
@@ -306,23 +301,30 @@ class Runtime(WorkerEvents):
             log.exception("worker %s could not start %s", ticket.worker, ticket.id)
             self._failed(ticket, run, GenerationFailed(f"worker {ticket.worker} could not start it: {exc}"))
 
-    def _preempt(self, d: Preempt) -> None:
+    def preempt(self, d: Preempt, now: float) -> None:
         ticket = self.tickets.get(d.request_id)
         if ticket is None or ticket.phase is not Phase.RUNNING:
             return  # (it ended, or stopped, before the decision came)
         ticket.phase = Phase.STOPPING
         self.spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
 
-    def _reject(self, d: Reject) -> None:
+    def reject(self, d: Reject, now: float) -> None:
         self.metrics.count_rejection(d.reason)
         ticket = self.tickets.get(d.request_id)
         if ticket is not None:
             self._drop_checkpoint(ticket)
             self._end(ticket, error_for(d), "rejected")
 
+    def load(self, d: Load, now: float) -> None:
+        # (a placement that loads models is the simulator's only, for now)
+        log.error("ignoring a decision to load %s: this server starts no engines", d.model)
+
+    def evict(self, d: Evict, now: float) -> None:
+        log.error("ignoring a decision to evict %s: this server stops no engines", d.model)
+
     # ------------------------------------------------------------------ plumbing
-    def spawn(self, coro: object) -> None:
-        task = self.loop.create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
@@ -361,11 +363,11 @@ def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict
         by_model.setdefault(served.get(name, name), []).append(worker)
     out = {}
     for model, group in by_model.items():
-        feats = [frozenset(getattr(w, "features", ())) for w in group]
+        feats = [w.features for w in group]
         if all("passthrough" in f for f in feats):
             out[model] = Support(True, kinds=frozenset({CHAT, COMPLETION, EMBEDDING}))
         else:
             common = frozenset.intersection(*feats) - {"passthrough"}
-            names = {getattr(w, "engine_name", "the built-in engine") for w in group}
+            names = {w.engine_name for w in group}
             out[model] = Support(False, common, " or ".join(sorted(names)))
     return out

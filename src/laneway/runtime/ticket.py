@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from laneway.errors import RequestError
-from laneway.generation import Checkpoint, Delta, Done, Job
+from laneway.generation import Checkpoint, Delta, Done, Job, ResumeMethod
 
 Item = Delta | Done | RequestError
 
@@ -52,7 +52,7 @@ class Ticket:
     enqueued_s: float = math.nan
     alerted: bool = False
     tokens: int = 0
-    resume: str = "checkpoint"  # how a preemption resumes it on its worker (laneway.resume)
+    resume: ResumeMethod = ResumeMethod.CHECKPOINT  # how a preemption resumes it (laneway.resume)
     reported: int = 0  # tokens at the last progress report to the scheduler
     deltas: bool = True  # whether the reader wants each Delta (else only the end)
     size: int = 0  # bytes of the client's request (Runtime.held_bytes)

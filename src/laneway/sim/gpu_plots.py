@@ -14,18 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from laneway.sim.engine import SimResult
 from laneway.sim.plots import _save, _time_unit, horizon
 from laneway.sim.report import gpu_utilization, merge_intervals, model_evictions
+from laneway.sim.simulation import SimResult
 
 _ROW = 0.84  # share of a GPU row its lanes fill (the rest is a gap)
-_LOAD = {"facecolor": "0.88", "edgecolor": "0.35", "hatch": "////", "linewidth": 0.0}
+_LOAD: dict[str, Any] = {"facecolor": "0.88", "edgecolor": "0.35", "hatch": "////", "linewidth": 0.0}
 
 
 def model_of(event: tuple[object, ...]) -> str:
@@ -35,7 +36,7 @@ def model_of(event: tuple[object, ...]) -> str:
 
 def gpu_nodes(result: SimResult) -> dict[str, str]:
     """GPU id -> node, from the placement's inventory (one unnamed node if unknown)."""
-    planner = getattr(result.scheduler, "_planner", None)
+    planner = result.scheduler.planner
     inv = getattr(planner, "inv", None)
     nodes = {g.id: g.node for g in getattr(inv, "gpus", ())}
     return {gid: nodes.get(gid, "") for gid in result.gpus}
@@ -45,7 +46,7 @@ def model_order(results: Sequence[SimResult]) -> list[str]:
     """Models in inventory order (then in order of appearance): their colours."""
     names: list[str] = []
     for r in results:
-        inv = getattr(getattr(r.scheduler, "_planner", None), "inv", None)
+        inv = getattr(r.scheduler.planner, "inv", None)
         names += [m for m in getattr(inv, "models", {}) if m not in names]
         for e in r.timeline:
             if model_of(e) not in names:
@@ -57,7 +58,7 @@ def _lanes(result: SimResult, models: list[str]) -> dict[tuple[str, str], tuple[
     """(GPU, model) -> (bottom, height) of the model's lane; GPU i's row spans i-0.5..i+0.5."""
     seen: dict[str, set[str]] = {gid: set() for gid in result.gpus}
     for e in result.timeline:
-        for gid in e[1]:  # type: ignore[union-attr]
+        for gid in e[1]:
             seen[gid].add(model_of(e))
     lanes = {}
     for i, gid in enumerate(result.gpus):
@@ -75,15 +76,15 @@ def _panel(ax: Axes, r: SimResult, models: list[str], colors: dict[str, str], sc
     marks: dict[str, list[tuple[float, float]]] = {"preempt": [], "evict": []}
     for e in r.timeline:
         kind, gids = e[0], e[1]
-        for gid in gids:  # type: ignore[union-attr]
+        for gid in gids:
             model = model_of(e)
             if kind == "run":
-                runs.setdefault((gid, model, e[5] == 0), []).append((float(e[2]), float(e[3])))  # type: ignore[arg-type]
+                runs.setdefault((gid, model, e[5] == 0), []).append((float(e[2]), float(e[3])))
             elif kind == "load":
-                loads.setdefault((gid, model), []).append((float(e[2]), float(e[3])))  # type: ignore[arg-type]
+                loads.setdefault((gid, model), []).append((float(e[2]), float(e[3])))
             else:
                 bottom, height = lanes[gid, model]
-                marks[str(kind)].append((float(e[2]) / scale, bottom + height / 2))  # type: ignore[arg-type]
+                marks[str(kind)].append((float(e[2]) / scale, bottom + height / 2))
     for (gid, model, urgent), spans in runs.items():
         bottom, height = lanes[gid, model]
         bars = [(a / scale, (b - a) / scale) for a, b in merge_intervals(spans)]
@@ -94,10 +95,11 @@ def _panel(ax: Axes, r: SimResult, models: list[str], colors: dict[str, str], sc
         bottom, height = lanes[gid, model]
         bars = [(a / scale, (b - a) / scale) for a, b in merge_intervals(spans)]
         ax.broken_barh(bars, (bottom, height), **_LOAD)
-    for kind, style in (
+    styles: tuple[tuple[str, dict[str, Any]], ...] = (
         ("preempt", {"marker": "v", "color": "red"}),
         ("evict", {"marker": "x", "color": "k"}),
-    ):
+    )
+    for kind, style in styles:
         if marks[kind]:
             xs, ys = zip(*marks[kind], strict=True)
             ax.scatter(xs, ys, s=10, linewidths=0.8, zorder=3, **style)

@@ -16,9 +16,9 @@ Charts are drawn on the Agg canvas directly (no pyplot, no display needed).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -26,10 +26,13 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from laneway.sim import report, tables
-from laneway.sim.engine import SimResult
+from laneway.sim.simulation import SimResult
 from laneway.sim.tables import CLASS_COLUMNS, fmt_ratio, fmt_s
 
-_EXTRA = (("wait_p95_s", "p95", fmt_s), ("expired", "expired", str))
+_EXTRA: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("wait_p95_s", "p95", fmt_s),
+    ("expired", "expired", str),
+)
 
 
 def definitions() -> list[str]:
@@ -148,7 +151,12 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-STYLES = ("-", "--", ":", "-.")  # line styles, so that curves that coincide stay visible
+STYLES: tuple[Literal["-", "--", ":", "-."], ...] = (
+    "-",
+    "--",
+    ":",
+    "-.",
+)  # line styles, so that curves that coincide stay visible
 
 
 def twins(waits: dict[str, list[list[float]]]) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Figures of one simulation run: the ``--json`` object (the tables that show them:
 :mod:`laneway.sim.tables`).
 
-:func:`summarize` turns a :class:`~laneway.sim.engine.SimResult` into a plain
+:func:`summarize` turns a :class:`~laneway.sim.simulation.SimResult` into a plain
 dict (JSON-ready: no NaN, ``None`` where a figure does not exist);
 :func:`details` adds what the tables and ``summary.md`` show beyond the
 ``--json`` object: the capacity in words and the rejection reasons.
@@ -51,7 +51,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from laneway.sim.engine import Outcome, SimResult
+from laneway.sim.simulation import Outcome, SimResult
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -174,8 +174,9 @@ def gpu_busy_intervals(result: SimResult) -> dict[str, list[tuple[float, float]]
     spans: dict[str, list[tuple[float, float]]] = {gid: [] for gid in result.gpus}
     for event in result.timeline:
         if event[0] in ("run", "load"):
-            start, end = float(event[2]), float(event[3])  # type: ignore[arg-type]
-            for gid in event[1]:  # type: ignore[union-attr]
+            start, end = float(event[2]), float(event[3])
+            gpus: tuple[str, ...] = event[1]
+            for gid in gpus:
                 spans[gid].append((start, end))
     return {gid: merge_intervals(v) for gid, v in spans.items()}
 
@@ -192,7 +193,7 @@ def gpu_utilization(result: SimResult) -> dict[str, float]:
 
 def model_evictions(result: SimResult) -> int:
     """Replicas evicted in a GPU run (the placement's count, else the timeline's)."""
-    planner = getattr(result.scheduler, "_planner", None)
+    planner = result.scheduler.planner
     count = getattr(planner, "evictions", None)
     if isinstance(count, int):
         return count

@@ -13,9 +13,12 @@ from laneway.store.base import (
     NewLine,
     Outputs,
     Store,
+    StoreError,
+    StoreUnavailable,
 )
-from laneway.store.sqlite import SQLiteDB, StoreError, StoreUnavailable
-from laneway.store.sqlite_store import RedisStore, SQLiteStore, ThreadedStore, open_store
+from laneway.store.redis_store import RedisStore
+from laneway.store.sqlite import SQLiteDB
+from laneway.store.threaded import SQLiteStore, ThreadedStore, open_store
 
 __all__ = [
     "ACTIVE",

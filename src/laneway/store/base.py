@@ -21,6 +21,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from laneway.core.errors import LanewayError
+
+
+class StoreError(LanewayError):
+    """The store cannot be opened or was asked something it must refuse."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now (Redis down, restarting or standing still): the same
+    call may succeed later."""
+
 
 class BatchStatus(enum.StrEnum):
     VALIDATING = "validating"

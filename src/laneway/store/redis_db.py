@@ -38,6 +38,7 @@ from laneway.store.base import (
     LineView,
     NewLine,
     Outputs,
+    StoreError,
     sources,
 )
 from laneway.store.redis_lua import (
@@ -53,7 +54,6 @@ from laneway.store.redis_lua import (
     LUA_SET_STATUS,
     LUA_START_BATCH,
 )
-from laneway.store.sqlite import StoreError
 
 # a line whose owner still says it lives is claimed again this long after its lease ran out
 # (a replica standing still is taken for dead by then: laneway.cluster.liveness)
@@ -81,7 +81,7 @@ _BATCH_INTS = (
     "input_tokens",
     "output_tokens",
 )
-_BATCH_FIELDS = BatchRecord.__slots__  # type: ignore[attr-defined]
+_BATCH_FIELDS = BatchRecord.__slots__
 _STATE = {"q": LineState.QUEUED, "r": LineState.RUNNING, "d": LineState.DONE, "f": LineState.FAILED}
 
 
@@ -104,7 +104,8 @@ class RedisDB:
         # owners that are not replicas of a cluster, whose liveness is not in Redis)
         self.claim_grace = (0.0, 0.0)
         try:
-            self.r = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5)
+            # (its replies are bytes, which the client's types leave as bytes | str | ...: read as such)
+            self.r: Any = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5)
             self.r.ping()
         except (redis.RedisError, ValueError) as exc:
             raise StoreError(f"cannot use the Redis store at {url}: {exc}") from None
@@ -125,7 +126,7 @@ class RedisDB:
             )
         }
 
-    def _run(self, name: str, *args: object) -> Any:
+    def _run(self, name: str, *args: Any) -> Any:
         return self._scripts[name](args=[self.p, *args])
 
     def close(self) -> None:

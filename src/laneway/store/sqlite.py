@@ -1,7 +1,7 @@
 """The embedded store: one SQLite database (WAL) in the data directory.
 
 :class:`SQLiteDB` is the synchronous implementation
-(:class:`~laneway.store.sqlite_store.SQLiteStore` runs it on a thread of its
+(:class:`~laneway.store.threaded.SQLiteStore` runs it on a thread of its
 own for the event loop). A lock file keeps a second server off the same data
 directory; holding it, the store may treat every line left ``running`` as
 orphaned by a crash and put it back in the queue when it opens.
@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from laneway.core.errors import LanewayError
 from laneway.store import schema as q
 from laneway.store.base import (
     BatchRecord,
@@ -29,19 +28,11 @@ from laneway.store.base import (
     LineView,
     NewLine,
     Outputs,
+    StoreError,
     sources,
 )
 
 _NO_SEQ = (1 << 63) - 1
-
-
-class StoreError(LanewayError):
-    """The store cannot be opened or was asked something it must refuse."""
-
-
-class StoreUnavailable(StoreError):
-    """The store cannot be reached now (Redis down, restarting or standing still): the same
-    call may succeed later."""
 
 
 def _marks(n: int) -> str:

@@ -19,6 +19,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from laneway.core import (
     CostModel,
@@ -28,10 +29,11 @@ from laneway.core import (
     Request,
     Scheduler,
     SchedulerConfig,
+    StopMode,
     WaitRange,
     WorkerSpec,
 )
-from laneway.core.decisions import Evict, Load
+from laneway.core.decisions import Evict, Load, apply
 from laneway.core.errors import LanewayError
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import Inventory
@@ -95,7 +97,7 @@ class SimResult:
     # ("run", gpus, start, end, model, class, request id), ("load", gpus, start, end, model),
     # ("evict", gpus, t, model) and ("preempt", gpus, t, model, class)
     gpus: list[str] = field(default_factory=list)
-    timeline: list[tuple[object, ...]] = field(default_factory=list)
+    timeline: list[tuple[Any, ...]] = field(default_factory=list)
     inventory: Inventory | None = None  # GPU runs: the fleet
 
 
@@ -148,13 +150,14 @@ class Simulation:
             self.workers = list(workers) if workers is not None else make_workers(slots)
             self.slots = sum(w.slots for w in self.workers)
             self.sched = Scheduler(self.workers, self.cfg, policy)
-        self.timeline: list[tuple[object, ...]] = []
+        self.timeline: list[tuple[Any, ...]] = []
         self.policy = policy
         self.scenario = scenario
         self.seed = seed
         self.requests = list(requests)
         self.depth_every_s = depth_every_s
         self._heap: list[tuple[float, int, int, int, object]] = []
+        self._outcomes: dict[str, Outcome] = {}
         self._seq = 0
         self.busy_s = 0.0
 
@@ -177,7 +180,7 @@ class Simulation:
 
     def _run(self) -> SimResult:
         sched = self.sched
-        outcomes: dict[str, Outcome] = {}
+        outcomes = self._outcomes
         order: list[Outcome] = []
         # arrivals are fed lazily from the sorted list, not all pushed at once
         reqs = sorted(self.requests, key=lambda r: r.arrival_s)
@@ -199,6 +202,8 @@ class Simulation:
         busy = self.busy_s
         inf = math.inf
         heappop = heapq.heappop
+        run: Outcome  # (a run that ends or stops: its outcome, and its token)
+        token: int
         # stop when nothing is left to arrive or to end (timer events may remain)
         while next_arrival < n or (heap and sched.live):
             t_heap = heap[0][0] if heap else inf
@@ -220,20 +225,20 @@ class Simulation:
                 if kind == _LOADED:
                     sched.loaded(payload, now)  # type: ignore[arg-type]
                     continue
-                out, token = payload  # type: ignore[misc]
-                if token != out.token:
+                run, token = payload  # type: ignore[misc]
+                if token != run.token:
                     continue  # a run that was preempted: stale
                 if self.gpu is not None:
-                    self._ran(out, now)
-                busy += now - out.run_start_s
+                    self._ran(run, now)
+                busy += now - run.run_start_s
                 if kind == _FINISH:
-                    made = out.tokens_done + sched.costs.generated_in(now - out.run_start_s)
-                    sched.finished(out.req.id, now, tokens=made)
-                    out.status = "finished"
-                    out.end_s = now
+                    made = run.tokens_done + sched.costs.generated_in(now - run.run_start_s)
+                    sched.finished(run.req.id, now, tokens=made)
+                    run.status = "finished"
+                    run.end_s = now
                     last_end = now
                 else:
-                    sched.preempted(out.req.id, now, tokens_done=out.tokens_done)
+                    sched.preempted(run.req.id, now, tokens_done=run.tokens_done)
             # 2. arrivals due now
             while next_arrival < n and reqs[next_arrival].arrival_s <= now:
                 spec = reqs[next_arrival]
@@ -259,28 +264,15 @@ class Simulation:
                 order.append(out)
                 rejected = sched.submit(req, now)
                 if rejected is not None:
-                    self._reject(outcomes, rejected, now)
+                    self.reject(rejected, now)
             # 3. timers due now
             while heap and heap[0][0] <= now:
                 heappop(heap)
             decisions = sched.schedule(now)
             if check:
                 sched.check_invariants()
-            for decision in decisions:
-                if type(decision) is Dispatch:
-                    self._start(outcomes[decision.request_id], decision, now)
-                elif type(decision) is Preempt:
-                    self._stop(outcomes[decision.request_id], decision, now)
-                elif type(decision) is Reject:
-                    self._reject(outcomes, decision, now)
-                elif type(decision) is Load:
-                    self._push(now + decision.load_s, _LOADED, decision.replica_id)
-                    self.timeline.append(
-                        ("load", decision.gpu_ids, now, now + decision.load_s, decision.model)
-                    )
-                else:
-                    assert type(decision) is Evict
-                    self.timeline.append(("evict", decision.gpu_ids, now, decision.model))
+            if decisions:
+                apply(decisions, self, now)
             wake = sched.next_wakeup()
             if wake < inf and (wake < wake_at or wake_at <= now):
                 wake_at = max(wake, now)
@@ -306,19 +298,30 @@ class Simulation:
         req = out.req
         self.timeline.append(("run", out.gpus, out.run_start_s, now, req.model, req.priority, req.id))
 
-    def _reject(self, outcomes: dict[str, Outcome], decision: Reject, now: float) -> None:
-        out = outcomes[decision.request_id]
+    # ------------------------------------------------------------------ decisions (an Actuator)
+    def reject(self, decision: Reject, now: float) -> None:
+        out = self._outcomes[decision.request_id]
         out.status = "expired" if decision.reason == "queue_timeout" else "rejected"
         out.reason = decision.reason
         out.end_s = now
 
-    def _start(self, out: Outcome, decision: Dispatch, now: float) -> None:
+    def load(self, decision: Load, now: float) -> None:
+        self._push(now + decision.load_s, _LOADED, decision.replica_id)
+        self.timeline.append(("load", decision.gpu_ids, now, now + decision.load_s, decision.model))
+
+    def evict(self, decision: Evict, now: float) -> None:
+        self.timeline.append(("evict", decision.gpu_ids, now, decision.model))
+
+    def dispatch(self, decision: Dispatch, now: float) -> None:
+        out = self._outcomes[decision.request_id]
         req = out.req
         costs = self.costs
         overhead = 0.0
         if decision.resume is not None:
             held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
-            overhead = costs.restore_s(held) if decision.resume == "checkpoint" else costs.recompute_s(held)
+            overhead = (
+                costs.restore_s(held) if decision.resume is StopMode.CHECKPOINT else costs.recompute_s(held)
+            )
         out.token += 1
         out.run_start_s = now
         out.overhead_s = overhead
@@ -326,7 +329,8 @@ class Simulation:
             out.gpus = self.gpu.replicas[decision.worker_id].gpus
         self._push(now + overhead + out.remaining_s, _FINISH, (out, out.token))
 
-    def _stop(self, out: Outcome, decision: Preempt, now: float) -> None:
+    def preempt(self, decision: Preempt, now: float) -> None:
+        out = self._outcomes[decision.request_id]
         costs = self.costs
         req = out.req
         progress = max(0.0, now - out.run_start_s - out.overhead_s)
@@ -335,7 +339,7 @@ class Simulation:
         out.remaining_s -= progress
         out.tokens_done += costs.generated_in(progress)
         held = costs.tokens_held(req.prompt_tokens, out.tokens_done)
-        save = costs.save_s(held) if decision.mode == "checkpoint" else costs.step_s
+        save = costs.save_s(held) if decision.mode is StopMode.CHECKPOINT else costs.step_s
         if self.gpu is not None:
             self.timeline.append(("preempt", out.gpus, now, req.model, req.priority))
         out.token += 1

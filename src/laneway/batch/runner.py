@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from typing import TypeVar
 from laneway.batch import results
 from laneway.batch.validate import ENDPOINTS, Validated, validate_input
 from laneway.errors import Deferred, GenerationFailed, RequestError
-from laneway.generation import RESUME_NONE
+from laneway.generation import ResumeRule
 from laneway.protocol.requests import parse_request
 from laneway.protocol.responses import Shape, extension
 from laneway.runtime.runtime import Runtime
@@ -45,8 +46,8 @@ from laneway.store.base import (
     FileRecord,
     Outputs,
     Store,
+    StoreUnavailable,
 )
-from laneway.store.sqlite import StoreUnavailable
 
 log = logging.getLogger("laneway.batches")
 T = TypeVar("T")
@@ -136,7 +137,7 @@ class BatchRunner:
         d = _Driver(batch_id)
         self._drivers[batch_id] = d
         d.task = asyncio.get_running_loop().create_task(self._drive(d))
-        d.task.add_done_callback(lambda task, d=d: self._driver_done(d, task))
+        d.task.add_done_callback(functools.partial(self._driver_done, d))
 
     def poke(self, batch_id: str) -> None:
         """The batch's status changed (a cancel): its driver looks now rather than at its next poll."""
@@ -353,7 +354,7 @@ class BatchRunner:
                 parsed.job,
                 b.priority,
                 tenant=b.tenant or None,
-                preemptible=parsed.job.resume != RESUME_NONE,  # a line's own flag is not honoured
+                preemptible=parsed.job.resume is not ResumeRule.NONE,  # a line's own flag is not honoured
                 deltas=False,
                 timeout_s=max(1.0, b.expires_at - self.clock()),
             )

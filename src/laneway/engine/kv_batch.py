@@ -17,6 +17,12 @@ from transformers import DynamicCache
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 
+def layer_kv(cache: DynamicCache) -> KV:
+    """The keys and values of each layer of ``cache`` (a full-attention model's layers all
+    hold both; transformers' types allow layers that do not)."""
+    return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr, misc]
+
+
 def _pad_left(t: torch.Tensor, extra: int) -> torch.Tensor:
     if extra == 0:
         return t
@@ -42,7 +48,7 @@ class KVBatch:
 
     def _sync_from_cache(self) -> None:
         if self.cache is not None:
-            self.kv = [(layer.keys, layer.values) for layer in self.cache.layers]
+            self.kv = layer_kv(self.cache)
 
     def _rebuild(self) -> None:
         self.cache = DynamicCache(ddp_cache_data=self.kv, config=self._config) if self.size else None

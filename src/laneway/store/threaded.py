@@ -1,8 +1,8 @@
 """The :class:`~laneway.store.base.Store` over a synchronous store (SQLite's
-:class:`~laneway.store.sqlite.SQLiteDB`, Redis's :class:`~laneway.store.redis_db.RedisDB`),
-run on one dedicated thread so the event loop never waits on the disk or the network
-(one connection, one thread: every statement is serialized, which is what SQLite
-wants anyway)."""
+:class:`~laneway.store.sqlite.SQLiteDB`; Redis's :class:`~laneway.store.redis_db.RedisDB`,
+in :mod:`laneway.store.redis_store`), run on one dedicated thread so the event loop never
+waits on the disk or the network (one connection, one thread: every statement is
+serialized, which is what SQLite wants anyway)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from laneway.store.base import (
     NewLine,
     Outputs,
 )
-from laneway.store.sqlite import SQLiteDB, StoreUnavailable
+from laneway.store.sqlite import SQLiteDB
 
 T = TypeVar("T")
 
@@ -91,7 +91,7 @@ class ThreadedStore:
 
     async def lost(self, object_id: str) -> dict[str, Any] | None:
         lost = getattr(self.db, "lost", None)  # (only a shared store can lose what it held)
-        return None if lost is None else await self._call(lost, object_id)  # type: ignore[no-any-return]
+        return None if lost is None else await self._call(lost, object_id)
 
     async def renew(self, owner: str, lease_s: float, now: float, lines: Sequence[tuple[str, int]]) -> None:
         await self._call(self.db.renew, owner, lease_s, now, lines)
@@ -140,38 +140,12 @@ class SQLiteStore(ThreadedStore):
         return cls(await asyncio.to_thread(SQLiteDB, data_dir))
 
 
-class RedisStore(ThreadedStore):
-    """The shared store of several replicas: Redis (AOF on), keys under ``prefix``."""
-
-    @classmethod
-    async def open(cls, url: str, prefix: str = "laneway:", *, replicas: bool = False) -> RedisStore:
-        """``replicas``: the owners of lines are replicas of a cluster whose liveness is in the
-        same Redis: a line of one that stands still is not claimed again while its request
-        may still run (:data:`~laneway.store.redis_lua.LUA_CLAIM`)."""
-        from laneway.store.redis_db import CLAIM_GRACE_S, CLAIM_LONG_GRACE_S, RedisDB
-
-        db = await asyncio.to_thread(RedisDB, url, prefix)
-        if replicas:
-            db.claim_grace = (CLAIM_GRACE_S, CLAIM_LONG_GRACE_S)
-        return cls(db)
-
-    async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        import redis
-
-        try:
-            return await super()._call(fn, *args, **kw)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"the shared store (Redis) cannot be reached: {exc}") from None
-        except redis.ResponseError as exc:
-            if str(exc).startswith(("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN")):
-                raise StoreUnavailable(f"the shared store (Redis) is not ready: {exc}") from None
-            raise
-
-
 async def open_store(config: Any) -> ThreadedStore:
     """The store of ``config`` (a :class:`~laneway.config.ServerConfig`): Redis's when it names
     a ``[cluster]``, else SQLite's in its data directory."""
     cluster = config.cluster
     if cluster is not None:
+        from laneway.store.redis_store import RedisStore
+
         return await RedisStore.open(cluster.redis_url, cluster.key_prefix, replicas=True)
     return await SQLiteStore.open(config.data_dir)

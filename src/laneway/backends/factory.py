@@ -12,8 +12,6 @@ from laneway.backends.simulated import SimulatedWorker
 from laneway.config.schema import WorkerConfig
 from laneway.core import ConfigError
 
-CHECKPOINTS = {"local": True, "simulated": True, "upstream": False}  # upstreams resume by recompute
-
 
 async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
     if cfg.type == "simulated":

@@ -1,9 +1,14 @@
-"""Wait-time estimates from the queue ahead, running work and measured service.
+"""What the scheduler measures as it goes, for its estimates and its cost of preemption:
 
-:class:`ServiceStats` measures service times per class (and per model);
-:class:`ArrivalRates` measures how much work per second arrives in each class,
-so an estimate accounts for more urgent work that will arrive while one waits;
-:func:`wait_estimate` combines them with the queue state.
+- :class:`ServiceStats`: service times per class (and per model);
+- :class:`SizeSpread`: how the service of sized requests compared with their size;
+- :class:`ArrivalRates`: how much work per second arrives in each class, so an estimate
+  accounts for more urgent work that will arrive while one waits;
+- :class:`Calibration`: how estimates compared with the waits that followed, which
+  corrects them and gives their interval (:class:`WaitRange`);
+- the cost model, moved toward the checkpoints workers measure.
+
+:class:`Measures` holds one of each; :mod:`laneway.core.estimator` reads them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from laneway.core.costs import CostModel
 from laneway.core.request import State
 
 
@@ -40,6 +46,8 @@ class ServiceStats:
         # a class with a prior of its own (configured) reads it until it is measured
         self.class_priors = [class_priors[c] if c < len(class_priors) else None for c in range(n_classes)]
         self.means = [math.nan if p is None else p for p in self.class_priors]
+        # per class, the weight of its prior in its mean (its own, else the default's)
+        self._mass = [self._prior_mass if p is None else p * prior_weight for p in self.class_priors]
         self.by_model: dict[tuple[int, str], list[float]] = {}
         self.overall = prior_s  # the mean over every sample of every class
         self._total = 0.0
@@ -52,9 +60,7 @@ class ServiceStats:
             acc = self.by_model.setdefault((cls, model), [0.0, 0.0])
             acc[0] += service_s
             acc[1] += 1
-        own = self.class_priors[cls]
-        mass = self._prior_mass if own is None else own * self.prior_w
-        self.means[cls] = (total + mass) / (n + self.prior_w)
+        self.means[cls] = (total + self._mass[cls]) / (n + self.prior_w)
         self._total += service_s
         self._count += 1
         self.overall = self._total / self._count
@@ -151,101 +157,6 @@ class ArrivalRates:
             self.roll(now)
         span = self.bucket_s + (now - self.index * self.bucket_s)
         return (sum(self.prev[:cls]) + sum(self.cur[:cls])) / span
-
-
-def wait_estimate(
-    *,
-    slots: int,
-    available: int,
-    ahead: int,
-    ahead_work_s: float,
-    blocking: int,
-    blocking_remaining_s: float,
-    mean_service_s: float,
-    urgent_load: float,
-) -> float:
-    """Expected seconds until a new request starts.
-
-    - ``slots``: slots that could serve it; ``available``: of those, how many
-      are free or held by work it may preempt;
-    - ``ahead`` / ``ahead_work_s``: queued requests that dispatch before it and
-      their expected service;
-    - ``blocking`` / ``blocking_remaining_s``: running requests it cannot
-      preempt and their total expected remaining service;
-    - ``urgent_load``: more urgent work arriving per second, per slot (0–1).
-
-    It needs the ``k = ahead + 1 - available`` th slot to free. Remaining
-    times of blocking work are taken as uniform on ``[0, 2 x mean]``, so the
-    k-th of them ends near ``2 x mean x k / (blocking + 1)``; past the first
-    round, slots free at ``slots / mean service``. Urgent arrivals take their
-    share of capacity meanwhile: the result is stretched by ``1 / (1 - load)``.
-    """
-    if slots <= 0:
-        return math.inf
-    k = ahead + 1 - available
-    if k <= 0:
-        return 0.0
-    mean_rem = blocking_remaining_s / blocking if blocking else 0.0
-    if k <= blocking:
-        t = 2.0 * mean_rem * k / (blocking + 1)
-    else:
-        per_item = ahead_work_s / ahead if ahead else mean_service_s
-        first = 2.0 * mean_rem * blocking / (blocking + 1) if blocking else 0.0
-        t = first + (k - blocking) * per_item / slots
-    load = min(max(urgent_load, 0.0), 0.9)
-    return t / (1.0 - load)
-
-
-FIRST_END_STEPS = 16  # bisection steps for the median of the first end (to 1/65536 of it)
-
-
-def first_end_median(spans: list[tuple[float, float]]) -> float:
-    """The median time until the first of some running requests ends, each ending at a
-    uniformly distributed time in its ``(earliest, latest)`` span from now (a point
-    where both are equal).
-
-    The first end is a minimum: of many requests whose sizes are not known, the one
-    that ran longest (the earliest expected end) is not the one that ends first; of 16
-    running chats of 1–12 s, one ends well within a second on average. It is taken
-    where the chance that none has ended yet falls to one half."""
-    cap = math.inf  # the first point: by then one has ended for sure
-    real = []
-    for a, b in spans:
-        if b > a:
-            real.append((a, b))
-        elif a < cap:
-            cap = a
-    if not real:
-        return cap
-    lo, hi = 0.0, min(cap, max(b for _, b in real))
-    for _ in range(FIRST_END_STEPS):
-        x = (lo + hi) / 2
-        alive = 1.0  # chance that none has ended by x
-        for a, b in real:
-            if x >= b:
-                alive = 0.0
-                break
-            if x > a:
-                alive *= (b - x) / (b - a)
-        if alive > 0.5:
-            lo = x
-        else:
-            hi = x
-    return (lo + hi) / 2
-
-
-def start_after(free: int, ends: list[float], ahead: int, service_s: float) -> float:
-    """When a request starts behind ``ahead`` queued ones of ``service_s`` each: each of
-    those takes the first slot to come free (``free`` slots now, the others at ``ends``
-    from now) and frees it again after its service; it takes the next. A short request
-    ahead uses a slot and gives it back before the long ones running end."""
-    slots = [0.0] * free + list(ends)
-    if not slots:
-        return math.inf
-    heapq.heapify(slots)
-    for _ in range(ahead):
-        heapq.heapreplace(slots, slots[0] + service_s)
-    return slots[0]
 
 
 CALIBRATE_EVERY = 4  # one submission in this many is estimated on arrival, to learn from
@@ -387,3 +298,18 @@ class _Spread:
             widen = math.exp(-self.alpha * RANGE_WIDEN)
             lo, hi = lo / widen, hi * widen
         return lo, hi
+
+
+class Measures:
+    """One scheduler's measurements (``costs``: replaced as checkpoints are measured)."""
+
+    __slots__ = ("arrivals", "calibration", "costs", "service", "spread")
+
+    def __init__(
+        self, k: int, costs: CostModel, default_service_s: float, priors: Sequence[float | None]
+    ) -> None:
+        self.costs = costs
+        self.service = ServiceStats(k, default_service_s, class_priors=priors)
+        self.arrivals = ArrivalRates(k)
+        self.calibration = Calibration(k)
+        self.spread = SizeSpread(k)

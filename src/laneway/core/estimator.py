@@ -1,0 +1,463 @@
+"""Wait estimates: what a new request of a class would wait, from the queue ahead,
+running work and measured service times, with an interval and what it rests on.
+
+:class:`Estimator` reads the scheduler's state through read-only views (the lanes'
+counts, the occupancy, the measures) and changes none of it; the formulas it uses are
+the pure functions below it (:func:`wait_estimate`, :func:`first_end_median`,
+:func:`start_after`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from laneway.core.feedback import start_level
+from laneway.core.measures import UNCALIBRATED, Measures, SizeSpread, WaitRange
+from laneway.core.modes import PreemptionMode
+from laneway.core.request import Request
+from laneway.core.tables import Tables
+from laneway.core.victims import eta_of
+from laneway.core.workers import WorkerState
+
+if TYPE_CHECKING:
+    from laneway.core.gpu_placement import GpuPlacement
+
+EXACT_BLOCKING = 64  # up to this many running requests in its way, their own ends are used
+EXACT_AHEAD = 64  # ... and with up to this many queued ahead, each one's turn on the slots
+LONG_WAIT_S = 300.0  # a wait this long is stretched by urgent arrivals over the long window
+
+
+class LanesView(Protocol):
+    """What an estimate reads of the queues."""
+
+    @property
+    def class_count(self) -> Sequence[int]: ...
+    @property
+    def hint_work(self) -> Sequence[float]: ...
+    @property
+    def hint_count(self) -> Sequence[int]: ...
+    @property
+    def count(self) -> Sequence[int]: ...
+    @property
+    def models(self) -> Mapping[str | None, int]: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def levels(self) -> int: ...
+    @property
+    def single(self) -> bool: ...
+    @property
+    def ceilings(self) -> Sequence[int] | None: ...
+
+    def queued_up_to(self, cls: int, level: int) -> int: ...
+
+
+class OccupancyView(Protocol):
+    """What an estimate reads of who runs where."""
+
+    @property
+    def running(self) -> Sequence[Mapping[str, Request]]: ...
+    @property
+    def end_sum(self) -> Sequence[float]: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def held(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def workers(self) -> Mapping[str, WorkerState]: ...
+
+
+class Estimator:
+    __slots__ = ("down", "drain_cap_s", "lanes", "measures", "occ", "planner", "slice_s", "tables")
+
+    def __init__(
+        self,
+        tables: Tables,
+        drain_cap_s: float,
+        slice_s: float,
+        lanes: LanesView,
+        occ: OccupancyView,
+        measures: Measures,
+        down: set[str],
+        planner: GpuPlacement | None,
+    ) -> None:
+        self.tables = tables
+        self.drain_cap_s = drain_cap_s
+        self.slice_s = slice_s
+        self.lanes = lanes
+        self.occ = occ
+        self.measures = measures
+        self.down = down  # (the placement's: workers out of service)
+        self.planner = planner
+
+    def available_for(self, model: str | None) -> bool:
+        """Whether some worker that serves ``model`` is in placement (not taken out)."""
+        down = self.down
+        if not down:
+            return True
+        return any(w.spec.serves(model) and w.id not in down for w in self.occ.workers.values())
+
+    def estimate_wait(
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+        *,
+        raw: bool = False,
+    ) -> float:
+        """Expected seconds a new class-``cls`` request would wait to start
+        (``est_service_s``: its size hint, which places it under feedback),
+        corrected by how such estimates compared with the waits that followed
+        (``raw``: without that correction)."""
+        if self.planner is not None and model is not None:
+            t = self._estimate_on_gpus(cls, model, now)
+        elif not self.available_for(model):
+            return math.inf  # it cannot start before a worker for it is back
+        else:
+            t = self._estimate_on_slots(cls, model, now, est_service_s)
+        return t if raw else t * self.measures.calibration.factor[cls]
+
+    def estimate_range(
+        self,
+        cls: int,
+        model: str | None,
+        now: float,
+        est_service_s: float | None = None,
+    ) -> tuple[float, WaitRange]:
+        """:meth:`estimate_wait` and its interval: where the wait falls 80 % of the time (the
+        10th to 90th percentile), and what that rests on. Work ahead that has no size and
+        whose class has no service measured yet makes the wait unknown: the interval has no
+        upper bound, and says so (a P3 request behind long P3 jobs none of which has ended
+        is not told seconds with confidence)."""
+        raw = self.estimate_wait(cls, model, now, est_service_s, raw=True)
+        point = raw * self.measures.calibration.factor[cls]
+        if not math.isfinite(raw):
+            return raw, WaitRange(raw, raw, "none", "no worker for it is up")
+        name = self.tables.names[cls]
+        unknown, configured = self._unsized(cls)
+        calibrated = self.measures.calibration.range_of(cls, raw)
+        if unknown:
+            names = ", ".join(self.tables.names[c] for c in sorted(unknown))
+            detail = f"{names} work ahead has no size and no {names} service was measured yet"
+            return point, WaitRange(0.0, math.inf, "none", detail + ": the wait is not known")
+        if raw <= 0.0:
+            low, high = calibrated if calibrated is not None else (0.0, 0.0)
+            return point, WaitRange(low, high, "now", "a slot is free for it now")
+        if calibrated is not None and not configured:
+            detail = f"the queue ahead, and how {name} estimates compared with the waits that followed"
+            return point, WaitRange(calibrated[0], calibrated[1], "calibrated", detail)
+        lo, hi = UNCALIBRATED
+        if configured:
+            names = ", ".join(self.tables.names[c] for c in sorted(configured))
+            detail = f"{names} work ahead is sized by its configured service_s only"
+            return point, WaitRange(point * lo, point * hi, "configured", detail)
+        detail = f"the queue ahead and measured service times ({name} estimates not calibrated yet)"
+        return point, WaitRange(point * lo, point * hi, "measured", detail)
+
+    def _unsized(self, cls: int) -> tuple[set[int], set[int]]:
+        """The classes of the work in the way of a new class-``cls`` request (queued ahead of
+        it, or running where it may not preempt) that has no size of its own and whose class
+        has no service measured: known by nothing (first), or by a configured prior only."""
+        service = self.measures.service
+        unknown: set[int] = set()
+        configured: set[int] = set()
+
+        def note(c: int) -> None:
+            (configured if service.class_priors[c] is not None else unknown).add(c)
+
+        lanes = self.lanes
+        for c in self.tables.est_ahead[cls]:
+            if service.n[c] == 0 and lanes.class_count[c] > lanes.hint_count[c]:
+                note(c)
+        rights = self.tables.est_rights[cls]
+        for v, running in enumerate(self.occ.running):
+            if v in rights or service.n[v] > 0 or not running:
+                continue
+            if any(r.est_service_s is None for r in running.values()):
+                note(v)
+        return unknown, configured
+
+    def _drain_wait(self, rights: frozenset[int], ahead: tuple[int, ...], n: int, now: float) -> float:
+        """Under drain-only preemption, when the ``n``-th slot it waits on frees. Victims
+        claimed already (for the classes ahead of it) free theirs first, as they end.
+        Each further need drains the soonest victim to end that is not claimed yet, if it
+        ends within the drain cap (as the preemption search reckons its end), and preempts
+        at once past the cap. Meanwhile a request it may not preempt may end first."""
+        claimed: list[float] = []
+        free: list[float] = []
+        ends: list[float] = []
+        for v, running in enumerate(self.occ.running):
+            if v not in rights:
+                if len(running) <= EXACT_BLOCKING:
+                    ends += (abs(r.expected_end_s - now) for r in running.values())
+                continue
+            for r in running.values():
+                if not r.preemptible:
+                    continue
+                eta = eta_of(r, now)
+                if r.claimed_for is None:
+                    free.append(eta)
+                elif r.claimed_for in ahead:
+                    claimed.append(eta)
+        if n <= len(claimed):
+            t = heapq.nsmallest(n, claimed)[-1]
+        elif n - len(claimed) <= len(free):
+            eta = heapq.nsmallest(n - len(claimed), free)[-1]
+            t = eta if eta <= self.drain_cap_s else 0.0
+        else:
+            t = 0.0  # more needs than victims: as the general formula, which counts them free
+        return min(t, heapq.nsmallest(n, ends)[-1]) if len(ends) >= n else t
+
+    def _estimate_on_slots(
+        self, cls: int, model: str | None, now: float, est_service_s: float | None
+    ) -> float:
+        lanes = self.lanes
+        count = lanes.class_count
+        mean = self.measures.service.mean
+        tables = self.tables
+        occ = self.occ
+        rights = tables.est_rights[cls]
+        ahead = 0
+        work = 0.0
+        for c in tables.est_ahead[cls]:
+            n = count[c]
+            if not n:
+                continue
+            # hinted work where given, the measured mean for the rest
+            queued_work = lanes.hint_work[c] + (n - lanes.hint_count[c]) * mean(c)
+            if c == cls and tables.feedback and est_service_s is not None:
+                # only the class's queued work at its own level or shorter is ahead
+                part = lanes.queued_up_to(c, start_level(lanes.levels, self.slice_s, est_service_s))
+                ahead += part
+                work += queued_work * part / n
+            else:
+                ahead += n
+                work += queued_work
+        available = occ.free + occ.held  # (held slots come back when asked: see hold)
+        blocking = 0
+        remaining = 0.0
+        end_sum = occ.end_sum
+        for v, running in enumerate(occ.running):
+            n = len(running)
+            if not n:
+                continue
+            if v in rights:
+                available += n
+            else:
+                blocking += n
+                # past their expected ends on the whole, they are taken to need about as
+                # much again as they overran (not to end at once); O(1) from the sums
+                remaining += abs(end_sum[v] - n * now)
+        k = ahead + 1 - available  # it starts when the k-th slot it cannot take frees
+        if k <= 0 and rights and tables.preemption is PreemptionMode.DRAIN:
+            n = ahead + 1 - occ.free - occ.held  # the slots it waits on victims for
+            if n > 0:
+                return self._drain_wait(rights, tables.est_ahead[cls], n, now)
+        if k > 0 and blocking <= EXACT_BLOCKING and ahead <= EXACT_AHEAD and (ahead or blocking):
+            # few enough to look at, one by one
+            blockers = [
+                r for v, running in enumerate(occ.running) if v not in rights for r in running.values()
+            ]
+            # the first of them to end (one not sized may end early or late)
+            spread = self.measures.spread
+            first = first_end_median([_end_span(r, now, spread) for r in blockers]) if blockers else math.inf
+            if not ahead:
+                t = first
+            else:  # the queue ahead takes each slot as it frees, and frees it again after its service
+                ends = sorted(abs(r.expected_end_s - now) for r in blockers)  # (overdue: as much again)
+                if ends:
+                    ends[0] = min(ends[0], first)
+                t = start_after(available, ends, ahead, work / ahead)
+        elif 0 < k <= blocking <= EXACT_BLOCKING:
+            # when the k-th of them is expected to end
+            ends = [
+                abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
+                for v, running in enumerate(occ.running)
+                if v not in rights
+                for r in running.values()
+            ]
+            t = heapq.nsmallest(k, ends)[-1]
+        else:
+            t = wait_estimate(
+                slots=occ.slots,
+                available=available,
+                ahead=ahead,
+                ahead_work_s=work,
+                blocking=blocking,
+                blocking_remaining_s=remaining,
+                mean_service_s=mean(cls, model),
+                urgent_load=0.0,
+            )
+        if cls and t > 0 and not lanes.single and occ.slots:
+            # more urgent work arriving meanwhile takes its share of the slots: as it
+            # arrived lately for a short wait, over a longer past for a long one
+            arrivals = self.measures.arrivals
+            rate_of = arrivals.rate_before if t < LONG_WAIT_S else arrivals.long_rate_before
+            rate = rate_of(cls, now)
+            ceilings = lanes.ceilings
+            if ceilings is not None and ceilings[cls] < cls:
+                # aging: the classes it rises into go ahead of it only with what arrives
+                # within (classes risen) x the interval after it; those above the ceiling always
+                top = ceilings[cls]
+                always = rate_of(top, now)
+                horizon = (cls - top) * tables.interval_s  # type: ignore[operator]
+                rate = always + (rate - always) * min(1.0, horizon / t)
+            t /= 1.0 - min(rate / occ.slots, 0.9)
+        return t
+
+    def _estimate_on_gpus(self, cls: int, model: str, now: float) -> float:
+        """The wait for ``model``'s replicas: its queue ahead over its slots, after
+        the rest of a load when no replica of it is ready."""
+        planner = self.planner
+        assert planner is not None
+        spec = planner.inv.models.get(model)
+        if spec is None:
+            return 0.0
+        reps = planner.by_model.get(model, [])
+        ready = [r for r in reps if r.ready]
+        cold = 0.0
+        if not ready:
+            loading = [r.ready_at for r in reps if not r.ready]
+            cold = max(min(loading) - now, 0.0) if loading else spec.load_s
+        slots = sum(r.model.slots for r in ready) or spec.slots
+        running = sum(len(r.worker.running) for r in ready)
+        free = sum(r.worker.free for r in ready if not r.draining)
+        lanes = self.lanes
+        m = lanes.models.get(model)
+        ahead = 0
+        if m is not None:
+            base = m * lanes.width
+            ahead = sum(lanes.count[base : base + (cls + 1) * lanes.levels])
+        mean = self.measures.service.mean(cls, model)
+        return cold + wait_estimate(
+            slots=slots,
+            available=free,
+            ahead=ahead,
+            ahead_work_s=ahead * mean,
+            blocking=running,
+            blocking_remaining_s=running * mean / 2,
+            mean_service_s=mean,
+            urgent_load=0.0,
+        )
+
+
+def _end_span(r: Request, now: float, spread: SizeSpread) -> tuple[float, float]:
+    """When a running request may end, from now. One that announced its size ends within
+    its class's measured spread of the service it is expected to need, or when expected
+    where none is measured yet (overdue: as much again as it overran, as below). Of one
+    that did not, only its class's mean service is known: it may end any time before
+    twice that mean (a service time uniform from 0 to twice it) or, once it ran past the
+    mean, before twice its overrun."""
+    ran = now - r.started_s + r.run_s
+    if r.est_service_s is not None:
+        within = spread.ranges[r.priority]
+        if within is not None:
+            latest = within[1] * r.est_s - ran
+            if latest > 0.0:
+                return max(within[0] * r.est_s - ran, 0.0), latest
+        left = abs(r.expected_end_s - now)
+        return left, left
+    return 0.0, max(2.0 * r.est_s - ran, 2.0 * (ran - r.est_s), 1e-3)
+
+
+def wait_estimate(
+    *,
+    slots: int,
+    available: int,
+    ahead: int,
+    ahead_work_s: float,
+    blocking: int,
+    blocking_remaining_s: float,
+    mean_service_s: float,
+    urgent_load: float,
+) -> float:
+    """Expected seconds until a new request starts.
+
+    - ``slots``: slots that could serve it; ``available``: of those, how many
+      are free or held by work it may preempt;
+    - ``ahead`` / ``ahead_work_s``: queued requests that dispatch before it and
+      their expected service;
+    - ``blocking`` / ``blocking_remaining_s``: running requests it cannot
+      preempt and their total expected remaining service;
+    - ``urgent_load``: more urgent work arriving per second, per slot (0–1).
+
+    It needs the ``k = ahead + 1 - available`` th slot to free. Remaining
+    times of blocking work are taken as uniform on ``[0, 2 x mean]``, so the
+    k-th of them ends near ``2 x mean x k / (blocking + 1)``; past the first
+    round, slots free at ``slots / mean service``. Urgent arrivals take their
+    share of capacity meanwhile: the result is stretched by ``1 / (1 - load)``.
+    """
+    if slots <= 0:
+        return math.inf
+    k = ahead + 1 - available
+    if k <= 0:
+        return 0.0
+    mean_rem = blocking_remaining_s / blocking if blocking else 0.0
+    if k <= blocking:
+        t = 2.0 * mean_rem * k / (blocking + 1)
+    else:
+        per_item = ahead_work_s / ahead if ahead else mean_service_s
+        first = 2.0 * mean_rem * blocking / (blocking + 1) if blocking else 0.0
+        t = first + (k - blocking) * per_item / slots
+    load = min(max(urgent_load, 0.0), 0.9)
+    return t / (1.0 - load)
+
+
+FIRST_END_STEPS = 16  # bisection steps for the median of the first end (to 1/65536 of it)
+
+
+def first_end_median(spans: list[tuple[float, float]]) -> float:
+    """The median time until the first of some running requests ends, each ending at a
+    uniformly distributed time in its ``(earliest, latest)`` span from now (a point
+    where both are equal).
+
+    The first end is a minimum: of many requests whose sizes are not known, the one
+    that ran longest (the earliest expected end) is not the one that ends first; of 16
+    running chats of 1–12 s, one ends well within a second on average. It is taken
+    where the chance that none has ended yet falls to one half."""
+    cap = math.inf  # the first point: by then one has ended for sure
+    real = []  # (earliest, latest, the span's width)
+    for a, b in spans:
+        if b > a:
+            real.append((a, b, b - a))
+        elif a < cap:
+            cap = a
+    if not real:
+        return cap
+    lo, hi = 0.0, min(cap, max(r[1] for r in real))
+    for _ in range(FIRST_END_STEPS):
+        x = (lo + hi) / 2
+        alive = 1.0  # chance that none has ended by x
+        for a, b, width in real:
+            if x >= b:
+                alive = 0.0
+                break
+            if x > a:
+                alive *= (b - x) / width
+                if alive <= 0.5:
+                    break  # (it only falls: x is past the median already)
+        if alive > 0.5:
+            lo = x
+        else:
+            hi = x
+    return (lo + hi) / 2
+
+
+def start_after(free: int, ends: list[float], ahead: int, service_s: float) -> float:
+    """When a request starts behind ``ahead`` queued ones of ``service_s`` each: each of
+    those takes the first slot to come free (``free`` slots now, the others at ``ends``
+    from now) and frees it again after its service; it takes the next. A short request
+    ahead uses a slot and gives it back before the long ones running end."""
+    slots = [0.0] * free + list(ends)
+    if not slots:
+        return math.inf
+    heapq.heapify(slots)
+    for _ in range(ahead):
+        heapq.heapreplace(slots, slots[0] + service_s)
+    return slots[0]

@@ -1,0 +1,171 @@
+"""Who runs where: the workers and their slots — free, running, held for use elsewhere —
+the running requests by class with the sum of their expected ends, and a count of every
+time a slot changes hands (victim searches that found nothing look again only after it
+moved).
+
+:class:`Occupancy` is the one owner of these figures; a slot is taken and freed through
+the placement (:mod:`laneway.core.placement`), which chooses the worker and keeps its own
+order of free workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from laneway.core.errors import LanewayError
+from laneway.core.placement import Placement
+from laneway.core.request import Request
+from laneway.core.workers import WorkerSpec, WorkerState
+
+
+class Occupancy:
+    __slots__ = (
+        "changes",
+        "end_sum",
+        "exposed_running",
+        "free",
+        "held",
+        "placement",
+        "running",
+        "slots",
+        "workers",
+    )
+
+    def __init__(self, workers: dict[str, WorkerState], k: int, exposed: Sequence[int]) -> None:
+        self.workers = workers
+        self.placement: Placement = None  # type: ignore[assignment]  # (set by the scheduler)
+        self.slots = sum(w.spec.slots for w in workers.values())
+        self.free = self.slots
+        self.held = 0  # slots held for use outside the scheduler (hold)
+        self.running: list[dict[str, Request]] = [{} for _ in range(k)]  # by class, start order
+        self.end_sum = [0.0] * k  # sum of expected ends of running work, by class
+        self.changes = 0  # bumped whenever a slot changes hands
+        # the running requests of the classes some class may preempt: with none of them
+        # running, no preemption is possible
+        self.exposed_running = tuple(self.running[v] for v in exposed)
+
+    # ------------------------------------------------------------------ slots
+    def start(self, req: Request, w: WorkerState, now: float) -> None:
+        """``req`` runs on ``w`` (whose slot the placement took) from ``now``."""
+        self.changes += 1
+        cls = req.cls
+        left = req.est_s - req.run_s
+        if left < 0.0:  # max(left, 0.0) without the call
+            left = 0.0
+        req.expected_end_s = end = now + left
+        req.worker = w.id
+        w.running[req.id] = req
+        self.free -= 1
+        self.running[cls][req.id] = req
+        self.end_sum[cls] += end
+
+    def release(self, req: Request) -> None:
+        """Free the slot held by a running or preempted request."""
+        w = self.workers[req.worker]  # type: ignore[index]
+        rid = req.id
+        cls = req.cls
+        self.changes += 1
+        del w.running[rid]
+        self.free += 1
+        self.placement.free_slot(w)
+        del self.running[cls][rid]
+        self.end_sum[cls] -= req.expected_end_s
+        req.worker = None
+
+    def adoptable(self, worker_id: str, request_id: str) -> WorkerState:
+        """The worker a request found running on ``worker_id`` would be taken in on (or why
+        not: unknown, not slot placement, no free slot)."""
+        w = self._worker(worker_id, "running requests can be taken in")
+        if w.free <= 0:
+            raise LanewayError(f"worker {worker_id} has no free slot for {request_id}")
+        return w
+
+    def adopt(self, req: Request, w: WorkerState, now: float) -> None:
+        """``req`` (its class and expected service set) is found running on ``w``
+        (:meth:`adoptable`) already: it holds one of the worker's slots from ``now``."""
+        self.placement.take(w)
+        req.worker = w.id
+        w.running[req.id] = req
+        self.free -= 1
+        self.running[req.cls][req.id] = req
+        req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
+        self.end_sum[req.cls] += req.expected_end_s
+        self.changes += 1
+
+    def hold(self, worker_id: str, n: int) -> None:
+        """Hold ``n`` slots of ``worker_id`` (in all, not more) out of the scheduler's hands."""
+        w = self._worker(worker_id, "slots can be held")
+        if n < 0:
+            raise LanewayError(f"cannot hold {n} slots")
+        more = n - w.held
+        if more > w.free:
+            raise LanewayError(f"worker {worker_id} has {w.free} free slots, not {more}")
+        for _ in range(more):
+            self.placement.take(w)
+        for _ in range(-more):
+            self.placement.free_slot(w)
+        w.held = n
+        self.free -= more
+        self.held += more
+        self.changes += 1
+
+    def _worker(self, worker_id: str, what: str) -> WorkerState:
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        if not self.placement.takes_any:
+            raise LanewayError(f"{what} only with slot placement")
+        return w
+
+    # ------------------------------------------------------------------ workers that come and go
+    def add(self, w: WorkerState) -> None:
+        """A worker joins (a replica loaded on GPUs): its slots take work from now on."""
+        self.workers[w.id] = w
+        self.free += w.free
+        self.slots += w.spec.slots
+        self.changes += 1
+
+    def remove(self, worker_id: str) -> WorkerState:
+        """A worker leaves (an idle replica evicted)."""
+        w = self.workers.pop(worker_id)
+        self.free -= w.free
+        self.slots -= w.spec.slots
+        self.changes += 1
+        return w
+
+    # ------------------------------------------------------------------ classes and ends
+    def reclass(self, req: Request, target: int) -> None:
+        """Running ``req`` counts as class ``target`` from now on (inheritance)."""
+        run = self.running[req.cls].pop(req.id)
+        self.end_sum[req.cls] -= req.expected_end_s
+        req.cls = target
+        self.running[target][req.id] = run
+        self.end_sum[target] += req.expected_end_s
+
+    def expect_end(self, req: Request, end: float) -> None:
+        """Running ``req`` is expected to end at ``end`` now (its pace is known)."""
+        self.end_sum[req.cls] += end - req.expected_end_s
+        req.expected_end_s = end
+
+    # ------------------------------------------------------------------ checks
+    def check(self) -> dict[str, str]:
+        """Assert the slot books agree; every request on a worker -> its worker."""
+        assert self.slots == sum(w.spec.slots for w in self.workers.values())
+        on_workers: dict[str, str] = {}
+        for w in self.workers.values():
+            assert 0 <= w.free == w.spec.slots - len(w.running) - w.held, f"worker {w.id} slot count"
+            assert w.held >= 0, f"worker {w.id} holds {w.held}"
+            for rid in w.running:
+                assert rid not in on_workers, f"{rid} on two workers"
+                on_workers[rid] = w.id
+        assert self.free == sum(w.free for w in self.workers.values())
+        assert self.held == sum(w.held for w in self.workers.values())
+        assert len(on_workers) == sum(len(d) for d in self.running)
+        return on_workers
+
+
+def worker_states(specs: Sequence[WorkerSpec]) -> dict[str, WorkerState]:
+    workers = {spec.id: WorkerState(spec) for spec in specs}
+    if len(workers) != len(specs):
+        raise LanewayError("worker ids must be unique")
+    return workers

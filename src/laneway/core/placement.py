@@ -1,0 +1,206 @@
+"""Where a request runs: filter, then score (the Kubernetes scheduler framework's shape).
+
+A placement answers three questions for the scheduler:
+
+- :meth:`Placement.take_slot`: *this worker* (its slot taken), or ``None``: *not now*
+  (wait; a load or a preemption may help);
+- :meth:`Placement.never`: why no worker could *ever* run the request (it is refused at
+  once), or ``None``;
+- :meth:`Placement.free_slot` / :meth:`Placement.set_available`: a slot came free, a
+  worker went out of service or came back.
+
+Both placements, :class:`SlotPlacement` (workers of fixed slots: the server's upstreams
+and engines, the simulator's slots) and :class:`~laneway.core.gpu_placement.GpuPlacement`
+(replicas of models that it loads on GPUs), choose among the workers that could take a
+request with one pipeline, :func:`choose`: each :class:`Filter` says whether a worker may
+take it (now, and ever), each :class:`Scorer` ranks those that may, the lowest score
+winning and ties going to the placement's own order (the worker idle longest; the
+replica listed first). A new rule — the prefix cache a worker likely holds, an engine's
+own load — is one filter or scorer added to a placement's list.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from laneway.core.request import Request
+from laneway.core.workers import WorkerState
+
+
+class Filter(Protocol):
+    """A rule a worker must pass to take a request."""
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        """Whether ``w`` may take ``req`` now."""
+        ...
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        """Whether ``w`` could take ``req`` at some time (``False``: never)."""
+        ...
+
+    def why_never(self, req: Request) -> str:
+        """Why no worker that passed the filters before this one could ever take ``req``."""
+        ...
+
+
+class Scorer(Protocol):
+    """Ranks the workers that passed every filter: the lowest score wins."""
+
+    def score(self, req: Request, w: WorkerState, now: float) -> float: ...
+
+
+def choose(
+    req: Request,
+    candidates: Iterable[WorkerState],
+    filters: Sequence[Filter],
+    scorers: Sequence[Scorer],
+    now: float,
+) -> WorkerState | None:
+    """The candidate (in the placement's order) that passes every filter with the lowest
+    scores, compared scorer by scorer; the first of equals. ``None``: none passes."""
+    best: WorkerState | None = None
+    best_key: tuple[float, ...] = ()
+    for w in candidates:
+        for f in filters:
+            if not f.fits(req, w, now):
+                break
+        else:
+            if not scorers:
+                return w
+            key = tuple(s.score(req, w, now) for s in scorers)
+            if best is None or key < best_key:
+                best, best_key = w, key
+    return best
+
+
+def never(req: Request, workers: Sequence[WorkerState], filters: Sequence[Filter]) -> str | None:
+    """Why no worker could ever take ``req``: the first filter that none of those passing
+    the filters before it could ever pass; ``None``: some worker could."""
+    for f in filters:
+        workers = [w for w in workers if f.ever(req, w)]
+        if not workers:
+            return f.why_never(req)
+    return None
+
+
+# ---------------------------------------------------------------------- filters
+class ServesModel:
+    """The worker serves the request's model (a worker of no model list serves any)."""
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        return w.spec.serves(req.model)
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return w.spec.serves(req.model)
+
+    def why_never(self, req: Request) -> str:
+        return f"no worker serves model {req.model!r}"
+
+
+class AdmitsClass:
+    """The worker runs the request's class (GPUs reserved for some classes): its effective
+    class now, its own class for "ever" (inheritance may raise it, never lower it)."""
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        return w.spec.admits(req.cls)
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return w.spec.admits(req.priority)
+
+    def why_never(self, req: Request) -> str:
+        return f"no worker serving model {req.model!r} may run class rank {req.priority}"
+
+
+# ---------------------------------------------------------------------- the protocol
+class Placement(Protocol):
+    down: set[str]  # workers out of placement until they recover
+    # whether a slot of a chosen worker can be taken (adopt, hold): slot placement only
+    takes_any: bool
+
+    def take_slot(self, req: Request, now: float) -> WorkerState | None:
+        """A worker with a free slot for ``req`` now, that slot taken
+        (``worker.free`` one lower); ``None``: not now."""
+        ...
+
+    def take(self, worker: WorkerState) -> None:
+        """Take a slot of this very worker (a request found running there, a slot held)."""
+        ...
+
+    def never(self, req: Request) -> str | None:
+        """Why no worker could ever run ``req``; ``None`` if some could."""
+        ...
+
+    def free_slot(self, worker: WorkerState) -> None:
+        """A slot of ``worker`` came free (``worker.free`` one higher)."""
+        ...
+
+    def set_available(self, worker: WorkerState, available: bool) -> None:
+        """Take ``worker`` out of placement (it failed) or back in (it recovered)."""
+        ...
+
+
+class SlotPlacement:
+    """Workers of fixed slots. Candidates: the workers with a free slot and in service,
+    the one idle longest first (configuration order at start); filters: it serves the
+    model, it runs the class; scorers: none unless given (then the order breaks ties)."""
+
+    takes_any = True
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerState],
+        filters: Sequence[Filter] = (ServesModel(), AdmitsClass()),
+        scorers: Sequence[Scorer] = (),
+    ) -> None:
+        self.workers = list(workers)
+        self.filters = tuple(filters)
+        self.scorers = tuple(scorers)
+        # workers with a free slot, the one idle longest first
+        self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
+        self.down: set[str] = set()  # workers out of placement until they recover
+        # every worker serves every model and class, and nothing ranks them: the one idle
+        # longest will do
+        self._open = not self.scorers and all(
+            w.spec.models is None and w.spec.classes is None for w in self.workers
+        )
+
+    def take_slot(self, req: Request, now: float) -> WorkerState | None:
+        free = self._free
+        if self._open:
+            if not free:
+                return None
+            w = free[0]
+        else:
+            got = choose(req, free, self.filters, self.scorers, now)
+            if got is None:
+                return None
+            w = got
+        w.free -= 1
+        if not w.free:
+            free.remove(w)
+        return w
+
+    def never(self, req: Request) -> str | None:
+        return never(req, self.workers, self.filters)
+
+    def take(self, worker: WorkerState) -> None:
+        worker.free -= 1
+        if not worker.free and worker in self._free:
+            self._free.remove(worker)
+
+    def free_slot(self, worker: WorkerState) -> None:
+        worker.free += 1
+        if worker.free == 1 and worker.id not in self.down:
+            self._free.append(worker)  # idle longest is tried first
+
+    def set_available(self, worker: WorkerState, available: bool) -> None:
+        if available:
+            self.down.discard(worker.id)
+            if worker.free > 0 and worker not in self._free:
+                self._free.append(worker)
+        else:
+            self.down.add(worker.id)
+            if worker in self._free:
+                self._free.remove(worker)
