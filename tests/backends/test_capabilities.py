@@ -16,8 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from laneway.backends.inprocess import InProcess
 from laneway.backends.upstream import UpstreamWorker
 from laneway.generation import Delta, Done, Event, Job, SamplingParams, Stopped
+from laneway.standin import StandIn
 from laneway.testing import StandInProcess, serve_process
 
 TOKENS = 30
@@ -94,18 +96,22 @@ def refusing(tmp_path: Path, *fields: str) -> StandInProcess:
     return StandInProcess(tmp_path / f"standin-{'-'.join(fields) or 'all'}.log", args)
 
 
-def test_an_engine_that_takes_ids_resumes_by_ids_and_one_that_refuses_id_prompts_by_text(
-    tmp_path: Path,
-) -> None:
-    full, no_id_prompts = refusing(tmp_path), refusing(tmp_path, "prompt_ids")
+def in_process(engine: StandIn, name: str = "up") -> UpstreamWorker:
+    """A worker on ``engine``, served in this process (backends/inprocess.py)."""
+    return UpstreamWorker(name, "http://standin.invalid/v1", "standin", slots=4, connect=InProcess(engine))
+
+
+def test_an_engine_that_takes_ids_resumes_by_ids_and_one_that_refuses_id_prompts_by_text() -> None:
+    full = StandIn(slots=4, ms_per_token=5)
+    no_id_prompts = StandIn(slots=4, ms_per_token=5, refuse=("prompt_ids",))
 
     async def main() -> None:
-        whole = UpstreamWorker("ref", full.url, "standin", slots=4)
+        whole = in_process(full, "ref")
         expected = (await run_to_end(whole, job("completion", "ref", "standin")))[-1]
         await whole.close()
         assert isinstance(expected, Done)
         for engine, how in ((full, "token_ids"), (no_id_prompts, "text")):
-            worker = UpstreamWorker("up", engine.url, "standin", slots=4)
+            worker = in_process(engine)
             try:
                 events = await run_to_end(worker, job("completion", "x", "standin"), preempt_after=3)
                 done = events[-1]
@@ -119,18 +125,14 @@ def test_an_engine_that_takes_ids_resumes_by_ids_and_one_that_refuses_id_prompts
             finally:
                 await worker.close()
 
-    try:
-        asyncio.run(main())
-    finally:
-        full.stop()
-        no_id_prompts.stop()
+    asyncio.run(main())
 
 
-def test_an_engine_without_continue_final_message(tmp_path: Path) -> None:
-    engine = refusing(tmp_path, "return_token_ids", "continue_final_message")
+def test_an_engine_without_continue_final_message() -> None:
+    engine = StandIn(slots=4, ms_per_token=5, refuse=("return_token_ids", "continue_final_message"))
 
     async def main() -> None:
-        worker = UpstreamWorker("up", engine.url, "standin", slots=4)
+        worker = in_process(engine)
         try:
             ref = (await run_to_end(worker, job("chat", "ref", "standin")))[-1]
             assert isinstance(ref, Done) and worker.caps.token_ids is False
@@ -154,10 +156,7 @@ def test_an_engine_without_continue_final_message(tmp_path: Path) -> None:
         finally:
             await worker.close()
 
-    try:
-        asyncio.run(main())
-    finally:
-        engine.stop()
+    asyncio.run(main())
 
 
 def test_readyz_shows_what_was_learnt_and_an_outage_forgets_it(tmp_path: Path) -> None:
