@@ -443,9 +443,8 @@ class Pool:
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 if self._connect_with is not None:
-                    _, made_conn = await self._connect_with(protocol)
-                    conn = made[-1]
-                    assert made_conn is conn
+                    await self._connect_with(protocol)
+                    conn = made[-1]  # (the protocol it made)
                 else:
                     _, conn = await self.loop.create_connection(
                         protocol, t.host, t.port, ssl=self._ssl, server_hostname=t.host if self._ssl else None

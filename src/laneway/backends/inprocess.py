@@ -122,10 +122,3 @@ class InProcess:
         server.connection_made(server_end)
         client.connection_made(client_end)
         return client_end, client
-
-    async def close(self) -> None:
-        """Close the connections still open and wait for the app's tasks on them."""
-        for conn in list(self.state.connections):
-            conn.shutdown()
-        if self.state.tasks:
-            await asyncio.wait(list(self.state.tasks), timeout=5.0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from laneway.core import Dispatch, Preempt, Reject, Request, StopMode
@@ -142,6 +142,40 @@ class TableEntry:
         return cls(_sent(items[1:]), items[1 + _SENT_FIELDS], items[2 + _SENT_FIELDS])
 
 
+def _coerce(annotation: str) -> Callable[[Any], Any]:
+    """How a field of this annotation is read off the wire (JSON gave its value): numbers
+    and flags made what they say, ``None`` kept where allowed, anything else as it came."""
+    kind, _, optional = annotation.partition(" | ")
+    make: Callable[[Any], Any] | None = {"int": int, "float": float, "bool": bool}.get(kind)
+    if make is None:
+        return lambda v: v
+    if optional == "None":
+        return lambda v: None if v is None else make(v)
+    return make
+
+
+class Flat:
+    """A record whose wire form is its fields in order (after its tag). Trailing fields with
+    defaults may be missing (an earlier version did not send them); numbers and flags are
+    made what their annotation says."""
+
+    __slots__ = ()
+    TAG: ClassVar[str]
+
+    def to_wire(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> Any:
+        convert = _CONVERTERS.get(cls)
+        if convert is None:  # (worked out once a kind: thousands of events a second are read)
+            convert = _CONVERTERS[cls] = [_coerce(str(f.type)) for f in fields(cls)]  # type: ignore[arg-type]
+        return cls(*(c(v) for c, v in zip(convert, items, strict=False)))
+
+
+_CONVERTERS: dict[type, list[Callable[[Any], Any]]] = {}
+
+
 # ---------------------------------------------------------------------- events
 @dataclass(frozen=True, slots=True)
 class Submitted:
@@ -157,94 +191,52 @@ class Submitted:
 
 
 @dataclass(frozen=True, slots=True)
-class Finished:
+class Finished(Flat):
     TAG: ClassVar[str] = "f"
     request_id: str
     failed: bool = False
     tokens: int | None = None  # output tokens made (None: not told)
     prompt_tokens: int | None = None  # the engine's count of its prompt (None: not told)
 
-    def to_wire(self) -> list[Any]:
-        return [self.request_id, self.failed, self.tokens, self.prompt_tokens]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Finished:
-        return cls(items[0], bool(items[1]), *_optional(items[2:], 2))
-
 
 @dataclass(frozen=True, slots=True)
-class Cancelled:
+class Cancelled(Flat):
     TAG: ClassVar[str] = "c"
     request_id: str
     tokens: int | None = None
 
-    def to_wire(self) -> list[Any]:
-        return [self.request_id, self.tokens]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Cancelled:
-        return cls(items[0], *_optional(items[1:], 1))
-
 
 @dataclass(frozen=True, slots=True)
-class Preempted:
+class Preempted(Flat):
     TAG: ClassVar[str] = "p"
     request_id: str
     tokens_done: int | None = None
     checkpoint_bytes: int | None = None
     save_s: float | None = None
 
-    def to_wire(self) -> list[Any]:
-        return [self.request_id, self.tokens_done, self.checkpoint_bytes, self.save_s]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Preempted:
-        return cls(items[0], *_optional(items[1:], 3))
-
 
 @dataclass(frozen=True, slots=True)
-class Requeued:
+class Requeued(Flat):
     TAG: ClassVar[str] = "q"
     request_id: str
 
-    def to_wire(self) -> list[Any]:
-        return [self.request_id]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Requeued:
-        return cls(items[0])
-
 
 @dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(Flat):
     TAG: ClassVar[str] = "g"
     request_id: str
     tokens: int
 
-    def to_wire(self) -> list[Any]:
-        return [self.request_id, self.tokens]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Progress:
-        return cls(items[0], int(items[1]))
-
 
 @dataclass(frozen=True, slots=True)
-class Availability:
+class Availability(Flat):
     TAG: ClassVar[str] = "a"
     worker: str
     available: bool
 
-    def to_wire(self) -> list[Any]:
-        return [self.worker, self.available]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Availability:
-        return cls(items[0], bool(items[1]))
-
 
 @dataclass(frozen=True, slots=True)
-class Pace:
+class Pace(Flat):
     """A replica measured the decode pace of a model."""
 
     TAG: ClassVar[str] = "o"
@@ -252,32 +244,22 @@ class Pace:
     tokens: int
     seconds: float
 
-    def to_wire(self) -> list[Any]:
-        return [self.model, self.tokens, self.seconds]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Pace:
-        return cls(items[0], int(items[1]), float(items[2]))
-
 
 @dataclass(frozen=True, slots=True)
-class SlotsWanted:
+class SlotsWanted(Flat):
     """A replica had a request of ``model`` that could have started on a lent slot."""
 
     TAG: ClassVar[str] = "w"
     home: str
     model: str
 
-    def to_wire(self) -> list[Any]:
-        return [self.home, self.model]
-
     @classmethod
     def from_wire(cls, items: list[Any]) -> SlotsWanted:
-        return cls(items[0], items[1] or "")
+        return cls(items[0], items[1] or "")  # (a request of no model asks as "")
 
 
 @dataclass(frozen=True, slots=True)
-class LoanTaken:
+class LoanTaken(Flat):
     """A replica applied a loan's figure ``seq`` on ``worker`` and uses ``used`` of its slots."""
 
     TAG: ClassVar[str] = "u"
@@ -285,13 +267,6 @@ class LoanTaken:
     worker: str
     seq: int
     used: int
-
-    def to_wire(self) -> list[Any]:
-        return [self.home, self.worker, self.seq, self.used]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> LoanTaken:
-        return cls(items[0], items[1], int(items[2]), int(items[3]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +303,7 @@ Event = (
 
 # ---------------------------------------------------------------------- orders
 @dataclass(frozen=True, slots=True)
-class LoanGranted:
+class LoanGranted(Flat):
     """The leader lends ``slots`` slots of ``worker`` in all (figure number ``seq``)."""
 
     TAG: ClassVar[str] = "G"
@@ -336,27 +311,13 @@ class LoanGranted:
     slots: int
     seq: int
 
-    def to_wire(self) -> list[Any]:
-        return [self.worker, self.slots, self.seq]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> LoanGranted:
-        return cls(items[0], int(items[1]), int(items[2]))
-
 
 @dataclass(frozen=True, slots=True)
-class CensusAsked:
+class CensusAsked(Flat):
     """A new leader asks what this replica's requests do."""
 
     TAG: ClassVar[str] = "K"
     census_id: str
-
-    def to_wire(self) -> list[Any]:
-        return [self.census_id]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> CensusAsked:
-        return cls(str(items[0]))
 
 
 Order = Dispatch | Preempt | Reject | LoanGranted | CensusAsked
@@ -368,11 +329,6 @@ def _inf(v: float | None) -> float:
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
-
-
-def _optional(items: list[Any], n: int) -> list[Any]:
-    """``n`` trailing fields that an earlier version may not have sent: ``None`` then."""
-    return [items[i] if i < len(items) else None for i in range(n)]
 
 
 _DECISION_TAGS: dict[type, str] = {Dispatch: "D", Preempt: "P", Reject: "R"}

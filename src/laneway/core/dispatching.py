@@ -94,9 +94,8 @@ class Dispatcher:
                 req = select_strict(lanes, now, blocked, self.interval_s)
             if req is None:
                 return
-            w = (
-                placement.take_slot(req, now) if loads is None or occ.free > 0 else None
-            )  # (loads: no free slot?)
+            # (where models load, the loop goes on with no slot free: loads may be planned)
+            w = placement.take_slot(req, now) if loads is None or occ.free > 0 else None
             if w is None:
                 if loads is not None:
                     loads.plan(req, now, out)

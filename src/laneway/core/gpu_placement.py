@@ -41,69 +41,11 @@ from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.errors import ConfigError
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
-from laneway.core.replicas import Replica, classes_of
+from laneway.core.replicas import HasFreeSlot, InService, LeastLoaded, NotDraining, Replica, classes_of
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
 
 _EPS = 1e-9
-
-
-class HasFreeSlot:
-    """The replica has a slot free now (a replica is a worker of a few slots)."""
-
-    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
-        return w.free > 0
-
-    def ever(self, req: Request, w: WorkerState) -> bool:
-        return True
-
-    def why_never(self, req: Request) -> str:
-        return "no replica has slots"
-
-
-class InService:
-    """The replica is in placement (not taken out as failing)."""
-
-    def __init__(self, down: set[str]) -> None:
-        self.down = down
-
-    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
-        return w.id not in self.down
-
-    def ever(self, req: Request, w: WorkerState) -> bool:
-        return True
-
-    def why_never(self, req: Request) -> str:
-        return "no replica is in service"
-
-
-class NotDraining:
-    """The replica is not being drained for another model's load; a drain nobody needed
-    after all (its window passed) ends here."""
-
-    def __init__(self, replicas: dict[str, Replica]) -> None:
-        self.replicas = replicas
-
-    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
-        r = self.replicas[w.id]
-        if r.draining:
-            if now < r.draining:
-                return False
-            r.draining = 0.0  # nobody needed the room after all
-        return True
-
-    def ever(self, req: Request, w: WorkerState) -> bool:
-        return True
-
-    def why_never(self, req: Request) -> str:
-        return "every replica drains"
-
-
-class LeastLoaded:
-    """The replica with the most free slots."""
-
-    def score(self, req: Request, w: WorkerState, now: float) -> float:
-        return -w.free
 
 
 class GpuPlacement:

@@ -31,9 +31,11 @@ class Occupancy:
         "workers",
     )
 
-    def __init__(self, workers: dict[str, WorkerState], k: int, exposed: Sequence[int]) -> None:
+    def __init__(
+        self, workers: dict[str, WorkerState], placement: Placement, k: int, exposed: Sequence[int]
+    ) -> None:
         self.workers = workers
-        self.placement: Placement = None  # type: ignore[assignment]  # (set by the scheduler)
+        self.placement = placement
         self.slots = sum(w.spec.slots for w in workers.values())
         self.free = self.slots
         self.held = 0  # slots held for use outside the scheduler (hold)

@@ -134,8 +134,7 @@ class Scheduler:
             for rid, rep in planner.replicas.items():
                 if rep.ready:
                     states[rid] = rep.worker
-        self.occupancy = occ = Occupancy(states, k, tables.exposed)
-        occ.placement = placement
+        self.occupancy = occ = Occupancy(states, placement, k, tables.exposed)
         self.measures = measures = Measures(
             k, cfg.costs, cfg.default_service_s, [c.service_s for c in cfg.classes.classes]
         )
@@ -263,7 +262,6 @@ class Scheduler:
         """Schedule by ``costs`` (measured on the engines before the first request)."""
         self.cfg = replace(self.cfg, costs=costs)
         self.measures.costs = costs
-        self.preemptor.cfg = self.cfg
 
     def snapshot(self) -> Snapshot:
         return snapshot(self)
@@ -601,17 +599,13 @@ class Scheduler:
         *,
         raw: bool = False,
     ) -> float:
-        """Expected seconds a new class-``cls`` request would wait to start
-        (``est_service_s``: its size hint, which places it under feedback),
-        corrected by how such estimates compared with the waits that followed
-        (``raw``: without that correction)."""
+        """:meth:`Estimator.estimate_wait <laneway.core.estimator.Estimator.estimate_wait>`."""
         return self.estimator.estimate_wait(cls, model, now, est_service_s, raw=raw)
 
     def estimate_range(
         self, cls: int, model: str | None, now: float, est_service_s: float | None = None
     ) -> tuple[float, WaitRange]:
-        """:meth:`estimate_wait` and its interval (10th to 90th percentile), and what it
-        rests on."""
+        """:meth:`Estimator.estimate_range <laneway.core.estimator.Estimator.estimate_range>`."""
         return self.estimator.estimate_range(cls, model, now, est_service_s)
 
     # ------------------------------------------------------------------ plumbing
