@@ -52,3 +52,23 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with redis_process(tmp_path_factory.mktemp("redis")) as server:
         yield server.url
+
+
+@pytest.fixture
+def memory_bus() -> Iterator[str]:
+    """A bus in this process (:mod:`laneway.bus`, ``memory://``) of this test alone: Redis's
+    commands and Lua scripts without a ``redis-server``; gone after the test."""
+    import uuid
+
+    from laneway.bus import forget
+
+    url = f"memory://test-{uuid.uuid4().hex[:8]}"
+    yield url
+    forget(url)
+
+
+@pytest.fixture(params=["redis", "memory"])
+def bus_url(request: pytest.FixtureRequest) -> str:
+    """A real ``redis-server`` and the in-process bus in turn: tests of what the cluster
+    writes in Redis run on both, so the in-process one is seen to behave as the real one."""
+    return str(request.getfixturevalue("redis_url" if request.param == "redis" else "memory_bus"))

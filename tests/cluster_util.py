@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from laneway.backends.factory import build_upstream
+from laneway.backends.inprocess import InProcess
+from laneway.config import load_config
 from laneway.fault_harness import replica_toml, upstream_toml
+from laneway.standin import StandIn
 from laneway.testing import ServeProcess
+from live_server import LiveServer, live_servers
 
 
 def upstream(name: str, url: str, slots: int) -> str:
@@ -33,3 +38,25 @@ def replicas(
     finally:
         for s in started.values():
             s.stop()
+
+
+@contextlib.contextmanager
+def inprocess_replicas(
+    tmp: Path, bus_url: str, names: list[str], engines: Mapping[str, StandIn], slots: int, extra: str = ""
+) -> Iterator[dict[str, LiveServer]]:
+    """Replicas ``names`` in this process (one event loop, :func:`live_server.live_servers`) on
+    the in-process bus ``bus_url`` (``memory://``), each with an upstream worker of ``slots``
+    for each of ``engines`` (worker name -> a stand-in engine's app, reached in-process too):
+    the replicas' configuration read as :func:`replicas` writes it, the same HTTP, leader,
+    lease and Lua scripts, no process started."""
+    prefix = f"c{uuid.uuid4().hex[:8]}:"
+    workers = "".join(upstream(w, f"http://{w}.invalid/v1", slots) for w in engines)
+    servers = []
+    for name in names:
+        path = tmp / f"{name}.toml"
+        path.write_text(replica_toml(tmp / name, bus_url, name, prefix, extra=extra) + workers)
+        config = load_config(path)
+        built = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
+        servers.append((config, built))
+    with live_servers(servers) as started:
+        yield dict(zip(names, started, strict=True))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import resource
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,7 @@ def sim_config(
     return replace(ServerConfig(), workers=(simulated(slots, tokens_per_s),), data_dir=tmp_path, **kw)  # type: ignore[arg-type]
 
 
-@contextlib.contextmanager
-def live_server(config: ServerConfig, workers: Mapping[str, Worker] | None = None) -> Iterator[LiveServer]:
-    app = create_app(config, workers)
+def _uvicorn(config: ServerConfig, app: Any) -> uvicorn.Server:
     limits = uvicorn_options(
         config.header_timeout_s,
         config.body_timeout_s,
@@ -64,21 +63,62 @@ def live_server(config: ServerConfig, workers: Mapping[str, Worker] | None = Non
     cfg = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="none", **limits
     )
-    server = uvicorn.Server(cfg)
-    thread = threading.Thread(target=server.run, name="laneway-test-server", daemon=True)
+    return uvicorn.Server(cfg)
+
+
+@contextlib.contextmanager
+def live_servers(
+    servers: Sequence[tuple[ServerConfig, Mapping[str, Worker] | None]],
+) -> Iterator[list[LiveServer]]:
+    """Several servers in one event loop on one thread, started in turn (each once the one
+    before it serves), stopped together: replicas of a cluster on an in-process bus
+    (``memory://``) whose workers reach in-process engines of that same loop."""
+    apps = [create_app(config, workers) for config, workers in servers]
+    started = [_uvicorn(config, app) for (config, _), app in zip(servers, apps, strict=True)]
+    failed: list[BaseException] = []
+
+    async def main() -> None:
+        tasks = []
+        try:
+            for server in started:
+                tasks.append(asyncio.create_task(server.serve()))
+                deadline = time.monotonic() + START_TIMEOUT_S
+                while not server.started and not tasks[-1].done() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                if not server.started:
+                    break
+        finally:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # (told to the test below)
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="laneway-test-servers", daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not server.started:
+        deadline = time.monotonic() + START_TIMEOUT_S * len(started)
+        while not all(s.started for s in started):
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
+                raise RuntimeError(f"the test servers did not start: {failed}")
             time.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield LiveServer(f"http://127.0.0.1:{port}", server, app)
+        yield [
+            LiveServer(f"http://127.0.0.1:{s.servers[0].sockets[0].getsockname()[1]}", s, app)
+            for s, app in zip(started, apps, strict=True)
+        ]
     finally:
-        server.should_exit = True
-        thread.join(STOP_TIMEOUT_S)
-        assert not thread.is_alive(), "the test server did not stop"
+        for s in started:
+            s.should_exit = True
+        thread.join(STOP_TIMEOUT_S * len(started))
+        assert not thread.is_alive(), "the test servers did not stop"
+
+
+@contextlib.contextmanager
+def live_server(config: ServerConfig, workers: Mapping[str, Worker] | None = None) -> Iterator[LiveServer]:
+    with live_servers([(config, workers)]) as (one,):
+        yield one
 
 
 @contextlib.contextmanager

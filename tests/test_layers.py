@@ -29,11 +29,13 @@ ALLOWED: dict[str, frozenset[str]] = {
         "generation": ("errors",),
         "protocol": ("config", "errors", "generation"),
         "engine": ("errors", "generation"),
-        "store": ("core",),
+        # the bus of a cluster's replicas (Redis, or one in this process for tests)
+        "bus": (),
+        "store": ("bus", "core"),
         "sim": ("core",),
         "backends": ("config", "core", "engine", "errors", "generation", "protocol"),
         "runtime": ("backends", "config", "core", "errors", "generation", "logs", "protocol"),
-        "cluster": ("config", "core", "runtime"),
+        "cluster": ("bus", "config", "core", "runtime"),
         "batch": ("config", "core", "errors", "generation", "protocol", "runtime", "store"),
         # the composition of a server: workers, runtime (or a cluster's), store, batches
         "server": ("backends", "batch", "cluster", "config", "runtime", "store"),

@@ -9,10 +9,10 @@ import asyncio
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from laneway.bus import connect
 from laneway.cluster.lease import Campaign, Lease, NotLeader
 
 NAMES = ("a", "b", "c")
@@ -29,10 +29,10 @@ WRITE = "redis.call('RPUSH', KEYS[1], ARGV[1]) return redis.call('LLEN', KEYS[1]
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(op, max_size=40))
-def test_only_the_latest_holder_writes(redis_url: str, ops: list[tuple[str, str]]) -> None:
+def test_only_the_latest_holder_writes(bus_url: str, ops: list[tuple[str, str]]) -> None:
     async def run() -> None:
         prefix = f"lease:{uuid.uuid4().hex[:8]}:"
-        client = aioredis.Redis.from_url(redis_url)
+        client = connect(bus_url)
         try:
             leases = {n: Lease(client, prefix, n, ttl_s=30) for n in NAMES}
             writes = {n: leases[n].fenced(WRITE) for n in NAMES}
@@ -95,10 +95,10 @@ def test_only_the_latest_holder_writes(redis_url: str, ops: list[tuple[str, str]
     asyncio.run(run())
 
 
-def test_a_standby_leads_within_the_lease_after_the_leader_stops_renewing(redis_url: str) -> None:
+def test_a_standby_leads_within_the_lease_after_the_leader_stops_renewing(bus_url: str) -> None:
     async def run() -> None:
         prefix = f"campaign:{uuid.uuid4().hex[:8]}:"
-        client = aioredis.Redis.from_url(redis_url)
+        client = connect(bus_url)
         events: list[tuple[str, str, float]] = []
         loop = asyncio.get_running_loop()
 
@@ -137,7 +137,7 @@ def test_a_standby_leads_within_the_lease_after_the_leader_stops_renewing(redis_
 
 
 def test_a_replica_of_a_higher_priority_takes_the_lease_and_others_take_over_when_it_dies(
-    redis_url: str,
+    bus_url: str,
 ) -> None:
     """``leader_priority``: a live candidate that outranks the holder gets the lease handed
     over (the old holder's writes are fenced off); while it lives nobody else takes the
@@ -145,7 +145,7 @@ def test_a_replica_of_a_higher_priority_takes_the_lease_and_others_take_over_whe
 
     async def run() -> None:
         prefix = f"prio:{uuid.uuid4().hex[:8]}:"
-        client = aioredis.Redis.from_url(redis_url)
+        client = connect(bus_url)
         loop = asyncio.get_running_loop()
         leads: list[tuple[str, float]] = []
         loses: list[str] = []

@@ -1,5 +1,11 @@
 """Three replicas, one leader scheduling for all, in front of two stand-in engines: P0 first
-across replicas, an upstream never sees more than its slots, quotas hold in total."""
+across replicas, an upstream never sees more than its slots, quotas hold in total.
+
+The replicas run in this process on the in-process bus (``memory://``, :mod:`laneway.bus`)
+and reach in-process stand-ins (:mod:`laneway.backends.inprocess`): their HTTP, leader,
+lease, loans and Lua scripts are the real ones, without a process or a ``redis-server``.
+Real processes on a real Redis, through faults: test_faults.py, test_failover.py,
+test_pauses.py, test_shared_batches.py."""
 
 from __future__ import annotations
 
@@ -11,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from cluster_util import replicas, upstream
-from laneway.testing import StandInProcess
+from cluster_util import inprocess_replicas
+from laneway.standin import StandIn
 
 NAMES = ["r1", "r2", "r3"]
 
@@ -21,95 +27,83 @@ def body(priority: str, tokens: int, prompt: str = "x") -> dict[str, Any]:
     return {"model": "m", "prompt": prompt, "max_tokens": tokens, "priority": priority}
 
 
-def two_standins(tmp_path: Path, slots: int) -> tuple[list[StandInProcess], str]:
-    """Two stand-in engines of ``slots`` (5 ms a token) and the workers for them."""
-    engines = [
-        StandInProcess(tmp_path / f"standin{i}.log", ("--slots", str(slots), "--ms-per-token", "5"))
-        for i in range(2)
-    ]
-    return engines, upstream("up0", engines[0].url, slots) + upstream("up1", engines[1].url, slots)
+def two_standins(slots: int) -> dict[str, StandIn]:
+    """Two stand-in engines of ``slots`` (5 ms a token), by the names of their workers."""
+    return {f"up{i}": StandIn(slots=slots, ms_per_token=5) for i in range(2)}
 
 
 def test_p0_first_across_replicas_and_an_upstream_never_over_its_slots(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, memory_bus: str
 ) -> None:
-    engines, workers = two_standins(tmp_path, 2)
-    try:
-        with replicas(tmp_path, redis_url, NAMES, workers) as reps:
-            urls = [reps[n].url + "/v1" for n in NAMES]
+    engines = two_standins(2)
+    with inprocess_replicas(tmp_path, memory_bus, NAMES, engines, 2) as reps:
+        urls = [reps[n].url + "/v1" for n in NAMES]
 
-            async def go() -> tuple[list[float], list[float], list[int]]:
-                async with httpx.AsyncClient(timeout=120) as c:
+        async def go() -> tuple[list[float], list[float], list[int]]:
+            async with httpx.AsyncClient(timeout=120) as c:
 
-                    async def timed(url: str, b: dict[str, Any]) -> tuple[float, int]:
-                        t0 = time.perf_counter()
-                        r = await c.post(url + "/completions", json=b)
-                        return time.perf_counter() - t0, r.status_code
+                async def timed(url: str, b: dict[str, Any]) -> tuple[float, int]:
+                    t0 = time.perf_counter()
+                    r = await c.post(url + "/completions", json=b)
+                    return time.perf_counter() - t0, r.status_code
 
-                    idle = [(await timed(urls[i % 3], body("P0", 8)))[0] for i in range(6)]
-                    flood = [
-                        asyncio.create_task(timed(urls[i % 3], body("P3", 200, f"job {i}")))
-                        for i in range(40)
-                    ]
-                    await asyncio.sleep(1.0)  # every slot busy with P3, the rest queued at the leader
-                    urgent = []
-                    for i in range(6):
-                        took, status = await timed(urls[i % 3], body("P0", 8))
-                        assert status == 200
-                        urgent.append(took)
-                    statuses = [s for _, s in await asyncio.gather(*flood)]
-                    return idle, urgent, statuses
+                idle = [(await timed(urls[i % 3], body("P0", 8)))[0] for i in range(6)]
+                flood = [
+                    asyncio.create_task(timed(urls[i % 3], body("P3", 200, f"job {i}"))) for i in range(40)
+                ]
+                await asyncio.sleep(1.0)  # every slot busy with P3, the rest queued at the leader
+                urgent = []
+                for i in range(6):
+                    took, status = await timed(urls[i % 3], body("P0", 8))
+                    assert status == 200
+                    urgent.append(took)
+                statuses = [s for _, s in await asyncio.gather(*flood)]
+                return idle, urgent, statuses
 
-            idle, urgent, statuses = asyncio.run(go())
-            assert statuses == [200] * 40  # the flood was all served, in the end
-            stats = [httpx.get(e.url.removesuffix("/v1") + "/stats").json() for e in engines]
-            for s in stats:  # never more than its slots, across 3 replicas
-                assert s["peak_requests"] <= 2, stats
-            assert sum(s["served"] for s in stats) >= 40 + 12  # both engines served
-            assert all(s["served"] >= 5 for s in stats), stats
-            # P0 preempts the flood wherever it arrived: nowhere near the flood's 40 × 1 s / 4 slots
-            assert statistics.median(urgent) < statistics.median(idle) + 1.5, (idle, urgent)
-    finally:
-        for e in engines:
-            e.stop()
+        idle, urgent, statuses = asyncio.run(go())
+        assert statuses == [200] * 40  # the flood was all served, in the end
+        stats = [{"peak_requests": e.peak_requests, "served": e.served} for e in engines.values()]
+        for s in stats:  # never more than its slots, across 3 replicas
+            assert s["peak_requests"] <= 2, stats
+        assert sum(s["served"] for s in stats) >= 40 + 12  # both engines served
+        assert all(s["served"] >= 5 for s in stats), stats
+        # P0 preempts the flood wherever it arrived: nowhere near the flood's 40 × 1 s / 4 slots
+        assert statistics.median(urgent) < statistics.median(idle) + 1.5, (idle, urgent)
 
 
-def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, redis_url: str) -> None:
+def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, memory_bus: str) -> None:
     from laneway.config import hash_key
 
     tenant = (
         f'[tenants.t]\nkey_sha256 = ["{hash_key("t-key")}"]\nallowed = ["P0", "P1"]\n'
         "[tenants.t.quotas]\nP0 = { rate_per_s = 2, burst = 2 }\n"
     )
-    standin = StandInProcess(tmp_path / "standin.log", ("--slots", "8", "--ms-per-token", "0"))
-    try:
-        with replicas(tmp_path, redis_url, NAMES, upstream("up", standin.url, 8), extra=tenant) as reps:
-            urls = [reps[n].url + "/v1/completions" for n in NAMES]
+    engines = {"up": StandIn(slots=8, ms_per_token=0)}
+    with inprocess_replicas(tmp_path, memory_bus, NAMES, engines, 8, extra=tenant) as reps:
+        urls = [reps[n].url + "/v1/completions" for n in NAMES]
 
-            async def go() -> tuple[list[int], float, list[str]]:
-                async with httpx.AsyncClient(timeout=30, headers={"Authorization": "Bearer t-key"}) as c:
-                    t0 = time.monotonic()
-                    statuses: list[int] = []
-                    retry: list[str] = []
-                    for i in range(36):  # 12 a second, spread over the three replicas
-                        r = await c.post(urls[i % 3], json=body("P0", 2))
-                        statuses.append(r.status_code)
-                        if r.status_code == 429:
-                            retry.append(r.headers["retry-after"])
-                        await asyncio.sleep(1 / 12)
-                    return statuses, time.monotonic() - t0, retry
+        async def go() -> tuple[list[int], float, list[str]]:
+            async with httpx.AsyncClient(timeout=30, headers={"Authorization": "Bearer t-key"}) as c:
+                t0 = time.monotonic()
+                statuses: list[int] = []
+                retry: list[str] = []
+                for i in range(36):  # 12 a second, spread over the three replicas
+                    r = await c.post(urls[i % 3], json=body("P0", 2))
+                    statuses.append(r.status_code)
+                    if r.status_code == 429:
+                        retry.append(r.headers["retry-after"])
+                    await asyncio.sleep(1 / 12)
+                return statuses, time.monotonic() - t0, retry
 
-            statuses, took, retry = asyncio.run(go())
-            # on every replica, leader or not: a class the tenant may not use is a 403 (the
-            # configuration says so), one it may use an estimate
-            key = {"Authorization": "Bearer t-key"}
-            for n in NAMES:
-                est = reps[n].url + "/v1/queue/estimate"
-                r = httpx.get(est, params={"priority": "P3"}, headers=key)
-                assert r.status_code == 403 and r.json()["error"]["code"] == "class_not_allowed", r.text
-                assert httpx.get(est, params={"priority": "P1"}, headers=key).status_code == 200
-    finally:
-        standin.stop()
+        statuses, took, retry = asyncio.run(go())
+        # on every replica, leader or not: a class the tenant may not use is a 403 (the
+        # configuration says so), one it may use an estimate
+        key = {"Authorization": "Bearer t-key"}
+        for n in NAMES:
+            est = reps[n].url + "/v1/queue/estimate"
+            r = httpx.get(est, params={"priority": "P3"}, headers=key)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "class_not_allowed", r.text
+            assert httpx.get(est, params={"priority": "P1"}, headers=key).status_code == 200
     ok, limited = statuses.count(200), statuses.count(429)
     assert ok + limited == len(statuses), statuses
     # a bucket of 2 refilled at 2/s over the run, in total: per replica it would be 3 times that
@@ -126,39 +120,35 @@ def lent_starts(url: str) -> float:
 
 
 def test_short_requests_start_on_lent_slots_and_an_upstream_stays_within_its_slots(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, memory_bus: str
 ) -> None:
-    engines, workers = two_standins(tmp_path, 3)
-    try:
-        with replicas(tmp_path, redis_url, NAMES, workers) as reps:
-            urls = [reps[n].url + "/v1" for n in NAMES]
+    engines = two_standins(3)
+    with inprocess_replicas(tmp_path, memory_bus, NAMES, engines, 3) as reps:
+        urls = [reps[n].url + "/v1" for n in NAMES]
 
-            async def go() -> list[int]:
-                async with httpx.AsyncClient(timeout=120) as c:
-                    statuses: list[int] = []
+        async def go() -> list[int]:
+            async with httpx.AsyncClient(timeout=120) as c:
+                statuses: list[int] = []
 
-                    async def client(k: int, n: int, prio: str, tokens: int) -> None:
-                        for i in range(n):  # one after another, on replica k % 3
-                            b = body(prio, tokens, f"{k}.{i}")
-                            r = await c.post(urls[k % 3] + "/completions", json=b)
-                            statuses.append(r.status_code)
+                async def client(k: int, n: int, prio: str, tokens: int) -> None:
+                    for i in range(n):  # one after another, on replica k % 3
+                        b = body(prio, tokens, f"{k}.{i}")
+                        r = await c.post(urls[k % 3] + "/completions", json=b)
+                        statuses.append(r.status_code)
 
-                    # a client of short requests on each replica (fewer than the slots: they are
-                    # lent), then 8 of them and 2 of long ones (more than the slots: loans called
-                    # back, the leader places them)
-                    await asyncio.gather(*(client(k, 20, "P2", 4) for k in range(3)))
-                    await asyncio.gather(
-                        *(client(k, 10, "P2", 4) for k in range(8)),
-                        *(client(k, 2, "P3", 150) for k in range(2)),
-                    )
-                    return statuses
+                # a client of short requests on each replica (fewer than the slots: they are
+                # lent), then 8 of them and 2 of long ones (more than the slots: loans called
+                # back, the leader places them)
+                await asyncio.gather(*(client(k, 20, "P2", 4) for k in range(3)))
+                await asyncio.gather(
+                    *(client(k, 10, "P2", 4) for k in range(8)),
+                    *(client(k, 2, "P3", 150) for k in range(2)),
+                )
+                return statuses
 
-            statuses = asyncio.run(go())
-            lent = [lent_starts(reps[n].url) for n in NAMES]
-            stats = [httpx.get(e.url.removesuffix("/v1") + "/stats").json() for e in engines]
-    finally:
-        for e in engines:
-            e.stop()
+        statuses = asyncio.run(go())
+        lent = [lent_starts(reps[n].url) for n in NAMES]
+        stats = [{"peak_requests": e.peak_requests} for e in engines.values()]
     assert statuses == [200] * (60 + 80 + 4)
     for s in stats:  # the leader's requests and the lent ones together: never more than its slots
         assert s["peak_requests"] <= 3, stats

@@ -8,8 +8,7 @@ import asyncio
 import time
 import uuid
 
-import redis.asyncio as aioredis
-
+from laneway.bus import connect
 from laneway.cluster.leader import Leader
 from laneway.cluster.lease import Lease
 from laneway.cluster.remote import RemoteScheduler
@@ -20,10 +19,10 @@ from laneway.runtime.sizing import Sizing
 NAMES = ("P0", "P1", "P2", "P3")
 
 
-def test_a_replica_takes_the_pace_another_measured(redis_url: str) -> None:
+def test_a_replica_takes_the_pace_another_measured(memory_bus: str) -> None:
     async def go() -> tuple[float, float, float]:
         prefix = f"pace{uuid.uuid4().hex[:8]}:"
-        client = aioredis.Redis.from_url(redis_url)
+        client = connect(memory_bus)
         a = RemoteScheduler(client, prefix, "a", NAMES, kick=lambda: None)
         b = RemoteScheduler(client, prefix, "b", NAMES, kick=lambda: None)
         costs = CostModel()

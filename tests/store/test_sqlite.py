@@ -40,13 +40,13 @@ def started(db: SQLiteDB, n: int, bid: str = "batch_1") -> None:
     assert db.start_batch(bid, lines, 101)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "memory"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLiteDB]:
     """The embedded store and the shared one behave the same: both run these tests."""
     if request.param == "sqlite":
         d: Any = SQLiteDB(tmp_path)
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue("redis_url" if request.param == "redis" else "memory_bus")
         d = RedisDB(url, prefix=f"test:{uuid.uuid4().hex[:8]}:")
     yield d
     d.close()

@@ -28,13 +28,13 @@ op = st.one_of(
 )
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "memory"])
 def open_store(request: pytest.FixtureRequest) -> Callable[[Path, str], Any]:
     """Opens the store under test: SQLite in a directory, or Redis under a key prefix (a
     \"crash\" of a Redis store only drops the connection: the lines stay leased)."""
     if request.param == "sqlite":
         return lambda path, key: SQLiteDB(path)
-    url = request.getfixturevalue("redis_url")
+    url = request.getfixturevalue("redis_url" if request.param == "redis" else "memory_bus")
     return lambda path, key: RedisDB(url, prefix=f"prop:{key}:")
 
 

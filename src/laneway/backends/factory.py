@@ -6,6 +6,7 @@ import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from laneway.backends.base import Worker
 from laneway.backends.simulated import SimulatedWorker
@@ -33,10 +34,11 @@ async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
     raise ConfigError(f"workers.{cfg.name}.type: unknown worker type {cfg.type!r}")
 
 
-def build_upstream(cfg: WorkerConfig) -> Worker:
+def build_upstream(cfg: WorkerConfig, connect: Any = None) -> Worker:
     """The hook for OpenAI-compatible upstreams (vLLM, SGLang, llama.cpp, TGI):
     ``laneway.backends.upstream.UpstreamWorker(name, url, model, slots=, api_key=,
-    timeout_s=, stall_timeout_s=, token_ids=, options=)``."""
+    timeout_s=, stall_timeout_s=, token_ids=, options=, connect=)``; ``connect``: how its
+    HTTP client reaches the upstream (None: sockets; tests: :mod:`laneway.backends.inprocess`)."""
     try:
         module = importlib.import_module("laneway.backends.upstream")
     except ModuleNotFoundError as exc:
@@ -62,6 +64,7 @@ def build_upstream(cfg: WorkerConfig) -> Worker:
         stall_timeout_s=cfg.stall_timeout_s if cfg.stall_timeout_s is not None else float("inf"),
         token_ids=cfg.token_ids,
         options=dict(cfg.options),
+        connect=connect,
     )
     return worker
 

@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: Any) -> None:
 def _client(config_path: Path) -> tuple[Any, str]:
     import redis
 
+    from laneway.bus import connect_sync
     from laneway.config import load_config
 
     try:
@@ -51,7 +52,7 @@ def _client(config_path: Path) -> tuple[Any, str]:
     if config.cluster is None:
         raise ClusterCliError(f"{config_path}: no [cluster] table: this server is not a replica of a cluster")
     c = config.cluster
-    client = redis.Redis.from_url(c.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    client = connect_sync(c.redis_url)
     try:
         client.ping()
     except redis.RedisError as exc:

@@ -22,6 +22,7 @@ import uuid
 
 import redis.asyncio as aioredis
 
+from laneway.bus import connect
 from laneway.cluster.generation import CHECK, RECORD, Generation, Loss
 from laneway.cluster.journal import Journal
 from laneway.cluster.leader import Leader
@@ -172,7 +173,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     from laneway.runtime.rejections import taken_for_dead
 
     assert isinstance(runtime, Runtime)
-    client = aioredis.Redis.from_url(cluster.redis_url, socket_timeout=10, socket_connect_timeout=10)
+    client = connect(cluster.redis_url)
     await client.ping()
     config = runtime.config
     remote = RemoteScheduler(

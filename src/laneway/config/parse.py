@@ -126,8 +126,10 @@ def _cluster(t: Table) -> ClusterConfig | None:
     if url is None:
         t.done()
         return None
-    parsed = urlsplit(url)
-    if parsed.scheme not in ("redis", "rediss", "unix") or not (parsed.hostname or parsed.path):
+    parsed = urlsplit(url)  # (memory://NAME: a bus in this process, laneway.bus: for tests)
+    if parsed.scheme not in ("redis", "rediss", "unix", "memory") or not (
+        parsed.hostname or parsed.path or parsed.netloc
+    ):
         raise ConfigError(f"{t.key('redis_url')}: expected redis://HOST:PORT/DB, got {url!r}")
     replica = t.str("replica", f"{socket.gethostname()}-{os.getpid()}")
     if not replica or any(c.isspace() for c in replica):

@@ -29,6 +29,7 @@ from typing import Any
 
 import redis
 
+from laneway.bus import BusUnavailable, connect_sync
 from laneway.store.base import (
     BatchRecord,
     BatchStatus,
@@ -105,9 +106,9 @@ class RedisDB:
         self.claim_grace = (0.0, 0.0)
         try:
             # (its replies are bytes, which the client's types leave as bytes | str | ...: read as such)
-            self.r: Any = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5)
+            self.r: Any = connect_sync(url, timeout_s=SOCKET_TIMEOUT_S)
             self.r.ping()
-        except (redis.RedisError, ValueError) as exc:
+        except (redis.RedisError, ValueError, BusUnavailable) as exc:
             raise StoreError(f"cannot use the Redis store at {url}: {exc}") from None
         self._scripts = {
             name: self.r.register_script(code)
