@@ -85,7 +85,9 @@ def live_servers(
                 deadline = time.monotonic() + START_TIMEOUT_S
                 while not server.started and not tasks[-1].done() and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
-                if not server.started:
+                if not server.started:  # (it failed: the others stop too, the test is told)
+                    for other in started:
+                        other.should_exit = True
                     break
         finally:
             await asyncio.gather(*tasks, return_exceptions=True)
