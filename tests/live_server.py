@@ -94,7 +94,9 @@ def live_servers(
 
     def run() -> None:
         try:
-            asyncio.run(main())
+            # (on the event loop uvicorn itself would choose: uvloop where it is installed)
+            with asyncio.Runner(loop_factory=started[0].config.get_loop_factory()) as runner:
+                runner.run(main())
         except BaseException as exc:  # (told to the test below)
             failed.append(exc)
 
