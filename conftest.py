@@ -57,12 +57,22 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def memory_bus() -> Iterator[str]:
     """A bus in this process (:mod:`laneway.bus`, ``memory://``) of this test alone: Redis's
-    commands and Lua scripts without a ``redis-server``; gone after the test."""
+    commands and Lua scripts (fakeredis, its Lua run by lupa) without a ``redis-server``;
+    gone after the test."""
     import uuid
 
-    from laneway.bus import forget
+    import fakeredis
+
+    from laneway.bus import InProcessBus, forget, provide
 
     url = f"memory://test-{uuid.uuid4().hex[:8]}"
+    server = fakeredis.FakeServer()
+    provide(
+        url,
+        InProcessBus(
+            lambda: fakeredis.FakeAsyncRedis(server=server), lambda: fakeredis.FakeRedis(server=server)
+        ),
+    )
     yield url
     forget(url)
 

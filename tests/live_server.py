@@ -94,8 +94,10 @@ def live_servers(
 
     def run() -> None:
         try:
-            # (on the event loop uvicorn itself would choose: uvloop where it is installed)
-            with asyncio.Runner(loop_factory=started[0].config.get_loop_factory()) as runner:
+            # one server: on the loop uvicorn itself would choose, as Server.run (uvloop where
+            # installed); several (a cluster in one process): on asyncio's own
+            factory = started[0].config.get_loop_factory() if len(started) == 1 else None
+            with asyncio.Runner(loop_factory=factory) as runner:
                 runner.run(main())
         except BaseException as exc:  # (told to the test below)
             failed.append(exc)

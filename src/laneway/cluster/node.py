@@ -22,7 +22,7 @@ import uuid
 
 import redis.asyncio as aioredis
 
-from laneway.bus import connect
+from laneway.bus import BusUnavailable, connect
 from laneway.cluster.generation import CHECK, RECORD, Generation, Loss
 from laneway.cluster.journal import Journal
 from laneway.cluster.leader import Leader
@@ -30,6 +30,7 @@ from laneway.cluster.lease import Campaign, Lease
 from laneway.cluster.liveness import ALIVE_TTL_S
 from laneway.cluster.remote import RemoteScheduler
 from laneway.config.schema import ClusterConfig
+from laneway.core import ConfigError
 
 log = logging.getLogger("laneway.cluster")
 
@@ -173,7 +174,10 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     from laneway.runtime.rejections import taken_for_dead
 
     assert isinstance(runtime, Runtime)
-    client = connect(cluster.redis_url)
+    try:
+        client = connect(cluster.redis_url)
+    except BusUnavailable as exc:
+        raise ConfigError(f"cluster.redis_url: {exc}") from None
     await client.ping()
     config = runtime.config
     remote = RemoteScheduler(
