@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: Any) -> None:
 def _client(config_path: Path) -> tuple[Any, str]:
     import redis
 
-    from laneway.bus import connect_sync
+    from laneway.bus import BusUnavailable, connect_sync
     from laneway.config import load_config
 
     try:
@@ -52,10 +52,10 @@ def _client(config_path: Path) -> tuple[Any, str]:
     if config.cluster is None:
         raise ClusterCliError(f"{config_path}: no [cluster] table: this server is not a replica of a cluster")
     c = config.cluster
-    client = connect_sync(c.redis_url)
     try:
+        client = connect_sync(c.redis_url)
         client.ping()
-    except redis.RedisError as exc:
+    except (redis.RedisError, BusUnavailable) as exc:
         raise ClusterCliError(f"cannot reach Redis at {c.redis_url}: {exc}") from None
     return client, c.key_prefix
 
