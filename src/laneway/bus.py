@@ -6,8 +6,9 @@ very process — the cluster's test seam, as dramatiq's ``StubBroker`` is for it
 shared by every client of that name in the process, from any thread or event loop; the
 tests' is fakeredis, its Lua run by Lua itself through lupa: the same commands, the same
 Lua scripts), so the replicas of a test run in one process on one bus without a
-``redis-server``, in seconds. The cluster's code sees one client type either way (``redis.asyncio.Redis``, or
-``redis.Redis`` for the store, which runs on a thread) and never knows which it has.
+``redis-server``, in seconds. The cluster's code sees one client type either way
+(``redis.asyncio.Redis``, or ``redis.Redis`` for the store, which runs on a thread) and never
+knows which it has.
 """
 
 from __future__ import annotations

@@ -6,12 +6,15 @@ import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from laneway.backends.base import Worker
 from laneway.backends.simulated import SimulatedWorker
 from laneway.config.schema import WorkerConfig
 from laneway.core import ConfigError
+
+if TYPE_CHECKING:
+    from laneway.backends.http import Connect
 
 
 async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
@@ -34,7 +37,7 @@ async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
     raise ConfigError(f"workers.{cfg.name}.type: unknown worker type {cfg.type!r}")
 
 
-def build_upstream(cfg: WorkerConfig, connect: Any = None) -> Worker:
+def build_upstream(cfg: WorkerConfig, connect: Connect | None = None) -> Worker:
     """The hook for OpenAI-compatible upstreams (vLLM, SGLang, llama.cpp, TGI):
     ``laneway.backends.upstream.UpstreamWorker(name, url, model, slots=, api_key=,
     timeout_s=, stall_timeout_s=, token_ids=, options=, connect=)``; ``connect``: how its
