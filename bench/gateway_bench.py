@@ -112,14 +112,26 @@ class Connection:
         return cls(reader, writer)
 
     async def request(self, raw: bytes) -> tuple[int, bytes]:
+        """Send ``raw``; the status and the whole body (with a Content-Length, or chunked:
+        an event stream, read to its last chunk)."""
         self.writer.write(raw)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
-        i = head.lower().find(b"content-length:")
-        if i < 0:
-            raise RuntimeError(f"no Content-Length in {head!r}")
-        n = int(head[i + 15 : head.index(b"\r\n", i)])
-        return status, await self.reader.readexactly(n)
+        lower = head.lower()
+        i = lower.find(b"content-length:")
+        if i >= 0:
+            n = int(head[i + 15 : head.index(b"\r\n", i)])
+            return status, await self.reader.readexactly(n)
+        if b"transfer-encoding: chunked" not in lower:
+            raise RuntimeError(f"neither a Content-Length nor chunked in {head!r}")
+        parts = []
+        for _ in range(1_000_000):  # (bounded: a stream of a million chunks is an error)
+            size = int((await self.reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)
+            chunk = await self.reader.readexactly(size + 2)
+            if size == 0:
+                return status, b"".join(parts)
+            parts.append(chunk[:-2])
+        raise RuntimeError("a chunked body of over a million chunks")
 
     async def close(self) -> None:
         self.writer.close()

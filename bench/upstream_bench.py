@@ -17,12 +17,16 @@ directory), stopped afterwards; every loop is bounded in count and time.
    requests' latency and time to first token, under the flood ÷ idle (target
    ≤ 1.2 through laneway), and the batch's makespan through laneway ÷ direct
    (the engine's FIFO).
-2. **Overhead** (``overhead``): the stand-in answering at once (64 slots).
-   Added latency: ``--requests`` 1-token completions, each sent directly and
-   through laneway in turn on kept-alive connections, p50/p99 of each and the
-   difference (target ≤ 1 ms p50). Requests/s: ``--clients`` connections
-   through laneway for ``--duration`` s (``wrk`` if installed, else a small
-   asyncio client; target ≥ 2,000), the engine alone beside it.
+2. **Overhead** (``overhead``): the stand-in answering at once (64 slots), on
+   three paths: 1-token completions, chat completions, and chat completions
+   streamed to the client. laneway runs alone on the last core, the engine
+   and the clients on the others (with fewer cores, all share). Added
+   latency: ``--requests`` requests of each path, each sent directly and
+   through laneway in turn on kept-alive connections (a stream read to its
+   end), p50/p99 of each and the difference (target ≤ 1 ms p50).
+   Requests/s: ``--clients`` connections through laneway for ``--duration``
+   s (``wrk`` if installed, else a small asyncio client; target ≥ 2,000),
+   the engine alone beside it.
 3. **vLLM** (``vllm``, with ``--vllm``): the flood of (1) against a real vLLM
    (``scripts/vllm-cpu``), pinned to one core (it keeps every core it may
    use busy), laneway and the clients on the others; a smaller flood
@@ -35,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -187,8 +192,28 @@ def bench_vllm(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- 2. the overhead
-async def added_latency(direct_port: int, via_port: int, requests: int) -> dict[str, Any]:
-    raw = post_bytes("/v1/completions", {"model": "standin", "prompt": "hello", "max_tokens": 1})
+# what each path of the overhead sends: its endpoint and body (1 token, answered at once)
+OVERHEAD_PATHS: dict[str, tuple[str, dict[str, Any]]] = {
+    "completions": ("/v1/completions", {"model": "standin", "prompt": "hello", "max_tokens": 1}),
+    "chat": (
+        "/v1/chat/completions",
+        {"model": "standin", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 1},
+    ),
+    "chat, streamed": (
+        "/v1/chat/completions",
+        {
+            "model": "standin",
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 1,
+            "stream": True,
+        },
+    ),
+}
+
+
+async def added_latency(direct_port: int, via_port: int, raw: bytes, requests: int) -> dict[str, Any]:
+    """``requests`` of ``raw``, each sent directly and through laneway in turn (whole answers,
+    streams read to their end)."""
     a, b = await Connection.open(direct_port), await Connection.open(via_port)
     direct, via = [], []
     try:
@@ -206,13 +231,14 @@ async def added_latency(direct_port: int, via_port: int, requests: int) -> dict[
     return added(direct, via, "laneway")
 
 
-def throughput(url: str, port: int, cpu_s: Any, args: argparse.Namespace) -> dict[str, Any]:
-    body = json.dumps({"model": "standin", "prompt": "hello", "max_tokens": 1}).encode()
+def throughput(
+    url: str, port: int, path: str, body: dict[str, Any], cpu_s: Any, args: argparse.Namespace
+) -> dict[str, Any]:
     if shutil.which("wrk") is not None:
-        r = wrk(url + "/completions", body, args.clients, args.duration, cpu_s)
+        r = wrk(url.removesuffix("/v1") + path, json.dumps(body).encode(), args.clients, args.duration, cpu_s)
         r["loadgen"] = "wrk"
         return r
-    raw = post_bytes("/v1/completions", json.loads(body))
+    raw = post_bytes(path, body)
     cpu0 = cpu_s()
     r = _run_fast(_load(port, raw, args.clients, 1.0, args.duration))
     r.update(seconds=args.duration, req_per_s=r["requests"] / args.duration, server_cpu_s=cpu_s() - cpu0)
@@ -220,19 +246,45 @@ def throughput(url: str, port: int, cpu_s: Any, args: argparse.Namespace) -> dic
     return r
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` onto ``cpus`` (where the machine has them)."""
+    have = os.sched_getaffinity(0)
+    if not cpus <= have:
+        return
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
 def bench_overhead(args: argparse.Namespace) -> dict[str, Any]:
-    err.print(f"[dim]overhead: {args.requests} pairs, then {args.clients} clients for {args.duration} s…[/]")
+    err.print(
+        f"[dim]overhead: {args.requests} pairs a path, then {args.clients} clients for {args.duration} s…[/]"
+    )
+    cores = sorted(os.sched_getaffinity(0))
+    # laneway alone on the last core; the engine and the clients on the others
+    gw_core, rest = ({cores[-1]}, set(cores[:-1])) if len(cores) > 1 else (set(cores), set(cores))
+    out: dict[str, Any] = {"paths": {}, "laneway_cores": sorted(gw_core), "clients": args.clients}
     with tempfile.TemporaryDirectory(prefix="upstream-bench-over-") as tmp:
         d = Path(tmp)
-        with standin_process(d / "standin.log", "--slots", "64", "--ms-per-token", "0") as engine:
-            cfg = d / "laneway.toml"
-            cfg.write_text(gateway_toml(d / "data", engine.url, "standin", 64))
-            with serve_process("--config", str(cfg), log=d / "laneway.log") as server:
-                lat = _run_fast(added_latency(engine.port, server.port, args.requests))
-                via = throughput(server.url + "/v1", server.port, server.cpu_s, args)
-                direct = throughput(engine.url, engine.port, engine.cpu_s, args)
-    via["server_cpu_us_per_req"] = via["server_cpu_s"] / max(1, via["requests"]) * 1e6
-    return {"latency": lat, "laneway": via, "direct": direct}
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, rest)  # (the processes started now inherit it)
+        try:
+            with standin_process(d / "standin.log", "--slots", "64", "--ms-per-token", "0") as engine:
+                cfg = d / "laneway.toml"
+                cfg.write_text(gateway_toml(d / "data", engine.url, "standin", 64))
+                with serve_process("--config", str(cfg), log=d / "laneway.log") as server:
+                    pin(server.proc.pid, gw_core)
+                    for name, (path, body) in OVERHEAD_PATHS.items():
+                        err.print(f"[dim]  {name}…[/]")
+                        raw = post_bytes(path, body)
+                        lat = _run_fast(added_latency(engine.port, server.port, raw, args.requests))
+                        via = throughput(server.url + "/v1", server.port, path, body, server.cpu_s, args)
+                        via["server_cpu_us_per_req"] = via["server_cpu_s"] / max(1, via["requests"]) * 1e6
+                        direct = throughput(engine.url, engine.port, path, body, engine.cpu_s, args)
+                        out["paths"][name] = {"latency": lat, "laneway": via, "direct": direct}
+        finally:
+            os.sched_setaffinity(0, mine)
+    return out
 
 
 # --------------------------------------------------------------------------- report
@@ -267,24 +319,29 @@ def report(results: dict[str, Any], console: Console) -> None:
         console.print(flood_table("real vLLM (CPU, one core)", results["vllm"]))
     if "overhead" in results:
         o = results["overhead"]
-        lat = o["latency"]
-        t = Table(title="1-token completions: laneway in front of the stand-in vs the stand-in alone")
-        for c in ("direct p50", "direct p99", "laneway p50", "laneway p99", "added p50 ms", "added p99 ms",
-                  "laneway req/s", "direct req/s", "laneway CPU µs/req", "load"):  # fmt: skip
+        t = Table(title="1-token requests: laneway in front of the stand-in vs the stand-in alone")
+        for c in ("path", "direct p50", "direct p99", "laneway p50", "laneway p99", "added p50 ms",
+                  "added p99 ms", "laneway req/s", "direct req/s", "laneway CPU µs/req", "load"):  # fmt: skip
             t.add_column(c, justify="right")
-        t.add_row(
-            f"{lat['direct_p50_ms']:.3f}",
-            f"{lat['direct_p99_ms']:.3f}",
-            f"{lat['laneway_p50_ms']:.3f}",
-            f"{lat['laneway_p99_ms']:.3f}",
-            f"{lat['added_p50_ms']:.3f}",
-            f"{lat['added_p99_ms']:.3f}",
-            f"{o['laneway']['req_per_s']:.0f}",
-            f"{o['direct']['req_per_s']:.0f}",
-            f"{o['laneway']['server_cpu_us_per_req']:.0f}",
-            o["laneway"]["loadgen"],
+        for name, p in o["paths"].items():
+            lat = p["latency"]
+            t.add_row(
+                name,
+                f"{lat['direct_p50_ms']:.3f}",
+                f"{lat['direct_p99_ms']:.3f}",
+                f"{lat['laneway_p50_ms']:.3f}",
+                f"{lat['laneway_p99_ms']:.3f}",
+                f"{lat['added_p50_ms']:.3f}",
+                f"{lat['added_p99_ms']:.3f}",
+                f"{p['laneway']['req_per_s']:.0f}",
+                f"{p['direct']['req_per_s']:.0f}",
+                f"{p['laneway']['server_cpu_us_per_req']:.0f}",
+                p["laneway"]["loadgen"],
+            )
+        t.caption = (
+            f"laneway pinned to core {o['laneway_cores']}, the engine and the clients on the others; "
+            f"targets: added p50 ≤ 1 ms, laneway ≥ 2,000 req/s ({o['clients']} clients)"
         )
-        t.caption = "targets: added p50 ≤ 1 ms, laneway ≥ 2,000 req/s (32 clients)"
         console.print(t)
 
 

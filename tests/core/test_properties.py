@@ -54,6 +54,7 @@ config_st = st.builds(
     tenants=st.just(TENANTS),
     mlfq_slice_s=st.sampled_from([2.0, 20.0]),
     mlfq_levels=st.integers(1, 3),
+    placement=st.sampled_from(["least-loaded", "round-robin"]),
 )
 
 # An event is one integer, decoded below: one draw per event keeps generation

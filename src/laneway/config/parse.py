@@ -257,6 +257,7 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
         fair_tenants=table.bool("fair_tenants", base.fair_tenants),
         fair_prompt_weight=table.float("fair_prompt_weight", base.fair_prompt_weight),
         fair_output_weight=table.float("fair_output_weight", base.fair_output_weight),
+        placement=table.str("placement", base.placement),
     )
     table.done()
     return cfg

@@ -9,6 +9,7 @@ from laneway.core.admission import TenantPolicy
 from laneway.core.classes import ClassTable
 from laneway.core.costs import CostModel
 from laneway.core.errors import ConfigError
+from laneway.core.placement import SPREADS
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class SchedulerConfig:
       token counter (:mod:`laneway.core.fairness`; ``fair_prompt_weight`` and
       ``fair_output_weight`` price a prompt and an output token); ``False``:
       FIFO by arrival inside a class.
+    - ``placement``: how work spreads over workers of fixed slots that may all take it:
+      ``least-loaded`` (the one running the smallest share of its slots) or
+      ``round-robin`` (in turn, whatever they run).
     """
 
     classes: ClassTable = field(default_factory=ClassTable)
@@ -67,6 +71,7 @@ class SchedulerConfig:
     fair_tenants: bool = True
     fair_prompt_weight: float = 1.0
     fair_output_weight: float = 2.0
+    placement: str = "least-loaded"
 
     def __post_init__(self) -> None:
         if self.aging_interval_s is not None and self.aging_interval_s <= 0:
@@ -91,6 +96,8 @@ class SchedulerConfig:
             raise ConfigError("default_service_s: must be > 0")
         if self.fair_prompt_weight < 0 or self.fair_output_weight < 0:
             raise ConfigError("fair_prompt_weight / fair_output_weight: must be >= 0")
+        if self.placement not in SPREADS:
+            raise ConfigError(f"placement: must be one of {', '.join(SPREADS)}, got {self.placement!r}")
         n = len(self.classes)
         for name, pol in self.tenants.items():
             ranks = set(pol.allowed or ()) | set(pol.quotas) | set(pol.token_quotas)

@@ -9,6 +9,10 @@ A placement answers three questions for the scheduler:
 - :meth:`Placement.free_slot` / :meth:`Placement.set_available`: a slot came free, a
   worker went out of service or came back.
 
+Work is spread over the workers that may take it: by default to the one running the
+smallest share of its slots (so two engines of four slots each run two and two, not four
+and none), or in turn (``round-robin``).
+
 Both placements, :class:`SlotPlacement` (workers of fixed slots: the server's upstreams
 and engines, the simulator's slots) and :class:`~laneway.core.gpu_placement.GpuPlacement`
 (replicas of models that it loads on GPUs), choose among the workers that could take a
@@ -141,10 +145,18 @@ class Placement(Protocol):
         ...
 
 
+# how a slot placement spreads work over workers that may all take it
+SPREADS = ("least-loaded", "round-robin")
+
+
 class SlotPlacement:
-    """Workers of fixed slots. Candidates: the workers with a free slot and in service,
-    the one idle longest first (configuration order at start); filters: it serves the
-    model, it runs the class; scorers: none unless given (then the order breaks ties)."""
+    """Workers of fixed slots. Candidates: the workers with a free slot and in service;
+    filters: it serves the model, it runs the class; scorers: none unless given.
+
+    ``spread`` orders the candidates: ``least-loaded`` (the default) takes the one running
+    the smallest share of its slots, the one idle longest among equals (configuration
+    order at start); ``round-robin`` takes them in turn (configuration order, the one after
+    the last chosen first), whatever they run. Scorers, where given, rank before it."""
 
     takes_any = True
 
@@ -153,34 +165,52 @@ class SlotPlacement:
         workers: Sequence[WorkerState],
         filters: Sequence[Filter] = (ServesModel(), AdmitsClass()),
         scorers: Sequence[Scorer] = (),
+        spread: str = "least-loaded",
     ) -> None:
+        if spread not in SPREADS:
+            raise ValueError(f"unknown spread {spread!r} (one of: {', '.join(SPREADS)})")
         self.workers = list(workers)
         self.filters = tuple(filters)
         self.scorers = tuple(scorers)
+        self.spread = spread
+        self._turn = 0  # round-robin: where the next turn starts in self.workers
+        self._index = {w.id: i for i, w in enumerate(self.workers)}
         # workers with a free slot, the one idle longest first
         self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
         self.down: set[str] = set()  # workers out of placement until they recover
-        # every worker serves every model and class, and nothing ranks them: the one idle
-        # longest will do
+        # every worker serves every model and class, and nothing ranks them
         self._open = not self.scorers and all(
             w.spec.models is None and w.spec.classes is None for w in self.workers
         )
+        # one slot each: every candidate runs nothing, the one idle longest is least loaded
+        self._single = all(w.spec.slots == 1 for w in self.workers)
 
     def take_slot(self, req: Request, now: float) -> WorkerState | None:
         free = self._free
-        if self._open:
-            if not free:
-                return None
-            w = free[0]
+        if not free:
+            return None
+        if self.spread == "round-robin":
+            got = choose(req, self._in_turn(), self.filters, self.scorers, now)
+        elif self._open and (self._single or len(free) == 1):
+            got = free[0]
         else:
-            got = choose(req, free, self.filters, self.scorers, now)
-            if got is None:
-                return None
-            w = got
+            got = choose(req, free, self.filters, (*self.scorers, _LOAD), now)
+        if got is None:
+            return None
+        w = got
+        if self.spread == "round-robin":
+            self._turn = self._index[w.id] + 1
         w.free -= 1
         if not w.free:
             free.remove(w)
         return w
+
+    def _in_turn(self) -> list[WorkerState]:
+        """The candidates in round-robin order: from the one after the last chosen."""
+        n = len(self.workers)
+        start = self._turn % n if n else 0
+        order = self.workers[start:] + self.workers[:start]
+        return [w for w in order if w.free > 0 and w.id not in self.down]
 
     def never(self, req: Request) -> str | None:
         return never(req, self.workers, self.filters)
@@ -204,3 +234,14 @@ class SlotPlacement:
             self.down.add(worker.id)
             if worker in self._free:
                 self._free.remove(worker)
+
+
+class LeastLoaded:
+    """The share of its slots a worker runs (held slots count): the lowest wins."""
+
+    def score(self, req: Request, w: WorkerState, now: float) -> float:
+        slots = w.spec.slots
+        return 1.0 - w.free / slots if slots > 0 else 1.0
+
+
+_LOAD = LeastLoaded()

@@ -1,0 +1,305 @@
+"""Many agents over two real vLLM engines: laneway beside client-side balancers straight to them.
+
+    python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
+        [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4]
+        [--modes round-robin,laneway-rr,laneway] [--json out.json]
+
+Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
+(``DIR``: SmolLM2-135M-Instruct as ``scripts/vllm-cpu smollm2`` makes it). ``--agents``
+agents each have a system prompt of ``--prompt-words`` words of their own; ``--requests``
+streamed chat requests (agent ``i % agents``, a question of its own, ``--tokens`` tokens) are
+sent by ``--clients`` clients, each taking the next request when its last one ended. Every
+mode sends the same requests in the same order, the engines' prefix caches emptied before
+each (``POST /reset_prefix_cache``, vLLM's dev mode):
+
+- ``round-robin``: straight to the engines, request ``i`` to engine ``i % 2``;
+- ``least-loaded``: straight to the engine with fewer of this client's requests in flight;
+- ``laneway-rr``: through ``laneway serve``, two upstream workers of ``--slots`` slots,
+  ``[scheduler] placement = "round-robin"``: requests dispatched to them in turn, so that
+  only the path differs from ``round-robin``;
+- ``laneway``: through ``laneway serve`` with nothing configured but the two workers.
+
+Reported per mode: time to first token p50/p99, makespan, each engine's prefix-cache hit
+rate (its own ``vllm:prefix_cache_*`` counters) and how often it ran nothing (its
+``vllm:num_requests_running`` sampled every 0.25 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from laneway.testing import serve_process, vllm_process
+
+HOST = "127.0.0.1"
+MODEL = "smollm2"
+REQUEST_TIMEOUT_S = 600.0
+err = Console(stderr=True)
+
+WORDS = (  # the words the system prompts are made of
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had "
+    "by word but not what all were we when your can said there use an each which she do how their if will "
+    "up other about out many then them these so some her would make like him into time has look two more "
+    "write go see number no way could people my than first water been call who oil its now find long down "
+    "day did get come made may part over new sound take only little work know place year live me back give "
+    "most very after thing our just name good sentence man think say great where help through much before "
+    "line right too mean old any same tell boy follow came want show also around form three small set put "
+    "end does another well large must big even such because turn here why ask went men read need land "
+    "different home us move try kind hand picture again change off play spell air away animal house point"
+)
+
+
+# --------------------------------------------------------------------------- the workload
+def workload(agents: int, requests: int, words: int, tokens: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``requests`` chat bodies: agent ``i % agents`` with its own system prompt."""
+    rng = random.Random(seed)
+    vocab = WORDS.split()
+    systems = [
+        f"You are agent {a}, a helpful assistant. Your notes: "
+        + " ".join(rng.choice(vocab) for _ in range(words))
+        for a in range(agents)
+    ]
+    out = []
+    for i in range(requests):
+        out.append(
+            {
+                "model": MODEL,
+                "messages": [
+                    {"role": "system", "content": systems[i % agents]},
+                    {
+                        "role": "user",
+                        "content": f"Question {i}: what is {rng.choice(vocab)} {rng.choice(vocab)}?",
+                    },
+                ],
+                "max_tokens": tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- the engines
+class Engines:
+    """The two engines: their URLs, metrics and the sampler of their running counts."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.samples: list[list[float]] = [[] for _ in urls]
+
+    def root(self, i: int) -> str:
+        return self.urls[i].removesuffix("/v1")
+
+    def reset(self) -> None:
+        for i in range(len(self.urls)):
+            r = httpx.post(self.root(i) + "/reset_prefix_cache", timeout=30)
+            r.raise_for_status()
+
+    def counters(self) -> list[dict[str, float]]:
+        out = []
+        for i in range(len(self.urls)):
+            text = httpx.get(self.root(i) + "/metrics", timeout=30).text
+            row = {}
+            for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+                row[name] = sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
+            out.append(row)
+        return out
+
+    async def sample(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        pattern = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            for i in range(len(self.urls)):
+                with contextlib.suppress(httpx.HTTPError):
+                    text = (await client.get(self.root(i) + "/metrics", timeout=5)).text
+                    self.samples[i].append(sum(float(v) for v in pattern.findall(text)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.25)
+
+
+@contextlib.contextmanager
+def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # (for /reset_prefix_cache)
+    extra = ("--served-model-name", MODEL, "--max-num-seqs", str(args.slots), "--enable-prefix-caching")
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for i in range(2):
+            err.print(f"[dim]starting vLLM {i} on core {i}…[/]")
+            v = stack.enter_context(
+                vllm_process(Path(args.vllm), Path(args.model), tmp / f"vllm{i}.log", *extra, cpus=str(i))
+            )
+            urls.append(v.url)
+        yield Engines(urls)
+
+
+@contextlib.contextmanager
+def gateway(tmp: Path, urls: list[str], slots: int, placement: str | None = None) -> Iterator[str]:
+    toml = f'[server]\nhost = "{HOST}"\ndata_dir = "{tmp / "data"}"\n'
+    if placement is not None:
+        toml += f'\n[scheduler]\nplacement = "{placement}"\n'
+    for i, url in enumerate(urls):
+        toml += (
+            f'\n[[workers]]\nname = "up{i}"\ntype = "upstream"\nurl = "{url}"\nmodel = "{MODEL}"\n'
+            f'served_name = "{MODEL}"\nslots = {slots}\n'
+        )
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = tmp / "laneway.toml"
+    cfg.write_text(toml)
+    with serve_process("--config", str(cfg), log=tmp / "laneway.log") as server:
+        yield server.url + "/v1"
+
+
+# --------------------------------------------------------------------------- one run
+async def stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[float, float]:
+    """(time to first text, end) of one streamed request, from its start, in seconds."""
+    t0 = time.perf_counter()
+    first = None
+    async with client.stream("POST", url + "/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
+        async for line in resp.aiter_lines():
+            if (
+                first is None
+                and line.startswith("data: {")
+                and '"content":"' in line
+                and '"content":""' not in line
+            ):
+                first = time.perf_counter() - t0
+    end = time.perf_counter() - t0
+    return (first if first is not None else end), end
+
+
+async def run(
+    mode: str, bodies: list[dict[str, Any]], eng: Engines, via: str | None, clients: int
+) -> dict[str, Any]:
+    queue = list(enumerate(bodies))
+    queue.reverse()
+    ttfts: list[float] = [0.0] * len(bodies)
+    in_flight = [0] * len(eng.urls)
+    per_engine = [0] * len(eng.urls)
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+
+        async def one_client() -> None:
+            while queue:
+                i, body = queue.pop()
+                if via is None:
+                    e = i % 2 if mode == "round-robin" else min(range(2), key=lambda k: (in_flight[k], k))
+                    url = eng.urls[e]
+                else:
+                    url, e = via, -1
+                if e >= 0:
+                    in_flight[e] += 1
+                    per_engine[e] += 1
+                try:
+                    ttfts[i], _ = await stream(client, url, body)
+                finally:
+                    if e >= 0:
+                        in_flight[e] -= 1
+
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(eng.sample(client, stop))
+        before = eng.counters()
+        t0 = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(one_client() for _ in range(clients))), REQUEST_TIMEOUT_S * 4)
+        makespan = time.perf_counter() - t0
+        stop.set()
+        await sampler
+    after = eng.counters()
+    hits = []
+    for b, a in zip(before, after, strict=True):
+        q = a["vllm:prefix_cache_queries_total"] - b["vllm:prefix_cache_queries_total"]
+        h = a["vllm:prefix_cache_hits_total"] - b["vllm:prefix_cache_hits_total"]
+        hits.append(h / q if q else float("nan"))
+    idle = [sum(1 for x in s if x == 0) / len(s) if s else float("nan") for s in eng.samples]
+    ordered = sorted(ttfts)
+    return {
+        "mode": mode,
+        "requests": len(bodies),
+        "ttft_p50_s": statistics.median(ordered),
+        "ttft_p99_s": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+        "makespan_s": makespan,
+        "prefix_hit_rate": hits,
+        "idle_fraction": idle,
+        "per_engine": per_engine if via is None else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vllm", required=True, metavar="VENV")
+    ap.add_argument("--model", required=True, metavar="DIR")
+    ap.add_argument("--agents", type=int, default=60)
+    ap.add_argument("--requests", type=int, default=240)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--prompt-words", type=int, default=560)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--modes", default="round-robin,laneway-rr,laneway")
+    ap.add_argument("--json", type=Path, metavar="FILE")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway"})
+    if bad:
+        ap.error(f"unknown mode {bad[0]!r}")
+    bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        with engines(args, tmp) as eng:
+            for mode in modes:
+                eng.reset()
+                eng.samples = [[] for _ in eng.urls]
+                err.print(f"[dim]{mode}: {len(bodies)} requests from {args.clients} clients…[/]")
+                if mode.startswith("laneway"):
+                    placement = "round-robin" if mode == "laneway-rr" else None
+                    with gateway(tmp / mode, eng.urls, args.slots, placement) as via:
+                        results.append(asyncio.run(run(mode, bodies, eng, via, args.clients)))
+                else:
+                    results.append(asyncio.run(run(mode, bodies, eng, None, args.clients)))
+                r = results[-1]
+                err.print(
+                    f"[dim]  makespan {r['makespan_s']:.1f} s, TTFT p50 {r['ttft_p50_s']:.2f} s, "
+                    f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}[/]"
+                )
+    t = Table(title=f"{args.requests} streamed chats of {args.agents} agents over two vLLM engines")
+    t.add_column("mode", no_wrap=True)
+    for c in ("TTFT p50 s", "TTFT p99 s", "makespan s", "prefix hits (engines)", "ran nothing (engines)"):
+        t.add_column(c, justify="right")
+    for r in results:
+        t.add_row(
+            r["mode"],
+            f"{r['ttft_p50_s']:.2f}",
+            f"{r['ttft_p99_s']:.2f}",
+            f"{r['makespan_s']:.1f}",
+            " / ".join(f"{x:.0%}" for x in r["prefix_hit_rate"]),
+            " / ".join(f"{x:.0%}" for x in r["idle_fraction"]),
+        )
+    Console().print(t)
+    if args.json:
+        args.json.write_text(
+            json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": results}, indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
