@@ -1,23 +1,25 @@
 """Many agents over two real vLLM engines: laneway beside client-side balancers straight to them.
 
     python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
-        [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4]
+        [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order cyclic|random]
         [--modes round-robin,laneway-rr,laneway] [--json out.json]
 
 Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
 (``DIR``: SmolLM2-135M-Instruct as ``scripts/vllm-cpu smollm2`` makes it). ``--agents``
 agents each have a system prompt of ``--prompt-words`` words of their own; ``--requests``
-streamed chat requests (agent ``i % agents``, a question of its own, ``--tokens`` tokens) are
-sent by ``--clients`` clients, each taking the next request when its last one ended. Every
-mode sends the same requests in the same order, the engines' prefix caches emptied before
-each (``POST /reset_prefix_cache``, vLLM's dev mode):
+streamed chat requests (of agent ``i % agents``, or with ``--order random`` of an agent drawn
+at random; a question of its own, ``--tokens`` tokens) are sent by ``--clients`` clients,
+each taking the next request when its last one ended. Every mode sends the same requests
+in the same order, the engines' prefix caches emptied before each
+(``POST /reset_prefix_cache``, vLLM's dev mode):
 
 - ``round-robin``: straight to the engines, request ``i`` to engine ``i % 2``;
 - ``least-loaded``: straight to the engine with fewer of this client's requests in flight;
 - ``laneway-rr``: through ``laneway serve``, two upstream workers of ``--slots`` slots,
   ``[scheduler] placement = "round-robin"``: requests dispatched to them in turn, so that
   only the path differs from ``round-robin``;
-- ``laneway``: through ``laneway serve`` with nothing configured but the two workers.
+- ``laneway``: through ``laneway serve`` with nothing configured but the two workers (its
+  default placement: where the prompt is likely cached, else the least loaded).
 
 Reported per mode: time to first token p50/p99, makespan, each engine's prefix-cache hit
 rate (its own ``vllm:prefix_cache_*`` counters) and how often it ran nothing (its
@@ -66,8 +68,11 @@ WORDS = (  # the words the system prompts are made of
 
 
 # --------------------------------------------------------------------------- the workload
-def workload(agents: int, requests: int, words: int, tokens: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``requests`` chat bodies: agent ``i % agents`` with its own system prompt."""
+def workload(
+    agents: int, requests: int, words: int, tokens: int, order: str = "cyclic", seed: int = 0
+) -> list[dict[str, Any]]:
+    """``requests`` chat bodies, each of an agent with its own system prompt: agent
+    ``i % agents`` (``cyclic``), or one drawn at random (``random``, seeded)."""
     rng = random.Random(seed)
     vocab = WORDS.split()
     systems = [
@@ -77,11 +82,12 @@ def workload(agents: int, requests: int, words: int, tokens: int, seed: int = 0)
     ]
     out = []
     for i in range(requests):
+        agent = i % agents if order == "cyclic" else rng.randrange(agents)
         out.append(
             {
                 "model": MODEL,
                 "messages": [
-                    {"role": "system", "content": systems[i % agents]},
+                    {"role": "system", "content": systems[agent]},
                     {
                         "role": "user",
                         "content": f"Question {i}: what is {rng.choice(vocab)} {rng.choice(vocab)}?",
@@ -253,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-words", type=int, default=560)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument(
+        "--order", choices=("cyclic", "random"), default="cyclic", help="which agent each request is of"
+    )
     ap.add_argument("--modes", default="round-robin,laneway-rr,laneway")
     ap.add_argument("--json", type=Path, metavar="FILE")
     args = ap.parse_args(argv)
@@ -260,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway"})
     if bad:
         ap.error(f"unknown mode {bad[0]!r}")
-    bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens)
+    bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens, args.order)
     results = []
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp_s:
         tmp = Path(tmp_s)

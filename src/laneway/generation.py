@@ -164,7 +164,8 @@ class Job:
     ``continue_final_message``). ``body``: for upstream workers, the client's
     fields laneway does not own, forwarded as sent. ``stream``: the client
     reads the answer as it is made. ``resume``: how a preemption may treat it
-    (:class:`ResumeRule`; its string is taken too).
+    (:class:`ResumeRule`; its string is taken too). ``rank``: its class, set where an
+    upstream is told it (vLLM's ``priority``).
     """
 
     id: str
@@ -177,6 +178,7 @@ class Job:
     body: Mapping[str, Any] | None = None
     stream: bool = False
     resume: ResumeRule = ResumeRule.EXACT
+    rank: int = 0  # its class (0: the most urgent), for an engine that orders its queue by it
 
     def __post_init__(self) -> None:
         if not self.kind:

@@ -106,9 +106,15 @@ class StandIn:
     """The ASGI app."""
 
     def __init__(
-        self, model: str = "standin", slots: int = 4, ms_per_token: float = 2.0, refuse: tuple[str, ...] = ()
+        self,
+        model: str = "standin",
+        slots: int = 4,
+        ms_per_token: float = 2.0,
+        refuse: tuple[str, ...] = (),
+        kv_tokens: int = 16_384,
     ) -> None:
         self.model = model
+        self.kv_tokens = kv_tokens  # (what its /metrics says its KV space is)
         self.refuse = frozenset(refuse)  # request fields answered 400 (as an engine without them)
         self.slots = slots
         self.step_s = ms_per_token / 1000.0
@@ -124,6 +130,8 @@ class StandIn:
         # can tell whether one request ran twice at once, on this engine or beside another
         self.spans: deque[tuple[str, float, float]] = deque(maxlen=MAX_SPANS)
         self.opened: set[_Seq] = set()
+        # the vLLM `priority` each generation request carried (None: none), the latest last
+        self.priorities: deque[object] = deque(maxlen=MAX_SPANS)
 
     # ------------------------------------------------------------ scheduling
     def _admit(self, seq: _Seq) -> None:
@@ -228,6 +236,9 @@ class StandIn:
                 f'vllm:num_requests_running{{model_name="{self.model}"}} {len(self.running)}\n'
                 "# TYPE vllm:num_requests_waiting gauge\n"
                 f'vllm:num_requests_waiting{{model_name="{self.model}"}} {len(self.waiting)}\n'
+                "# TYPE vllm:cache_config_info gauge\n"
+                f'vllm:cache_config_info{{block_size="16",kv_cache_size_tokens="{self.kv_tokens}",'
+                f'num_gpu_blocks="{self.kv_tokens // 16}"}} 1.0\n'
             )
             await _text(send, 200, text)
             return
@@ -289,6 +300,7 @@ class StandIn:
         seed = zlib.crc32(bytes(t - BYTE_BASE for t in ids if t >= BYTE_BASE))
         target = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
         options = body.get("stream_options") or {}
+        self.priorities.append(body.get("priority"))
         meta = {
             "chat": chat,
             "stream": bool(body.get("stream")),

@@ -178,9 +178,19 @@ def test_readyz_shows_what_was_learnt_and_an_outage_forgets_it(tmp_path: Path) -
             )
             assert r.status_code == 200
             caps = wait_for(s.url, lambda c: c["metrics"] is not None and c["token_ids"] is not None)
-            assert caps == {"token_ids": True, "id_prompts": None, "continue_final": None, "metrics": "vllm"}
+            assert caps == {
+                "token_ids": True,
+                "id_prompts": None,
+                "continue_final": None,
+                "metrics": "vllm",
+                "kv_tokens": 16_384,  # (the stand-in's /metrics says so, as vLLM's does)
+            }
             engine.stop()  # unreachable: what was learnt is forgotten
-            wait_for(s.url, lambda c: c["token_ids"] is None and c["metrics"] is None, ready=False)
+            wait_for(
+                s.url,
+                lambda c: c["token_ids"] is None and c["metrics"] is None and c["kv_tokens"] is None,
+                ready=False,
+            )
             engine = StandInProcess(tmp_path / "again.log", ("--refuse", "return_token_ids"), port=port)
             wait_for(s.url, lambda c: c["metrics"] == "vllm")
             r = httpx.post(
@@ -203,3 +213,14 @@ def wait_for(url: str, check: object, *, ready: bool = True) -> dict[str, object
             return caps  # type: ignore[no-any-return]
         assert time.monotonic() < deadline, (r.status_code, caps)
         time.sleep(0.05)
+
+
+def test_the_kv_space_is_read_from_vllms_cache_config_info() -> None:
+    from laneway.backends.capabilities import kv_tokens_in
+
+    info = 'vllm:cache_config_info{block_size="128",kv_cache_size_tokens="23296",num_gpu_blocks="182"} 1'
+    assert kv_tokens_in("# TYPE vllm:cache_config_info gauge\n" + info + "\n") == 23_296
+    older = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="2048",enable_prefix_caching="True"} 1.0'
+    assert kv_tokens_in(older) == 16 * 2048  # (no kv_cache_size_tokens: blocks x their size)
+    assert kv_tokens_in('vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0') is None
+    assert kv_tokens_in("vllm:num_requests_running 0\n") is None

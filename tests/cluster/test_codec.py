@@ -14,6 +14,7 @@ from laneway.cluster import codec
 from laneway.cluster.codec import (
     Availability,
     BadMessage,
+    CacheSpace,
     Cancelled,
     Census,
     CensusAsked,
@@ -35,9 +36,11 @@ from laneway.cluster.codec import (
 from laneway.core import Dispatch, Preempt, Reject, Request, StopMode
 
 SENT = Sent("r1", "r1.abc", 2, 1796225000.5, "m", "acme", False, 30.0, 4.5, 120, 64)
+PREFIXED = Sent("r2", "r1.abc", 0, 1796225001.0, "m", prompt_tokens=900, prefix=(2**63 + 5, 17, 0))
 
 EVENTS = [
     Submitted(SENT),
+    Submitted(PREFIXED),
     Finished("r1", True, 12, 100),
     Finished("r1"),
     Cancelled("r1", 3),
@@ -45,10 +48,11 @@ EVENTS = [
     Requeued("r1"),
     Progress("r1", 7),
     Availability("up0", False),
+    CacheSpace("up0", 23_296),
     Pace("m", 57, 1.25),
     SlotsWanted("r1.abc", "m"),
     LoanTaken("r1.abc", "up0", 4, 2),
-    Census("tok:1", "r1.abc", (TableEntry(SENT), TableEntry(SENT, codec.RUNNING, "up0"))),
+    Census("tok:1", "r1.abc", (TableEntry(SENT), TableEntry(PREFIXED, codec.RUNNING, "up0"))),
 ]
 ORDERS = [
     Dispatch("r1", "up0", None),
@@ -79,7 +83,8 @@ def test_an_unknown_wait_goes_as_null_and_comes_back_infinite() -> None:
 
 def test_the_wire_is_what_earlier_versions_wrote() -> None:
     fields = ["r1", "r1.abc", 2, 1796225000.5, "m", "acme", False, 30.0, 4.5, 120, 64]
-    assert encode(Submitted(SENT)) == ["s", *fields]
+    assert encode(Submitted(SENT)) == ["s", *fields, []]  # (its prompt's prefix last: none)
+    assert decode_event(["s", *fields]) == Submitted(SENT)  # sent before prefixes were
     assert encode(Finished("r1", False, 5, None)) == ["f", "r1", False, 5, None]
     assert encode(Preempted("r1", 1, 2, 0.5)) == ["p", "r1", 1, 2, 0.5]
     assert encode(LoanTaken("h", "w", 3, 1)) == ["u", "h", "w", 3, 1]
@@ -97,14 +102,18 @@ def test_a_table_entry_is_named_and_one_written_as_a_list_is_read() -> None:
     assert TableEntry.from_json(json.loads(json.dumps(data))) == entry
     old = [*encode(Submitted(SENT)), "r", "up0"]  # how the table was written before
     assert TableEntry.from_json(old) == entry
+    assert TableEntry.from_json([*old[:-3], "r", "up0"]) == entry  # ... before prefixes were
+    prefixed = TableEntry(PREFIXED, codec.QUEUED, None)
+    assert TableEntry.from_json(json.loads(json.dumps(prefixed.to_json()))) == prefixed
     more = {**data, "a_field_of_a_later_version": 1}  # a field added does not move the others
     assert TableEntry.from_json(more) == entry
 
 
 def test_a_sent_request_is_made_again_as_it_was() -> None:
-    req = SENT.request()
-    assert isinstance(req, Request)
-    assert Sent.of(req, SENT.home) == SENT
+    for sent in (SENT, PREFIXED):
+        req = sent.request()
+        assert isinstance(req, Request)
+        assert Sent.of(req, sent.home) == sent
 
 
 @pytest.mark.parametrize(

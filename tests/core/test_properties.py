@@ -54,7 +54,7 @@ config_st = st.builds(
     tenants=st.just(TENANTS),
     mlfq_slice_s=st.sampled_from([2.0, 20.0]),
     mlfq_levels=st.integers(1, 3),
-    placement=st.sampled_from(["least-loaded", "round-robin"]),
+    placement=st.sampled_from(["prefix", "least-loaded", "round-robin"]),
 )
 
 # An event is one integer, decoded below: one draw per event keeps generation
@@ -64,6 +64,7 @@ _HINTS = [None, None, 0.05, 0.2, 3.0, 30.0, 300.0]
 _TIMEOUTS = [None, None, None, 2.0, 400.0, math.inf]
 _TENANTS = [None, None, "quota", "batch"]
 _STEPS = [0.0, 0.01, 0.1, 1.0, 5.0, 20.0, 100.0]
+_PREFIXES: list[tuple[int, ...]] = [(), (1, 2, 3), (1, 2, 4), (7,), (1, 2, 3), ()]
 
 
 def decode(n: int) -> tuple[object, ...]:
@@ -136,6 +137,7 @@ def run(
                 timeout_s=timeout,  # type: ignore[arg-type]
                 est_service_s=hint,  # type: ignore[arg-type]
                 depends_on=depends,
+                prefix=_PREFIXES[len(d.submitted) % len(_PREFIXES)],  # (a few prompts, often shared)
             )
             reqs[rid] = r
             rej = d.submit(r)

@@ -4,6 +4,8 @@ apps in this process, reached through in-memory transports: laneway.backends.inp
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from pathlib import Path
 
 import httpx
@@ -12,6 +14,7 @@ import pytest
 from laneway.backends.factory import build_upstream
 from laneway.backends.inprocess import InProcess
 from laneway.config import load_config
+from laneway.core.prefix_cache import BLOCK_TOKENS
 from laneway.fault_harness import upstream_toml
 from laneway.standin import StandIn
 from live_server import live_server
@@ -47,7 +50,7 @@ def test_four_requests_on_two_engines_of_four_slots_run_two_and_two(
     """Found failing: the worker idle longest took every request while it had a free slot, so
     one engine ran four and the other none (with real vLLMs: 2x the time to first token)."""
     config = load_config(config_file(tmp_path, placement))
-    assert config.scheduler.placement == (placement or "least-loaded")
+    assert config.scheduler.placement == (placement or "prefix")
     engines = {"up0": StandIn(slots=4, ms_per_token=10), "up1": StandIn(slots=4, ms_per_token=10)}
     workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
     with live_server(config, workers) as server:
@@ -55,3 +58,134 @@ def test_four_requests_on_two_engines_of_four_slots_run_two_and_two(
     assert statuses == [200] * 4
     assert [e.served for e in engines.values()] == [2, 2]
     assert [e.peak_requests for e in engines.values()] == [2, 2]
+
+
+def agents_config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "laneway.toml"
+    toml = f'[server]\ndata_dir = "{tmp_path / "data"}"\nprobe_interval_s = 0.2\n'
+    toml += upstream_toml("up0", "http://up0.invalid/v1", 4) + extra
+    toml += upstream_toml("up1", "http://up1.invalid/v1", 4)
+    path.write_text(toml)
+    return path
+
+
+async def turns(url: str, agents: list[str]) -> list[str]:
+    """One chat request after another, each of one of ``agents`` (a system prompt each):
+    the worker each ran on."""
+    out = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        for i, agent in enumerate(agents):
+            system = f"You are agent {agent}. " + f"Agent {agent} knows this well. " * 30
+            body = {
+                "model": "m",
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": f"turn {i}"}],
+                "max_tokens": 4,
+            }
+            r = await client.post(url + "/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            out.append(r.json()["laneway"]["worker"])
+    return out
+
+
+def test_an_agents_turns_go_where_its_system_prompt_is_cached(tmp_path: Path) -> None:
+    config = load_config(agents_config(tmp_path))
+    engines = {"up0": StandIn(slots=4, ms_per_token=0), "up1": StandIn(slots=4, ms_per_token=0)}
+    workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
+    with live_server(config, workers) as server:
+        placed = asyncio.run(turns(server.base_url, ["A", "B", "C", "D", "A", "B", "C", "D", "B", "A"]))
+        metrics = httpx.get(server.url + "/metrics", timeout=10).text
+    expected = dict(
+        re.findall(r'^laneway_worker_prefix_hit_ratio_expected\{worker="(\w+)"\} (\S+)$', metrics, re.M)
+    )
+    assert set(expected) == {"up0", "up1"} and all(0.3 < float(x) < 1 for x in expected.values()), expected
+    by_agent: dict[str, set[str]] = {}
+    for agent, worker in zip("ABCDABCDBA", placed, strict=True):
+        by_agent.setdefault(agent, set()).add(worker)
+    assert all(len(ws) == 1 for ws in by_agent.values()), by_agent  # each agent on one engine
+    assert {w for ws in by_agent.values() for w in ws} == {"up0", "up1"}  # and both engines used
+
+
+def test_the_engines_kv_space_bounds_what_it_is_expected_to_hold(tmp_path: Path) -> None:
+    """Read from the engine's /metrics (vllm:cache_config_info), unless configured."""
+    config = load_config(agents_config(tmp_path, extra="kv_tokens = 3200\n"))
+    engines = {"up0": StandIn(kv_tokens=6400), "up1": StandIn(kv_tokens=12_800)}
+    workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
+    with live_server(config, workers) as server:
+        index = server.runtime.sched.placement.index  # type: ignore[attr-defined]
+        for _ in range(200):  # (learnt at a probe: every 0.2 s)
+            if index.capacity("up1") == 12_800 // BLOCK_TOKENS:
+                break
+            time.sleep(0.05)
+        assert index.capacity("up1") == 12_800 // BLOCK_TOKENS  # as its engine says
+        assert index.capacity("up0") == 3200 // BLOCK_TOKENS  # as configured
+        assert workers["up1"].capabilities()["kv_tokens"] == 12_800  # type: ignore[index]
+
+
+async def flood(url: str, n: int, tokens: int, server: object, engine: StandIn) -> dict[str, int]:
+    """``n`` P3 requests at once; while they run, the most the engine queued itself after
+    the gate had time to act, and the least concurrency laneway gave it."""
+    seen = {"late_waiting": 0, "least_limit": 99, "queued_here": 0}
+    async with httpx.AsyncClient(timeout=120) as client:
+
+        async def one(i: int) -> int:
+            body = {"model": "m", "prompt": f"batch {i}", "max_tokens": tokens, "priority": "P3"}
+            return (await client.post(url + "/completions", json=body)).status_code
+
+        jobs = [asyncio.ensure_future(one(i)) for i in range(n)]
+        window = server.runtime.saturation.windows["up0"]  # type: ignore[attr-defined]
+        t0 = time.monotonic()
+        while not all(j.done() for j in jobs) and time.monotonic() - t0 < 60:
+            await asyncio.sleep(0.05)
+            seen["least_limit"] = min(seen["least_limit"], window.limit)
+            seen["queued_here"] = max(seen["queued_here"], server.runtime.sched.queued)  # type: ignore[attr-defined]
+            if time.monotonic() - t0 > 3.0:  # (the gate acts at probes: every 0.2 s)
+                seen["late_waiting"] = max(seen["late_waiting"], len(engine.waiting))
+        statuses = await asyncio.gather(*jobs)
+    assert statuses == [200] * n
+    return seen
+
+
+def test_an_engine_given_too_many_slots_is_sent_what_it_can_run(tmp_path: Path) -> None:
+    """The saturation gate: an engine of 2 sequences behind a worker of 8 slots queues 6
+    of its own at first; its own gauges say so, and laneway holds the rest in its queue
+    (where priority holds) until the engine drained, then gives it more as it keeps up."""
+    path = tmp_path / "laneway.toml"
+    toml = f'[server]\ndata_dir = "{tmp_path / "data"}"\nprobe_interval_s = 0.2\n'
+    path.write_text(toml + upstream_toml("up0", "http://up0.invalid/v1", 8))
+    config = load_config(path)
+    engine = StandIn(slots=2, ms_per_token=5)
+    workers = {"up0": build_upstream(config.workers[0], connect=InProcess(engine))}
+    with live_server(config, workers) as server:
+        seen = asyncio.run(flood(server.base_url, 16, 150, server, engine))
+        limit = server.runtime.saturation.windows["up0"].limit
+        metrics = httpx.get(server.url + "/metrics", timeout=10).text
+    assert engine.peak_requests == 8  # (before the first probe: all 8 slots)
+    assert seen["least_limit"] <= 2 and seen["queued_here"] >= 8
+    assert seen["late_waiting"] <= 1  # drained: what waits, waits in laneway
+    assert f'laneway_worker_concurrency{{worker="up0"}} {float(limit)}' in metrics
+
+
+def test_an_engine_that_orders_by_priority_is_told_each_requests_class(tmp_path: Path) -> None:
+    """forward_priority: vLLM's `priority` (lower first) is laneway's class rank; the
+    client's own `priority` (laneway's) is not passed on as sent."""
+    path = tmp_path / "laneway.toml"
+    toml = f'[server]\ndata_dir = "{tmp_path / "data"}"\n\n[scheduler]\nplacement = "round-robin"\n'
+    toml += upstream_toml("up0", "http://up0.invalid/v1", 4) + "forward_priority = true\n"
+    toml += upstream_toml("up1", "http://up1.invalid/v1", 4)
+    path.write_text(toml)
+    config = load_config(path)
+    engines = {"up0": StandIn(ms_per_token=0), "up1": StandIn(ms_per_token=0)}
+    workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
+
+    async def send_all(url: str) -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            for cls in ("P0", "P3", "P1", "P2"):
+                body = {"model": "m", "prompt": f"a {cls} request", "max_tokens": 2, "priority": cls}
+                r = await client.post(url + "/completions", json=body)
+                assert r.status_code == 200
+
+    with live_server(config, workers) as server:
+        asyncio.run(send_all(server.base_url))
+    # in turn: up0 ran the P0 and the P1 request, up1 (not told) the P3 and the P2
+    assert list(engines["up0"].priorities) == [0, 1]
+    assert list(engines["up1"].priorities) == [None, None]

@@ -2,7 +2,9 @@
 
 One vLLM serves every test, with ``--stream-interval 5``: its chunks carry
 several tokens each (or none), as a loaded vLLM's do. A tool-call parser is
-set so that it takes ``tool_choice``.
+set so that it takes ``tool_choice``; ``--scheduling-policy priority`` so that it
+takes each request's class (requests that give none are all priority 0: first
+come, first served, as by default).
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ def vllm_paths(pytestconfig: pytest.Config) -> tuple[Path, Path]:
 def vllm(vllm_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
     venv, model = vllm_paths
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    args = ("--stream-interval", "5", "--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
+    args = (
+        "--stream-interval",
+        "5",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "pythonic",
+        "--scheduling-policy",
+        "priority",
+    )
     with vllm_process(venv, model, log, *args) as server:
         yield server
 

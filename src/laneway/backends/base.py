@@ -28,6 +28,17 @@ class Capacity:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineState:
+    """How loaded an engine is by its own ``/metrics`` (every client's requests):
+    running, waiting in its own queue, and the share of its KV cache in use (``None``:
+    not said)."""
+
+    running: int
+    waiting: int
+    kv_usage: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Health:
     """``transient``: a failure that may pass by itself (a probe that timed out), as opposed
     to one that says the worker cannot serve (refused, the wrong model, an engine that died)."""
@@ -49,7 +60,7 @@ class Worker(Protocol):
       again): the scheduler's choice of preemption mode counts on it;
     - ``max_model_len``: the context it serves (``None``: not known), listed in ``/v1/models``;
     - ``engine``: the in-process engine it runs (whose costs are measured at start), or ``None``;
-    - :meth:`resume_method`, :meth:`engine_load`, :meth:`capabilities`.
+    - :meth:`resume_method`, :meth:`engine_load`, :meth:`engine_state`, :meth:`capabilities`.
     """
 
     name: str
@@ -78,6 +89,10 @@ class Worker(Protocol):
     async def engine_load(self) -> int | None:
         """The requests its engine runs or queues, by the engine's own count (every client's);
         ``None`` where it gives none."""
+        ...
+
+    async def engine_state(self) -> EngineState | None:
+        """Its engine's load by the engine's own ``/metrics``; ``None`` where it gives none."""
         ...
 
     def capabilities(self) -> dict[str, object] | None:

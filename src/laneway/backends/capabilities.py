@@ -21,6 +21,10 @@ was unreachable (it may come back as another one):
 - ``metrics``: it serves Prometheus ``/metrics``, and whose (``vllm``,
   ``sglang``; ``""``: none). Asked when the engine is found up (a GET, no
   generation).
+- ``kv_tokens``: its KV-cache space in tokens, as its ``/metrics`` says (vLLM's
+  ``vllm:cache_config_info``: ``kv_cache_size_tokens``, else ``num_gpu_blocks`` x
+  ``block_size``), read with ``metrics``: it bounds the prefix cache placement
+  expects it to hold.
 
 ``None`` is "not known yet". Nothing here sends a generation of its own: a
 question that costs a generation would run on the engine beside the slots
@@ -29,9 +33,11 @@ laneway gives out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from laneway.backends.base import EngineState
 from laneway.backends.http import HttpError, Pool
 
 METRICS_TIMEOUT_S = 2.0
@@ -43,6 +49,7 @@ class Capabilities:
     id_prompts: bool | None = None
     continue_final: bool | None = None
     metrics: str | None = None
+    kv_tokens: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,17 +58,83 @@ class Capabilities:
         """The engine was unreachable: the one that comes back may be another."""
         self.token_ids = self.id_prompts = self.continue_final = None
         self.metrics = None
+        self.kv_tokens = None
 
 
-async def metrics_of(pool: Pool) -> str | None:
-    """Whose Prometheus metrics the engine serves at its root ``/metrics`` (``""``: none);
-    ``None`` when it could not be asked."""
+async def metrics_of(pool: Pool) -> tuple[str | None, int | None]:
+    """Whose Prometheus metrics the engine serves at its root ``/metrics`` (``""``: none;
+    ``None`` when it could not be asked), and its KV space in tokens if they say."""
+    try:
+        got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=16 << 20)
+    except HttpError:
+        return None, None
+    text = got.body.decode("utf-8", "replace") if got.status == 200 else ""
+    kind = "vllm" if "vllm:" in text else "sglang" if "sglang:" in text else ""
+    return kind, kv_tokens_in(text) if kind == "vllm" else None
+
+
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def kv_tokens_in(text: str) -> int | None:
+    """The KV space in tokens that vLLM's ``vllm:cache_config_info`` gives (``None``: not
+    given)."""
+    m = _CACHE_INFO.search(text)
+    if m is None:
+        return None
+    labels = dict(_LABEL.findall(m.group(1)))
+    try:
+        size = labels.get("kv_cache_size_tokens", "")
+        if size not in ("", "None"):
+            return int(size) if int(size) > 0 else None
+        blocks, block = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
+    return blocks * block if blocks > 0 and block > 0 else None
+
+
+# the gauges an engine counts its requests in, running and queued, and its KV cache's use
+STATE_GAUGES = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+}
+
+
+async def state_of(pool: Pool, model: str, kind: str) -> EngineState | None:
+    """The engine's load for ``model`` by its ``/metrics`` (``kind``: whose they are);
+    ``None`` when it cannot be told. Read with a pattern a gauge, not a full parse: it
+    runs at every probe."""
+    names = STATE_GAUGES.get(kind)
+    if names is None:
+        return None
     try:
         got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=16 << 20)
     except HttpError:
         return None
-    text = got.body.decode("utf-8", "replace") if got.status == 200 else ""
-    return "vllm" if "vllm:" in text else "sglang" if "sglang:" in text else ""
+    if got.status != 200:
+        return None
+    return state_in(got.body.decode("utf-8", "replace"), model, names)
+
+
+def state_in(text: str, model: str, names: tuple[str, str, str]) -> EngineState | None:
+    values: list[float | None] = []
+    for name in names:
+        total, seen = 0.0, False
+        for labels, value in re.findall(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+            served = re.search(r'model_name="([^"]*)"', labels)
+            if served is not None and served.group(1) != model:
+                continue
+            try:
+                total += float(value)
+            except ValueError:
+                return None
+            seen = True
+        values.append(total if seen else None)
+    running, waiting, kv = values
+    if running is None or waiting is None:
+        return None
+    return EngineState(round(running), round(waiting), kv)
 
 
 # the gauges an engine counts its requests in, running and queued (vLLM, SGLang)

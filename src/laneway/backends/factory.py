@@ -40,7 +40,7 @@ async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
 def build_upstream(cfg: WorkerConfig, connect: Connect | None = None) -> Worker:
     """The hook for OpenAI-compatible upstreams (vLLM, SGLang, llama.cpp, TGI):
     ``laneway.backends.upstream.UpstreamWorker(name, url, model, slots=, api_key=,
-    timeout_s=, stall_timeout_s=, token_ids=, options=, connect=)``; ``connect``: how its
+    timeout_s=, stall_timeout_s=, token_ids=, options=, connect=, forward_priority=)``; ``connect``: how its
     HTTP client reaches the upstream (None: sockets; tests: :mod:`laneway.backends.inprocess`)."""
     try:
         module = importlib.import_module("laneway.backends.upstream")
@@ -66,6 +66,7 @@ def build_upstream(cfg: WorkerConfig, connect: Connect | None = None) -> Worker:
         timeout_s=cfg.timeout_s,
         stall_timeout_s=cfg.stall_timeout_s if cfg.stall_timeout_s is not None else float("inf"),
         token_ids=cfg.token_ids,
+        forward_priority=cfg.forward_priority,
         options=dict(cfg.options),
         connect=connect,
     )

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from laneway.backends.base import Capacity, Health, Sink
+from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.engine.engine import DEFAULT_SPILL_BUDGET, Engine
 from laneway.engine.models import LoadedModel, load_model
 from laneway.engine.runner import EngineRunner
@@ -142,6 +142,9 @@ class LocalWorker:
 
     async def engine_load(self) -> int | None:
         return None  # (the scheduler counts what runs on it: nothing else does)
+
+    async def engine_state(self) -> EngineState | None:
+        return None
 
     def capabilities(self) -> dict[str, object] | None:
         return None

@@ -19,7 +19,7 @@ import asyncio
 import zlib
 from dataclasses import dataclass
 
-from laneway.backends.base import Capacity, Health, Sink
+from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.errors import BackendError, InvalidRequest
 from laneway.generation import Checkpoint, Delta, Done, Job, ResumeMethod, Stopped, Usage
 
@@ -70,6 +70,9 @@ class SimulatedWorker:
 
     async def engine_load(self) -> int | None:
         return None  # (it is its own engine: the scheduler counts what runs on it)
+
+    async def engine_state(self) -> EngineState | None:
+        return None
 
     def capabilities(self) -> dict[str, object] | None:
         return None

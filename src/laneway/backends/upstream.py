@@ -37,8 +37,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from laneway.backends.base import Capacity, Health, Sink
-from laneway.backends.capabilities import Capabilities, load_of, metrics_of
+from laneway.backends.base import Capacity, EngineState, Health, Sink
+from laneway.backends.capabilities import Capabilities, load_of, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import MAX_ERROR_BYTES, Connect, Events, HttpError, Pool, Timeout
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
@@ -94,9 +94,12 @@ class UpstreamWorker:
         token_ids: str = "vllm",
         options: dict[str, Any] | None = None,
         connect: Connect | None = None,
+        forward_priority: bool = False,
     ) -> None:
         """``connect``: how connections to the upstream are made (by default to its URL's host
-        and port; :class:`~laneway.backends.inprocess.InProcess`: to an app in this process)."""
+        and port; :class:`~laneway.backends.inprocess.InProcess`: to an app in this process).
+        ``forward_priority``: each request carries its class as vLLM's ``priority`` (for an
+        engine started with ``--scheduling-policy priority``)."""
         if not url:
             raise InvalidRequest(f"worker {name}: an upstream needs a url")
         if token_ids not in TOKEN_ID_DIALECTS:
@@ -104,6 +107,7 @@ class UpstreamWorker:
         self.name = name
         self.model = model
         self.slots = slots
+        self.forward_priority = forward_priority
         self.base = url.rstrip("/")
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
@@ -215,14 +219,20 @@ class UpstreamWorker:
         return Health(True, f"{self.base}: {len(self._runs)}/{self.slots} slots busy")
 
     async def _ask_metrics(self) -> None:
-        self.caps.metrics = await metrics_of(self._pool)
+        self.caps.metrics, self.caps.kv_tokens = await metrics_of(self._pool)
 
     async def engine_load(self) -> int | None:
         """The requests the engine runs or queues for this worker's model, by its own count
         (all of its clients'); ``None`` where it gives none."""
         if self.caps.metrics is None:
-            self.caps.metrics = await metrics_of(self._pool)
+            await self._ask_metrics()
         return await load_of(self._pool, self.model, self.caps.metrics or "")
+
+    async def engine_state(self) -> EngineState | None:
+        """Its engine's running and waiting requests and KV use, by its own ``/metrics``."""
+        if self.caps.metrics is None:
+            await self._ask_metrics()
+        return await state_of(self._pool, self.model, self.caps.metrics or "")
 
     async def close(self) -> None:
         for job_id in list(self._runs):
@@ -274,6 +284,8 @@ class UpstreamWorker:
                 run.by = "text"
         body["model"] = self.model
         body["stream"] = True
+        if self.forward_priority:  # (vLLM: lower runs first; laneway's P0 is 0)
+            body["priority"] = job.rank
         options = job.body.get("stream_options") if job.body else None
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         run.added_ids = False

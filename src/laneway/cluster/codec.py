@@ -4,8 +4,8 @@ with its tag, and the one place that knows how each is laid out on the wire.
 - *Events*, a replica to the leader (its stream of events, in order):
   :class:`Submitted` (``s``), :class:`Finished` (``f``), :class:`Cancelled` (``c``),
   :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
-  :class:`Availability` (``a``), :class:`Pace` (``o``), :class:`SlotsWanted` (``w``),
-  :class:`LoanTaken` (``u``), :class:`Census` (``K``).
+  :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`SlotCap` (``x``),
+  :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``).
 - *Orders*, the leader to a replica (its stream of decisions): the core's
   :class:`~laneway.core.Dispatch` (``D``), :class:`~laneway.core.Preempt` (``P``) and
   :class:`~laneway.core.Reject` (``R``), and :class:`LoanGranted` (``G``),
@@ -43,6 +43,11 @@ class Sent:
     est_service_s: float | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
+    prefix: tuple[int, ...] = ()  # its prompt's block hashes (laneway.runtime.prefix)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, tuple):  # (read back from JSON: a list)
+            object.__setattr__(self, "prefix", tuple(self.prefix))
 
     @classmethod
     def of(cls, req: Request, home: str) -> Sent:
@@ -58,6 +63,7 @@ class Sent:
             req.est_service_s,
             req.prompt_tokens,
             req.output_tokens,
+            req.prefix,
         )
 
     def request(self) -> Request:
@@ -73,6 +79,7 @@ class Sent:
             est_service_s=self.est_service_s,
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens,
+            prefix=self.prefix,
         )
 
     def to_wire(self) -> list[Any]:
@@ -88,10 +95,11 @@ class Sent:
             self.est_service_s,
             self.prompt_tokens,
             self.output_tokens,
+            list(self.prefix),
         ]
 
 
-_SENT_FIELDS = 11  # (positions of a Sent on the wire)
+_SENT_FIELDS = 12  # (positions of a Sent on the wire; one of 11, from an earlier version, has no prefix)
 
 
 def _sent(items: list[Any]) -> Sent:
@@ -139,7 +147,8 @@ class TableEntry:
 
     @classmethod
     def from_wire(cls, items: list[Any]) -> TableEntry:
-        return cls(_sent(items[1:]), items[1 + _SENT_FIELDS], items[2 + _SENT_FIELDS])
+        n = len(items) - 3  # (the tag, the request's fields, its state and worker)
+        return cls(_sent(items[1 : 1 + n]), items[1 + n], items[2 + n])
 
 
 def _coerce(annotation: str) -> Callable[[Any], Any]:
@@ -236,6 +245,24 @@ class Availability(Flat):
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSpace(Flat):
+    """A replica learnt an engine's KV space in tokens (its prefix cache's bound)."""
+
+    TAG: ClassVar[str] = "v"
+    worker: str
+    kv_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotCap(Flat):
+    """A replica adapted how many requests an engine of its node may run at once."""
+
+    TAG: ClassVar[str] = "x"
+    worker: str
+    slots: int
+
+
+@dataclass(frozen=True, slots=True)
 class Pace(Flat):
     """A replica measured the decode pace of a model."""
 
@@ -293,6 +320,8 @@ Event = (
     | Preempted
     | Requeued
     | Progress
+    | CacheSpace
+    | SlotCap
     | Availability
     | Pace
     | SlotsWanted
@@ -359,6 +388,8 @@ _EVENTS: dict[str, Callable[[list[Any]], Event]] = {
         Requeued,
         Progress,
         Availability,
+        CacheSpace,
+        SlotCap,
         Pace,
         SlotsWanted,
         LoanTaken,

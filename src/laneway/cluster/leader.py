@@ -36,6 +36,7 @@ import redis.asyncio as aioredis
 from laneway.cluster.codec import (
     Availability,
     BadMessage,
+    CacheSpace,
     Cancelled,
     Census,
     CensusAsked,
@@ -45,6 +46,7 @@ from laneway.cluster.codec import (
     Preempted,
     Progress,
     Requeued,
+    SlotCap,
     SlotsWanted,
     Submitted,
     TableEntry,
@@ -405,6 +407,10 @@ class Leader:
                 core.progress(e.request_id, e.tokens, now)
             elif kind is Availability:
                 core.set_available(e.worker, e.available)
+            elif kind is CacheSpace:
+                core.set_kv_tokens(e.worker, e.kv_tokens)
+            elif kind is SlotCap:
+                core.set_slots(e.worker, e.slots)
             elif kind is Pace:  # a replica measured the pace of a model
                 self.pace.observe(e.model, e.tokens, e.seconds)
             elif kind is SlotsWanted:  # a replica asks for slots for a model

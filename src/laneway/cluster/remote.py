@@ -34,6 +34,7 @@ from laneway.cluster.codec import (
     RUNNING,
     Availability,
     BadMessage,
+    CacheSpace,
     Cancelled,
     Census,
     CensusAsked,
@@ -45,6 +46,7 @@ from laneway.cluster.codec import (
     Progress,
     Requeued,
     Sent,
+    SlotCap,
     SlotsWanted,
     Submitted,
     TableEntry,
@@ -284,6 +286,12 @@ class RemoteScheduler:
         else:
             self.borrower.down.add(worker_id)
         self._emit(Availability(worker_id, available))
+
+    def set_kv_tokens(self, worker_id: str, tokens: int) -> None:
+        self._emit(CacheSpace(worker_id, tokens))
+
+    def set_slots(self, worker_id: str, n: int) -> None:
+        self._emit(SlotCap(worker_id, n))
 
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float

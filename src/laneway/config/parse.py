@@ -290,6 +290,8 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
                 f"{t.key('token_ids')}: expected one of {', '.join(TOKEN_ID_DIALECTS)}, got {token_ids!r}"
             )
         served = t.str("served_name", _served_name(model, kind))
+        if t.int("min_slots", 1, low=1) > t.int("slots", 4, low=1):
+            raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({t.int('slots', 4, low=1)})")
         options = {k: v for k, v in t.data.items() if k.startswith("x_")}
         for k in options:
             t.raw(k)
@@ -308,6 +310,10 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
                 timeout_s=t.float("timeout_s", 600.0, positive=True),
                 stall_timeout_s=t.float("stall_timeout_s", 30.0, positive=True),
                 token_ids=token_ids,
+                kv_tokens=t.int("kv_tokens", None, low=1),
+                adapt_slots=t.bool("adapt_slots", True),
+                min_slots=t.int("min_slots", 1, low=1),
+                forward_priority=t.bool("forward_priority", False),
                 options=options,
             )
         )

@@ -61,6 +61,10 @@ class WorkerConfig:
     timeout_s: float = 600.0  # upstream: the longest one run of a request may take
     stall_timeout_s: float | None = 30.0  # upstream: a run that receives nothing this long failed
     token_ids: str = "vllm"  # upstream: how it gives token ids ("vllm": vLLM, SGLang; "none")
+    kv_tokens: int | None = None  # upstream: its engine's KV space in tokens (None: as it says)
+    adapt_slots: bool = True  # upstream: its concurrency adapts to its engine's gauges (saturation)
+    min_slots: int = 1  # upstream: ... never under this
+    forward_priority: bool = False  # upstream: send each request's class as vLLM's `priority`
     options: Mapping[str, Any] = field(default_factory=dict)  # anything else, for the backend
 
 

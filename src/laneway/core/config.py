@@ -49,8 +49,9 @@ class SchedulerConfig:
       ``fair_output_weight`` price a prompt and an output token); ``False``:
       FIFO by arrival inside a class.
     - ``placement``: how work spreads over workers of fixed slots that may all take it:
-      ``least-loaded`` (the one running the smallest share of its slots) or
-      ``round-robin`` (in turn, whatever they run).
+      ``prefix`` (where its prompt is likely cached, unless that worker is much busier;
+      else as ``least-loaded``), ``least-loaded`` (the one running the smallest share of
+      its slots) or ``round-robin`` (in turn, whatever they run).
     """
 
     classes: ClassTable = field(default_factory=ClassTable)
@@ -71,7 +72,7 @@ class SchedulerConfig:
     fair_tenants: bool = True
     fair_prompt_weight: float = 1.0
     fair_output_weight: float = 2.0
-    placement: str = "least-loaded"
+    placement: str = "prefix"
 
     def __post_init__(self) -> None:
         if self.aging_interval_s is not None and self.aging_interval_s <= 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from laneway.core.placement import SlotPlacement
 from laneway.core.request import State
 from laneway.core.stats import Snapshot
 
@@ -37,8 +38,16 @@ def snapshot(s: Scheduler) -> Snapshot:
         preemptions=dict(zip(names, c.preemptions, strict=True)),
         rejections=dict(c.rejections),
         model_loads=c.model_loads,
+        prefix_hits=_prefix_hits(occ.placement),
         **(planner.gauges() if planner is not None else {}),
     )
+
+
+def _prefix_hits(placement: object) -> dict[str, float]:
+    index = placement.index if isinstance(placement, SlotPlacement) else None
+    if index is None:
+        return {}
+    return {w: index.matched_blocks.get(w, 0) / n for w, n in index.sent_blocks.items() if n}
 
 
 def check_invariants(s: Scheduler) -> None:

@@ -68,8 +68,13 @@ class Occupancy:
         cls = req.cls
         self.changes += 1
         del w.running[rid]
-        self.free += 1
-        self.placement.free_slot(w)
+        if w.cap_debt and req.claimed_for is None:  # its cap was lowered: the slot is withheld
+            # (a slot freed for a claimant, by a preemption, goes to it all the same)
+            w.cap_debt -= 1
+            w.capped += 1
+        else:
+            self.free += 1
+            self.placement.free_slot(w)
         del self.running[cls][rid]
         self.end_sum[cls] -= req.expected_end_s
         req.worker = None
@@ -109,6 +114,30 @@ class Occupancy:
         w.held = n
         self.free -= more
         self.held += more
+        self.changes += 1
+
+    def set_slots(self, worker_id: str, n: int) -> None:
+        """``worker_id`` may use ``n`` of its slots (1 to all of them): free ones are withheld
+        at once, running ones as they end (none is stopped); raising it frees them again."""
+        w = self._worker(worker_id, "slots can be capped")
+        if not 1 <= n <= w.spec.slots:
+            raise LanewayError(f"worker {worker_id}: {n} slots is not 1 to {w.spec.slots}")
+        more = (w.spec.slots - n) - (w.capped + w.cap_debt)
+        if more > 0:
+            now = min(more, w.free)
+            for _ in range(now):
+                self.placement.take(w)
+            w.capped += now
+            self.free -= now
+            w.cap_debt += more - now
+        elif more < 0:
+            back = -more
+            cancel = min(back, w.cap_debt)
+            w.cap_debt -= cancel
+            for _ in range(back - cancel):
+                self.placement.free_slot(w)
+            w.capped -= back - cancel
+            self.free += back - cancel
         self.changes += 1
 
     def _worker(self, worker_id: str, what: str) -> WorkerState:
@@ -155,8 +184,11 @@ class Occupancy:
         assert self.slots == sum(w.spec.slots for w in self.workers.values())
         on_workers: dict[str, str] = {}
         for w in self.workers.values():
-            assert 0 <= w.free == w.spec.slots - len(w.running) - w.held, f"worker {w.id} slot count"
+            assert 0 <= w.free == w.spec.slots - len(w.running) - w.held - w.capped, (
+                f"worker {w.id} slot count"
+            )
             assert w.held >= 0, f"worker {w.id} holds {w.held}"
+            assert w.capped >= 0 and w.cap_debt >= 0 and w.usable >= 1, f"worker {w.id} cap"
             for rid in w.running:
                 assert rid not in on_workers, f"{rid} on two workers"
                 on_workers[rid] = w.id

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from laneway.core.prefix_cache import PrefixIndex
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
 
@@ -146,17 +147,24 @@ class Placement(Protocol):
 
 
 # how a slot placement spreads work over workers that may all take it
-SPREADS = ("least-loaded", "round-robin")
+SPREADS = ("prefix", "least-loaded", "round-robin")
 
 
 class SlotPlacement:
     """Workers of fixed slots. Candidates: the workers with a free slot and in service;
     filters: it serves the model, it runs the class; scorers: none unless given.
 
-    ``spread`` orders the candidates: ``least-loaded`` (the default) takes the one running
-    the smallest share of its slots, the one idle longest among equals (configuration
-    order at start); ``round-robin`` takes them in turn (configuration order, the one after
-    the last chosen first), whatever they run. Scorers, where given, rank before it."""
+    ``spread`` orders the candidates: ``least-loaded`` takes the one running the smallest
+    share of its slots, the one idle longest among equals (configuration order at start);
+    ``prefix`` (the default) the same (and among equals the one whose prefix cache is
+    the least full), unless a worker likely holds at least half of the request's prompt
+    in its prefix cache (:class:`~laneway.core.prefix_cache.PrefixIndex`) and runs at most
+    half its slots more than the least loaded: then the one that holds the most.
+    ``round-robin`` takes them in turn (configuration order, the one after the last
+    chosen first), whatever they run. Scorers, where given, rank before it.
+
+    Only workers with a free slot are candidates: affinity never makes a request wait
+    while another worker could start it."""
 
     takes_any = True
 
@@ -174,6 +182,10 @@ class SlotPlacement:
         self.scorers = tuple(scorers)
         self.spread = spread
         self._turn = 0  # round-robin: where the next turn starts in self.workers
+        # prefix: what each worker's prefix cache likely holds
+        self.index: PrefixIndex | None = (
+            PrefixIndex({w.id: w.spec.kv_tokens for w in self.workers}) if spread == "prefix" else None
+        )
         self._index = {w.id: i for i, w in enumerate(self.workers)}
         # workers with a free slot, the one idle longest first
         self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
@@ -189,8 +201,11 @@ class SlotPlacement:
         free = self._free
         if not free:
             return None
+        index = self.index
         if self.spread == "round-robin":
             got = choose(req, self._in_turn(), self.filters, self.scorers, now)
+        elif index is not None and req.prefix and len(free) > 1 and not self.scorers:
+            got = self._by_prefix(req, index, now)
         elif self._open and (self._single or len(free) == 1):
             got = free[0]
         else:
@@ -200,10 +215,38 @@ class SlotPlacement:
         w = got
         if self.spread == "round-robin":
             self._turn = self._index[w.id] + 1
+        if index is not None and req.prefix:
+            index.record(w.id, req.prefix)
         w.free -= 1
         if not w.free:
             free.remove(w)
         return w
+
+    def _by_prefix(self, req: Request, index: PrefixIndex, now: float) -> WorkerState | None:
+        """The least loaded candidate, or the one holding most of the prompt if that is at
+        least half of it and it is not much busier."""
+        least: WorkerState | None = None
+        least_key = (2.0, 2.0)
+        best: WorkerState | None = None
+        best_blocks = 0
+        blocks = req.prefix
+        for w in self._free:
+            for f in self.filters:
+                if not f.fits(req, w, now):
+                    break
+            else:
+                # least loaded; among equals the one whose cache is fullest the least (so that
+                # prompts new to all spread over the caches), then the one idle longest
+                key = (_load(w), index.held(w.id) / index.capacity(w.id))
+                if key < least_key:
+                    least, least_key = w, key
+                m = index.matched(w.id, blocks)
+                if m > best_blocks:
+                    best, best_blocks = w, m
+        if best is None or least is None or best is least or 2 * best_blocks < len(blocks):
+            return least
+        busier = (best.usable - best.free) - (least.usable - least.free)
+        return best if busier <= max(1, best.spec.slots // 2) else least
 
     def _in_turn(self) -> list[WorkerState]:
         """The candidates in round-robin order: from the one after the last chosen."""
@@ -236,12 +279,17 @@ class SlotPlacement:
                 self._free.remove(worker)
 
 
+def _load(w: WorkerState) -> float:
+    """The share of the slots it may use that a worker runs (held slots count)."""
+    usable = w.usable
+    return 1.0 - w.free / usable if usable > 0 else 1.0
+
+
 class LeastLoaded:
-    """The share of its slots a worker runs (held slots count): the lowest wins."""
+    """The share of its usable slots a worker runs (held slots count): the lowest wins."""
 
     def score(self, req: Request, w: WorkerState, now: float) -> float:
-        slots = w.spec.slots
-        return 1.0 - w.free / slots if slots > 0 else 1.0
+        return _load(w)
 
 
 _LOAD = LeastLoaded()

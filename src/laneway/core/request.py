@@ -77,6 +77,7 @@ class Request:
     prompt_tokens: int = 0
     output_tokens: int = 0
     depends_on: tuple[str, ...] = ()
+    prefix: tuple[int, ...] = ()  # its prompt's chain of block hashes (laneway.runtime.prefix)
 
     # --- owned by the scheduler -------------------------------------------
     state: State = State.NEW

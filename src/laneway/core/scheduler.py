@@ -509,6 +509,21 @@ class Scheduler:
             raise LanewayError(f"unknown worker {worker_id!r}")
         self.occupancy.placement.set_available(w, available)
 
+    def set_slots(self, worker_id: str, n: int) -> None:
+        """``worker_id`` may run ``n`` requests at once (1 to its slots): an engine's
+        concurrency adapted to what it can take. Lowering it stops nothing: running
+        requests end as they would, and their slots stay withheld."""
+        self.occupancy.set_slots(worker_id, n)
+
+    def set_kv_tokens(self, worker_id: str, tokens: int) -> None:
+        """The engine of ``worker_id`` holds ``tokens`` of KV cache: the most of its prompts'
+        blocks placement expects it to keep (placement ``prefix``; otherwise nothing)."""
+        if worker_id not in self.occupancy.workers:
+            raise LanewayError(f"unknown worker {worker_id!r}")
+        placement = self.occupancy.placement
+        if isinstance(placement, SlotPlacement) and placement.index is not None:
+            placement.index.set_capacity(worker_id, tokens)
+
     def adopt(self, req: Request, worker_id: str, now: float) -> None:
         """Take in ``req`` as running on ``worker_id`` already (a new scheduler rebuilding
         the state of one that failed): it holds one of the worker's slots from ``now``,

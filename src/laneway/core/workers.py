@@ -17,10 +17,13 @@ class WorkerSpec:
     models: frozenset[str] | None = None
     can_checkpoint: bool = True
     classes: frozenset[int] | None = None  # the classes it may run (reserved GPUs); None: any
+    kv_tokens: int | None = None  # its engine's KV space in tokens (its prefix cache); None: not known
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ConfigError(f"workers.{self.id}.slots: must be >= 1")
+        if self.kv_tokens is not None and self.kv_tokens < 1:
+            raise ConfigError(f"workers.{self.id}.kv_tokens: must be >= 1")
 
     def serves(self, model: str | None) -> bool:
         return model is None or self.models is None or model in self.models
@@ -30,7 +33,7 @@ class WorkerSpec:
 
 
 class WorkerState:
-    __slots__ = ("free", "held", "id", "running", "spec")
+    __slots__ = ("cap_debt", "capped", "free", "held", "id", "running", "spec")
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
@@ -38,3 +41,12 @@ class WorkerState:
         self.running: dict[str, Request] = {}
         self.free = spec.slots
         self.held = 0  # slots in use outside this scheduler (Scheduler.hold)
+        # slots its concurrency cap withholds (Scheduler.set_slots), and how many more it
+        # withholds as running requests end
+        self.capped = 0
+        self.cap_debt = 0
+
+    @property
+    def usable(self) -> int:
+        """The slots it may use now: all but those its cap withholds."""
+        return self.spec.slots - self.capped - self.cap_debt

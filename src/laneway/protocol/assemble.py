@@ -13,7 +13,6 @@ Chunk objects become their whole-answer counterparts (``delta`` ->
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 REPLACED = frozenset(
@@ -33,13 +32,23 @@ REPLACED = frozenset(
 OBJECTS = {"chat.completion.chunk": "chat.completion"}
 
 
+def _copy(value: Any) -> Any:
+    """A copy of a JSON value (dicts and lists copied all the way down; several times
+    faster than ``copy.deepcopy``, which this is on the tree of a parsed chunk)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) if isinstance(v, dict | list) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) if isinstance(v, dict | list) else v for v in value]
+    return value
+
+
 def merge(acc: dict[str, Any], delta: dict[str, Any]) -> None:
     """Fold ``delta`` into ``acc`` (in place)."""
     for key, value in delta.items():
         old = acc.get(key)
         if old is None or key in REPLACED:
             if value is not None or key not in acc:
-                acc[key] = copy.deepcopy(value) if isinstance(value, dict | list) else value
+                acc[key] = _copy(value) if isinstance(value, dict | list) else value
         elif isinstance(old, str) and isinstance(value, str):
             acc[key] = old + value
         elif isinstance(old, dict) and isinstance(value, dict):
@@ -62,10 +71,10 @@ def _merge_list(old: list[Any], new: list[Any]) -> None:
                     merge(have, entry)
                     break
             else:
-                old.append(copy.deepcopy(entry))
+                old.append(_copy(entry))
         old.sort(key=lambda e: e["index"])
     else:
-        old.extend(copy.deepcopy(new))
+        old.extend(_copy(new))
 
 
 class Assembly:
@@ -79,7 +88,7 @@ class Assembly:
         merge(self.acc, part)
 
     def answer(self, usage: dict[str, Any] | None) -> dict[str, Any]:
-        out = copy.deepcopy(self.acc)
+        out = _copy(self.acc)
         out["object"] = OBJECTS.get(out.get("object", ""), out.get("object", "text_completion"))
         for choice in out.get("choices") or ():
             if "delta" in choice:

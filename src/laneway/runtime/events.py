@@ -189,4 +189,4 @@ class WorkerEvents:
         for name, worker in self.workers.items():
             cap = worker.capacity()
             slots[name] = (cap.slots, cap.busy)
-        self.metrics.refresh(snap.queue_depth, snap.running, oldest, slots, self._held)
+        self.metrics.refresh(snap.queue_depth, snap.running, oldest, slots, self._held, snap.prefix_hits)

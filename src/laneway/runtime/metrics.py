@@ -98,6 +98,20 @@ class Metrics:
         self.slots_busy = Gauge(
             "laneway_worker_slots_busy", "Busy slots of each worker", ["worker"], registry=r
         )
+        self.concurrency = Gauge(
+            "laneway_worker_concurrency",
+            "Requests each upstream worker is sent at once, adapted to its engine's own gauges "
+            "(at most its slots)",
+            ["worker"],
+            registry=r,
+        )
+        self.prefix_hits = Gauge(
+            "laneway_worker_prefix_hit_ratio_expected",
+            "The share of the prompt blocks sent to each worker that placement expected its "
+            "engine's prefix cache to hold",
+            ["worker"],
+            registry=r,
+        )
         self.checkpoint_bytes = Counter(
             "laneway_checkpoint_bytes_total", "Bytes of state saved by preemptions", registry=r
         )
@@ -129,6 +143,9 @@ class Metrics:
             if limit is not None:
                 self.alert_threshold.labels(name).set(limit)
 
+    def set_concurrency(self, worker: str, n: int) -> None:
+        self.concurrency.labels(worker).set(n)
+
     def count_rejection(self, reason: str) -> None:
         child = self.rejected.get(reason)
         if child is None:
@@ -142,6 +159,7 @@ class Metrics:
         oldest_wait: Mapping[str, float],
         slots: Mapping[str, tuple[int, int]],
         checkpoint_held: int,
+        prefix_hits: Mapping[str, float] | None = None,
     ) -> None:
         for name in self.class_names:
             self.queue_depth.labels(name).set(queue_depth.get(name, 0))
@@ -151,6 +169,8 @@ class Metrics:
             self.slots.labels(worker).set(total)
             self.slots_busy.labels(worker).set(busy)
         self.checkpoint_held.set(checkpoint_held)
+        for worker, ratio in (prefix_hits or {}).items():
+            self.prefix_hits.labels(worker).set(ratio)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -82,6 +82,11 @@ class Prober:
         st.ok, st.detail = health.ok, health.detail
         if health.ok:
             st.failures = 0
+            try:
+                self.rt.learnt(name)
+                await self.rt.gauge(name)
+            except Exception:  # (what it learns is an aid: a failure here is no failed probe)
+                log.exception("worker %s: reading its engine's gauges failed", name)
             if name in self.down:
                 self._up(name)
             return

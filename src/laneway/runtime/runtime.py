@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import Counter
 from collections.abc import Coroutine, Mapping
 from dataclasses import replace
 from typing import Any
@@ -51,14 +52,17 @@ from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
+from laneway.runtime.prefix import prefix_of
 from laneway.runtime.probes import Prober
 from laneway.runtime.recovery import Recovery
 from laneway.runtime.rejections import error_for, shutting_down
+from laneway.runtime.saturation import Saturation, Window
 from laneway.runtime.scheduling import SchedulerPort
 from laneway.runtime.sizing import Sizing
 from laneway.runtime.ticket import Phase, Ticket
 
 log = logging.getLogger("laneway.runtime")
+_ON_WORKER = (Phase.RUNNING, Phase.STOPPING)
 
 
 class Runtime(WorkerEvents):
@@ -67,15 +71,34 @@ class Runtime(WorkerEvents):
         self.workers = dict(workers)
         self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
+        kv = {w.name: w.kv_tokens for w in config.workers}
+        # each worker's KV space as the scheduler has it: configured, or as its engine says
+        self.kv_tokens: dict[str, int | None] = {name: kv.get(name) for name in self.workers}
+        self._kv_configured = {name for name, n in self.kv_tokens.items() if n is not None}
+        # upstreams told each request's class (vLLM's priority scheduling)
+        self.ranked = {w.name for w in config.workers if w.forward_priority and w.name in self.workers}
+        self.saturation = Saturation(
+            {
+                w.name: Window(w.slots, w.min_slots, w.slots)
+                for w in config.workers
+                if w.type == "upstream" and w.adapt_slots and w.name in self.workers
+            }
+        )
         specs = [
             WorkerSpec(
                 name,
                 slots=worker.capacity().slots,
                 models=frozenset({self.served.get(name, name)}),
                 can_checkpoint=worker.can_checkpoint,
+                kv_tokens=kv.get(name),
             )
             for name, worker in self.workers.items()
         ]
+        # models served by several workers: where their prompts are cached decides between them
+        counts = Counter(self.served.get(name, name) for name in self.workers)
+        self.placed_by_prefix = (
+            {m for m, n in counts.items() if n > 1} if config.scheduler.placement == "prefix" else set()
+        )
         self.specs = specs
         # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
         self.sched: SchedulerPort = Scheduler(specs, config.scheduler, config.policy)
@@ -88,6 +111,8 @@ class Runtime(WorkerEvents):
         self.metrics = Metrics(names, thresholds)
         self.alerts = QueueWaitAlerts(config.alert_wait_s, self._alerted)
         self.recovery = Recovery(self)
+        for name, window in self.saturation.windows.items():
+            self.metrics.set_concurrency(name, window.limit)
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
         self.held_bytes = 0  # of the clients' requests in tickets (ServerConfig.max_queued_bytes)
@@ -188,6 +213,7 @@ class Runtime(WorkerEvents):
             est_service_s=sizing.service_s(job),
             prompt_tokens=sizing.prompt_tokens(job),
             output_tokens=sizing.output_tokens(job),
+            prefix=prefix_of(job) if job.model in self.placed_by_prefix else (),
         )
         if timeout_s is not None:
             req.timeout_s = timeout_s
@@ -207,6 +233,31 @@ class Runtime(WorkerEvents):
             self.prober.hold(ticket, now)
         self.kick()
         return ticket
+
+    def learnt(self, name: str) -> None:
+        """Worker ``name`` answered its probe: what it learnt of its engine reaches the
+        scheduler (its KV space, where not configured)."""
+        if name in self._kv_configured:
+            return
+        caps = self.workers[name].capabilities()
+        kv = caps.get("kv_tokens") if caps else None
+        if isinstance(kv, int) and kv > 0 and kv != self.kv_tokens.get(name):
+            self.kv_tokens[name] = kv
+            self.sched.set_kv_tokens(name, kv)
+            log.info("worker %s: its engine holds %d tokens of KV cache", name, kv)
+
+    async def gauge(self, name: str) -> None:
+        """Worker ``name`` answered its probe: its engine's own gauges set how many requests
+        it is sent at once (:mod:`laneway.runtime.saturation`)."""
+        if name not in self.saturation.windows:
+            return
+        state = await self.workers[name].engine_state()
+        in_flight = sum(1 for t in self.tickets.values() if t.worker == name and t.phase in _ON_WORKER)
+        limit = self.saturation.observe(name, state, in_flight)
+        if limit is not None:
+            self.sched.set_slots(name, limit)
+            self.metrics.set_concurrency(name, limit)
+            self.kick()
 
     def estimate_wait(self, priority: int, model: str | None) -> float:
         return self.sched.estimate_wait(priority, model, self.now())
@@ -289,7 +340,11 @@ class Runtime(WorkerEvents):
             if ticket.resume is not ResumeMethod.NONE:
                 ticket.resume = worker.resume_method(job)
             model = self.upstream_model.get(d.worker_id, job.model)
-            start = worker.run(job if model == job.model else replace(job, model=model), sink)
+            if d.worker_id in self.ranked:  # its engine orders its own queue by laneway's class
+                job = replace(job, model=model, rank=ticket.priority)
+            elif model != job.model:
+                job = replace(job, model=model)
+            start = worker.run(job, sink)
         self.spawn(self._started(ticket, ticket.run, start))
 
     async def _started(self, ticket: Ticket, run: int, start: object) -> None:

@@ -63,6 +63,14 @@ class SchedulerPort(Protocol):
 
     def set_available(self, worker_id: str, available: bool) -> None: ...
 
+    def set_slots(self, worker_id: str, n: int) -> None:
+        """``worker_id`` may run ``n`` requests at once (1 to its slots)."""
+        ...
+
+    def set_kv_tokens(self, worker_id: str, tokens: int) -> None:
+        """The engine of ``worker_id`` holds ``tokens`` of KV cache (it bounds its prefix cache)."""
+        ...
+
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
     ) -> Reject: ...

@@ -1,0 +1,84 @@
+"""Where the prefix cache is: per worker, the prompt blocks it likely holds.
+
+An engine with prefix caching (vLLM, SGLang) keeps the KV of the prompts it ran until
+it needs the space; a request whose prompt starts with blocks it still holds skips their
+prefill. laneway cannot see the engine's cache, so it keeps a model of it: each prompt
+sent to a worker (its chain of block hashes, :mod:`laneway.runtime.prefix`) is recorded
+there, most recent last, and the least recently used blocks are evicted past the
+worker's capacity (its KV space in tokens, over the tokens of a block). A request then
+matches, on each worker, the leading blocks of its chain recorded there.
+
+It is an estimate (an engine also holds the output it made, shares its space with
+running requests, evicts by its own rule), kept as cheap as a dictionary lookup a block.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+# tokens a block of the prefix chain stands for (128 characters of ~4 characters a token)
+BLOCK_TOKENS = 32
+# an engine's KV space when it does not say (tokens): a GPU's worth, modestly
+DEFAULT_KV_TOKENS = 65_536
+
+
+class PrefixIndex:
+    """The blocks each worker likely holds, least recently used first."""
+
+    def __init__(self, kv_tokens: Mapping[str, int | None], block_tokens: int = BLOCK_TOKENS) -> None:
+        self.block_tokens = block_tokens
+        self._blocks: dict[str, OrderedDict[int, None]] = {w: OrderedDict() for w in kv_tokens}
+        self._cap: dict[str, int] = {}
+        for w, tokens in kv_tokens.items():
+            self.set_capacity(w, tokens)
+        # what placement expected: blocks matched and blocks sent, a worker (its hit rate)
+        self.matched_blocks: dict[str, int] = dict.fromkeys(kv_tokens, 0)
+        self.sent_blocks: dict[str, int] = dict.fromkeys(kv_tokens, 0)
+
+    def capacity(self, worker: str) -> int:
+        """Blocks ``worker`` holds at most."""
+        return self._cap[worker]
+
+    def set_capacity(self, worker: str, kv_tokens: int | None) -> None:
+        """``worker``'s KV space in tokens (``None``: not known, the default)."""
+        tokens = DEFAULT_KV_TOKENS if kv_tokens is None else kv_tokens
+        self._cap[worker] = max(tokens // self.block_tokens, 1)
+        self._blocks.setdefault(worker, OrderedDict())
+        self._evict(worker)
+
+    def matched(self, worker: str, blocks: Sequence[int]) -> int:
+        """How many leading ``blocks`` ``worker`` likely holds."""
+        held = self._blocks[worker]
+        n = 0
+        for b in blocks:
+            if b not in held:
+                break
+            n += 1
+        return n
+
+    def record(self, worker: str, blocks: Sequence[int]) -> None:
+        """``blocks`` were sent to ``worker``: it holds them now, most recently used."""
+        if not blocks:
+            return
+        held = self._blocks[worker]
+        self.matched_blocks[worker] = self.matched_blocks.get(worker, 0) + self.matched(worker, blocks)
+        self.sent_blocks[worker] = self.sent_blocks.get(worker, 0) + len(blocks)
+        for b in blocks:
+            if b in held:
+                held.move_to_end(b)
+            else:
+                held[b] = None
+        self._evict(worker)
+
+    def forget(self, worker: str) -> None:
+        """``worker``'s cache is gone (its engine restarted, or was replaced)."""
+        self._blocks[worker].clear()
+
+    def held(self, worker: str) -> int:
+        return len(self._blocks[worker])
+
+    def _evict(self, worker: str) -> None:
+        held, cap = self._blocks[worker], self._cap[worker]
+        while len(held) > cap:
+            held.popitem(last=False)

@@ -1,0 +1,99 @@
+"""What laneway learns of a real vLLM and tells it: the saturation gate on its own gauges,
+and each request's class as vLLM's priority (the session's vLLM runs 4 sequences at most,
+``--scheduling-policy priority``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+from laneway.testing import VLLM_MODEL_NAME, VllmProcess
+from live_server import LiveServer, live_server
+from vllm_helpers import upstream_config
+
+TIMEOUT_S = 120.0
+
+
+def waiting_in(vllm: VllmProcess) -> int:
+    text = httpx.get(vllm.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return round(sum(float(v) for v in re.findall(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", text, re.M)))
+
+
+async def first_tokens(base: str, bodies: list[dict[str, object]], gap_s: float = 0.0) -> list[float]:
+    """Each body streamed (started ``gap_s`` apart): when its first text came."""
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+
+        async def one(i: int, body: dict[str, object]) -> float:
+            await asyncio.sleep(i * gap_s)
+            async with client.stream("POST", base + "/completions", json={**body, "stream": True}) as r:
+                assert r.status_code == 200, await r.aread()
+                first = None
+                async for line in r.aiter_lines():
+                    if first is None and '"text":"' in line and '"text":""' not in line:
+                        first = time.monotonic()
+            assert first is not None
+            return first
+
+        return list(await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies))))
+
+
+def p(priority: str, i: int, tokens: int) -> dict[str, object]:
+    return {
+        "model": "tiny",
+        "prompt": f"request {i}",
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "priority": priority,
+    }
+
+
+def test_an_engine_given_too_many_slots_drains_and_the_rest_waits_in_laneway(
+    vllm: VllmProcess, tmp_path: Path
+) -> None:
+    """12 slots in front of a vLLM that runs 4: it queues 8 at first; its own gauges say so,
+    laneway sends it fewer at once, and once it drained what waits, waits in laneway."""
+    config = replace(upstream_config(tmp_path, vllm.url, slots=12), probe_interval_s=0.2)
+    seen = {"least": 12, "late_waiting": 0, "queued_here": 0}
+
+    async def main(server: LiveServer) -> None:
+        flood = asyncio.ensure_future(first_tokens(server.base_url, [p("P3", i, 300) for i in range(12)]))
+        window = server.runtime.saturation.windows["v0"]
+        t0 = time.monotonic()
+        while not flood.done() and time.monotonic() - t0 < TIMEOUT_S:
+            await asyncio.sleep(0.1)
+            seen["least"] = min(seen["least"], window.limit)
+            seen["queued_here"] = max(seen["queued_here"], server.runtime.sched.queued)
+            if time.monotonic() - t0 > 6.0:  # (after the gate had several probes to act)
+                seen["late_waiting"] = max(seen["late_waiting"], await asyncio.to_thread(waiting_in, vllm))
+        await flood
+
+    with live_server(config) as server:
+        asyncio.run(main(server))
+    assert seen["least"] <= 4, seen
+    assert seen["queued_here"] >= 4, seen
+    assert seen["late_waiting"] <= 1, seen
+
+
+def test_the_class_is_vllms_priority_so_p0_goes_ahead_of_its_queue(vllm: VllmProcess, tmp_path: Path) -> None:
+    """8 P3 requests fill vLLM's 4 sequences and queue 4 inside it; a P0 sent there next
+    starts before those 4 when vLLM is told its class, after them when it is not."""
+
+    def run(forward: bool) -> int:
+        config = upstream_config(
+            tmp_path / str(forward), vllm.url, slots=9, adapt_slots=False, forward_priority=forward
+        )
+        bodies = [p("P3", i, 200) for i in range(8)] + [p("P0", 99, 4)]
+        with live_server(config) as server:
+            firsts = asyncio.run(first_tokens(server.base_url, bodies, gap_s=0.05))
+        urgent = firsts[-1]
+        return sum(1 for t in firsts[:-1] if t > urgent)  # P3s that started after the P0
+
+    assert VLLM_MODEL_NAME == "tiny"
+    assert run(forward=True) >= 3
+    assert run(forward=False) == 0
