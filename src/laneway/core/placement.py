@@ -9,9 +9,10 @@ A placement answers three questions for the scheduler:
 - :meth:`Placement.free_slot` / :meth:`Placement.set_available`: a slot came free, a
   worker went out of service or came back.
 
-Work is spread over the workers that may take it: by default to the one running the
-smallest share of its slots (so two engines of four slots each run two and two, not four
-and none), or in turn (``round-robin``).
+Work is spread over the workers that may take it (``[scheduler] placement``): where its
+prompt is likely in the prefix cache (``prefix``, the default), else to the one running
+the smallest share of its slots (so two engines of four slots each run two and two, not
+four and none; ``least-loaded``), or in turn (``round-robin``).
 
 Both placements, :class:`SlotPlacement` (workers of fixed slots: the server's upstreams
 and engines, the simulator's slots) and :class:`~laneway.core.gpu_placement.GpuPlacement`
@@ -156,7 +157,7 @@ class SlotPlacement:
 
     ``spread`` orders the candidates: ``least-loaded`` takes the one running the smallest
     share of its slots, the one idle longest among equals (configuration order at start);
-    ``prefix`` (the default) the same (and among equals the one whose prefix cache is
+    ``prefix`` (the configuration's default) the same (and among equals the one whose prefix cache is
     the least full), unless a worker likely holds at least half of the request's prompt
     in its prefix cache (:class:`~laneway.core.prefix_cache.PrefixIndex`) and runs at most
     half its slots more than the least loaded: then the one that holds the most.
