@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.table import Table
 
 from laneway.testing import serve_process, vllm_process
+from upstream_bench import urgent
 
 HOST = "127.0.0.1"
 MODEL = "smollm2"
@@ -174,25 +175,6 @@ def gateway(tmp: Path, urls: list[str], slots: int, placement: str | None = None
 
 
 # --------------------------------------------------------------------------- one run
-async def stream(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[float, float]:
-    """(time to first text, end) of one streamed request, from its start, in seconds."""
-    t0 = time.perf_counter()
-    first = None
-    async with client.stream("POST", url + "/chat/completions", json=body) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
-        async for line in resp.aiter_lines():
-            if (
-                first is None
-                and line.startswith("data: {")
-                and '"content":"' in line
-                and '"content":""' not in line
-            ):
-                first = time.perf_counter() - t0
-    end = time.perf_counter() - t0
-    return (first if first is not None else end), end
-
-
 async def run(
     mode: str, bodies: list[dict[str, Any]], eng: Engines, via: str | None, clients: int
 ) -> dict[str, Any]:
@@ -216,7 +198,7 @@ async def run(
                     in_flight[e] += 1
                     per_engine[e] += 1
                 try:
-                    ttfts[i], _ = await stream(client, url, body)
+                    ttfts[i], _ = await urgent(client, url, body)  # (time to first text)
                 finally:
                     if e >= 0:
                         in_flight[e] -= 1

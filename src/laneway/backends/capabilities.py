@@ -135,37 +135,3 @@ def state_in(text: str, model: str, names: tuple[str, str, str]) -> EngineState 
     if running is None or waiting is None:
         return None
     return EngineState(round(running), round(waiting), kv)
-
-
-# the gauges an engine counts its requests in, running and queued (vLLM, SGLang)
-LOAD_GAUGES = {
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
-}
-
-
-async def load_of(pool: Pool, model: str, kind: str) -> int | None:
-    """The requests the engine runs or queues for ``model`` by its own ``/metrics`` (``kind``:
-    whose metrics they are); ``None`` when it cannot be told."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    names = LOAD_GAUGES.get(kind)
-    if names is None:
-        return None
-    try:
-        got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=16 << 20)
-    except HttpError:
-        return None
-    if got.status != 200:
-        return None
-    total = 0.0
-    seen = False
-    try:
-        for family in text_string_to_metric_families(got.body.decode("utf-8", "replace")):
-            for sample in family.samples:
-                if sample.name in names and sample.labels.get("model_name", model) == model:
-                    total += sample.value
-                    seen = True
-    except ValueError:
-        return None
-    return round(total) if seen else None

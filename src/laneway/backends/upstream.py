@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from laneway.backends.base import Capacity, EngineState, Health, Sink
-from laneway.backends.capabilities import Capabilities, load_of, metrics_of, state_of
+from laneway.backends.capabilities import Capabilities, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import MAX_ERROR_BYTES, Connect, Events, HttpError, Pool, Timeout
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
@@ -224,9 +224,8 @@ class UpstreamWorker:
     async def engine_load(self) -> int | None:
         """The requests the engine runs or queues for this worker's model, by its own count
         (all of its clients'); ``None`` where it gives none."""
-        if self.caps.metrics is None:
-            await self._ask_metrics()
-        return await load_of(self._pool, self.model, self.caps.metrics or "")
+        state = await self.engine_state()
+        return None if state is None else state.running + state.waiting
 
     async def engine_state(self) -> EngineState | None:
         """Its engine's running and waiting requests and KV use, by its own ``/metrics``."""
