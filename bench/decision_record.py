@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from laneway.core import POLICIES, SchedulerConfig
+from laneway.core.policies import compared
 from laneway.sim import simulation as sim_engine
 from laneway.sim.report import summarize
 from laneway.sim.scenarios import SCENARIOS, scenario
@@ -43,13 +44,13 @@ SEEDS = range(3)
 def runs() -> Iterator[tuple[str, str, int, dict[str, int], bool]]:
     """(scenario, policy, seed, params, fair tenants) of every recorded run."""
     for name in SCENARIOS:
-        gpus = name == "gpu-mix"
-        policies = [p for p in POLICIES if gpus or POLICIES[p].placement != "naive"]
+        gpus, caches = name == "gpu-mix", name == "agents"
+        policies = [p for p in POLICIES if compared(p, gpus=gpus, caches=caches)]
         for seed in GPU_SEEDS if gpus else SEEDS:
             for policy in policies:
                 yield name, policy, seed, {}, True
     for policy in POLICIES:
-        if POLICIES[policy].placement != "naive":
+        if compared(policy, gpus=False, caches=False):
             yield "mixed", policy, 0, {"requests": 20_000}, True
             yield "two-tenants", policy, 0, {}, False
 
@@ -142,6 +143,8 @@ def record_one(
             scenario=sc.name,
             seed=seed,
             inventory=sc.inventory,
+            workers=sc.workers,
+            caches=sc.caches,
             config=config,
         )
     outcomes = Digest()

@@ -53,9 +53,11 @@ def test_policy_list_and_all(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "all", "--json", "--slots", "6"]) == 0
     got = capsys.readouterr()
     objs = json_lines(got.out)
-    # naive is a GPU-placement baseline: "all" leaves it out on plain slots, and says so
-    assert [s["policy"] for s in objs] == [p for p in POLICIES if p != "naive"]
-    assert "naive left out" in got.err
+    # naive, round-robin and least-loaded are placement baselines: "all" leaves them out
+    # on plain slots, and says so
+    baselines = ("naive", "round-robin", "least-loaded")
+    assert [s["policy"] for s in objs] == [p for p in POLICIES if p not in baselines]
+    assert "naive, round-robin, least-loaded left out" in got.err
     assert {s["slots"] for s in objs} == {6}
 
 
@@ -270,7 +272,7 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
         proc.stdout.close()  # (gone before the first line: every write fails)
         err = proc.stderr.read()
         code = proc.wait(timeout=120)
-    assert b"naive left out" in err  # (it ran, and said what it says)
+    assert b"least-loaded left out" in err  # (it ran, and said what it says)
     assert b"error" not in err and b"Traceback" not in err and code in (0, 141), (code, err)
 
 

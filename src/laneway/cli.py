@@ -31,6 +31,7 @@ from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig
 from laneway.core.inventory import Inventory
+from laneway.core.policies import compared
 from laneway.serve import ServeError, Stopped, cmd_serve
 from laneway.serve import add_arguments as add_serve_arguments
 from laneway.sim.report import details, summarize
@@ -136,15 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_policies(text: str, gpus: bool = False) -> list[str]:
-    """``all`` is every policy; ``naive`` (a GPU-placement baseline) only on GPU runs."""
+def parse_policies(text: str, gpus: bool = False, caches: bool = False) -> list[str]:
+    """``all`` is every policy; ``naive`` (a GPU-placement baseline) only on GPU runs,
+    ``round-robin`` and ``least-loaded`` (spread baselines) only on upstreams with caches."""
     names = [p.strip() for p in text.split(",")]
     if not any(names):
         raise UsageError("argument --policy: no policy given")
     if not all(names):
         raise UsageError(f"argument --policy: an empty name in {text!r} (names are separated by one comma)")
     if names == ["all"]:
-        return [p for p in POLICIES if gpus or POLICIES[p].placement != "naive"]
+        return [p for p in POLICIES if compared(p, gpus=gpus, caches=caches)]
     out: list[str] = []
     for name in names:
         if name not in POLICIES:
@@ -192,6 +194,8 @@ def load_workload(args: argparse.Namespace) -> Scenario:
     if args.slots is not None:
         if sc.inventory is not None:
             raise UsageError(f"argument --slots: scenario {sc.name} runs on its own GPU fleet")
+        if sc.workers is not None:
+            raise UsageError(f"argument --slots: scenario {sc.name} runs on its own upstreams")
         sc = replace(sc, slots=args.slots)
     return sc
 
@@ -214,6 +218,8 @@ def run_policies(
                 seed=seed,
                 inventory=sc.inventory,
                 config=config,
+                workers=sc.workers,
+                caches=sc.caches,
             )
 
         if show:
@@ -226,12 +232,15 @@ def run_policies(
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     sc = load_workload(args)
-    policies = parse_policies(args.policy, gpus=sc.inventory is not None)
-    if args.policy.strip() == "all" and "naive" not in policies:
-        print(
-            "laneway: naive left out: a baseline of GPU placement, it is laneway itself on slots",
-            file=sys.stderr,
-        )
+    policies = parse_policies(args.policy, gpus=sc.inventory is not None, caches=sc.caches)
+    if args.policy.strip() == "all":
+        left = [p for p in POLICIES if p not in policies]
+        if left:
+            print(
+                f"laneway: {', '.join(left)} left out: baselines of placement (on GPUs, over upstreams"
+                " with prefix caches), laneway itself on this run",
+                file=sys.stderr,
+            )
     description = sc.description
     if args.report is not None:
         try:  # fail before simulating, not after

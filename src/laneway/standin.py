@@ -9,7 +9,8 @@ where laneway relies on it: ``/v1/completions`` and ``/v1/chat/completions``
 (streamed or not, ``stream_options.include_usage``), ``return_token_ids``
 (``prompt_token_ids`` in the first chunk, ``token_ids`` in each), prompts as
 token ids, ``/v1/models``, ``/detokenize``, a few of vLLM's ``/metrics``
-(requests running and waiting); at most ``slots`` sequences run,
+(requests running and waiting, its KV space, its prefix cache's counters: a
+cache of ``kv_tokens`` in blocks of 16, least recently used out); at most ``slots`` sequences run,
 the rest wait in its own FIFO queue (as an engine's do); every running
 sequence gets a token each ``ms_per_token`` (0: all at once); a client that
 goes away frees its slot at once.
@@ -34,7 +35,7 @@ import re
 import time
 import uuid
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ BYTE_BASE = 1000
 KEY = re.compile(r"#([A-Za-z0-9_.-]{1,64})#")
 MAX_KEY_SEARCH = 256  # prompt tokens searched for a key
 MAX_SPANS = 200_000
+CACHE_BLOCK = 16  # token ids a block of its prefix cache holds (vLLM's default)
 DEFAULT_MAX_TOKENS = 16
 PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each arrival ...
 PEAK_SETTLE_TURNS = 8  # ... and this many turns of the loop later (each one reads the sockets)
@@ -132,6 +134,11 @@ class StandIn:
         self.opened: set[_Seq] = set()
         # the vLLM `priority` each generation request carried (None: none), the latest last
         self.priorities: deque[object] = deque(maxlen=MAX_SPANS)
+        # a prefix cache of its KV space (blocks of 16 token ids, least recently used out),
+        # counted as vLLM counts its own: prompt tokens looked up, tokens found
+        self.cache: OrderedDict[int, None] = OrderedDict()
+        self.prefix_queries = 0
+        self.prefix_hits = 0
 
     # ------------------------------------------------------------ scheduling
     def _admit(self, seq: _Seq) -> None:
@@ -239,6 +246,10 @@ class StandIn:
                 "# TYPE vllm:cache_config_info gauge\n"
                 f'vllm:cache_config_info{{block_size="16",kv_cache_size_tokens="{self.kv_tokens}",'
                 f'num_gpu_blocks="{self.kv_tokens // 16}"}} 1.0\n'
+                "# TYPE vllm:prefix_cache_queries counter\n"
+                f'vllm:prefix_cache_queries_total{{model_name="{self.model}"}} {self.prefix_queries}.0\n'
+                "# TYPE vllm:prefix_cache_hits counter\n"
+                f'vllm:prefix_cache_hits_total{{model_name="{self.model}"}} {self.prefix_hits}.0\n'
             )
             await _text(send, 200, text)
             return
@@ -298,6 +309,7 @@ class StandIn:
         else:
             ids = [int(t) for t in body["prompt"]]
         seed = zlib.crc32(bytes(t - BYTE_BASE for t in ids if t >= BYTE_BASE))
+        self._look_up(ids)
         target = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
         options = body.get("stream_options") or {}
         self.priorities.append(body.get("priority"))
@@ -310,6 +322,23 @@ class StandIn:
             "created": int(time.time()),
         }
         return _Seq(ids, target, seed), meta
+
+    def _look_up(self, ids: list[int]) -> None:
+        """A prompt comes in: its leading full blocks found in the cache are counted, then
+        it is held (its head most recently used, as vLLM frees a request's blocks tail first)."""
+        chain, h = [], 0
+        for i in range(CACHE_BLOCK, len(ids) + 1, CACHE_BLOCK):
+            h = hash((h, *ids[i - CACHE_BLOCK : i]))
+            chain.append(h)
+        cache = self.cache
+        found = next((n for n, b in enumerate(chain) if b not in cache), len(chain))
+        self.prefix_queries += len(ids)
+        self.prefix_hits += found * CACHE_BLOCK
+        for b in reversed(chain):
+            cache[b] = None
+            cache.move_to_end(b)
+        while len(cache) > self.kv_tokens // CACHE_BLOCK:
+            cache.popitem(last=False)
 
     def _head(self, meta: dict[str, Any], obj: str) -> dict[str, Any]:
         return {"id": meta["id"], "object": obj, "created": meta["created"], "model": self.model}

@@ -112,8 +112,10 @@ def test_the_page_shows_live_numbers_in_a_browser(server: LiveServer, tmp_path: 
     last = seen[-1]
     assert [row[0] for row in last["classes"]] == ["P0", "P1", "P2", "P3"]  # type: ignore[index]
     assert len({json.dumps(f["tenants"]) for f in seen}) >= 3  # the numbers move
-    running = [row for f in seen for row in f["workers"] if row[6].endswith(" tokens")]  # type: ignore[union-attr]
-    assert running and all(r[4] in ("P0", "P1", "P2", "P3") for r in running)  # class and progress
+    running = [row for f in seen for row in f["workers"] if row[8].endswith(" tokens")]  # type: ignore[union-attr]
+    assert running and all(r[6] in ("P0", "P1", "P2", "P3") for r in running)  # class and progress
+    # an engine in this process: no adapted concurrency, no prefix cache (upstreams have them)
+    assert all(r[3:5] == ["—", "—"] for r in running if r[0]), running
     tenants = {row[0]: row for row in last["tenants"]}  # type: ignore[union-attr]
     assert "team" in tenants and int(tenants["team"][3]) > 0  # requests served to the tenant
     assert sum(int(row[1]) for row in last["recent"]) > 0  # type: ignore[union-attr]

@@ -227,3 +227,30 @@ def test_a_slot_freed_by_a_preemption_goes_to_its_claimant_under_a_cap() -> None
     d.ack(out[0].request_id)
     assert [x.request_id for x in d.step() if isinstance(x, Dispatch)] == ["urgent"]
     d.sched.check_invariants()
+
+
+def _chain(path: tuple[int, ...]) -> tuple[int, ...]:
+    """A chain of block hashes: each block's hash names every block before it."""
+    return tuple(hash(path[: i + 1]) for i in range(len(path)))
+
+
+_PATHS = st.lists(st.integers(0, 2), min_size=0, max_size=12).map(tuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.integers(1, 24), sent=st.lists(_PATHS, max_size=30), asked=st.lists(_PATHS, max_size=10))
+def test_a_match_is_the_leading_blocks_held(
+    capacity: int, sent: list[tuple[int, ...]], asked: list[tuple[int, ...]]
+) -> None:
+    """What a worker holds of any chain is a leading part of it, whatever was evicted: the
+    binary search finds as many blocks as a walk from the head would."""
+    index = PrefixIndex({"a": capacity * BLOCK_TOKENS})
+    for path in sent:
+        index.record("a", _chain(path))
+        assert index.held("a") <= capacity
+    held = index._blocks["a"]
+    for path in [*asked, *sent]:
+        chain = _chain(path)
+        walked = next((i for i, b in enumerate(chain) if b not in held), len(chain))
+        assert index.matched("a", chain) == walked
+        assert all(b not in held for b in chain[walked:])  # held blocks of a chain lead it

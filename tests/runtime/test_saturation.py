@@ -1,5 +1,5 @@
 """The window of an upstream's concurrency: halved when its engine is saturated, one more
-when it keeps up with all it is given."""
+when it keeps up with all it is given; what an engine's /metrics say of it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from laneway.backends.base import EngineState
+from laneway.backends.capabilities import STATE_GAUGES, state_in
 from laneway.config import load_config
 from laneway.core import ConfigError
+from laneway.runtime.engine_watch import HitCount
 from laneway.runtime.saturation import KV_FULL, Saturation, Window
 
 
@@ -41,3 +43,31 @@ def test_min_slots_is_at_most_slots(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"workers\[0\]\.min_slots: must be at most slots \(2\)"):
         load_config(path)
+
+
+VLLM_METRICS = """# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="0",model_name="other"} 7.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 800.0
+"""
+
+
+def test_an_engines_state_has_its_load_and_its_prefix_cache_counters() -> None:
+    assert state_in(VLLM_METRICS, "m", STATE_GAUGES["vllm"]) == EngineState(3, 1, 0.25, 1200.0, 800.0)
+    sglang = "sglang:num_running_reqs 2\nsglang:num_queue_reqs 0\n"
+    assert state_in(sglang, "m", STATE_GAUGES["sglang"]) == EngineState(2, 0)  # (no counters said)
+    assert state_in("# nothing\n", "m", STATE_GAUGES["vllm"]) is None
+
+
+def test_the_reported_hit_rate_counts_from_the_first_reading_and_anew_after_a_restart() -> None:
+    count = HitCount(1000.0, 900.0, 1000.0, 900.0)
+    assert count.ratio is None  # nothing asked since laneway first read it
+    count.update(1400.0, 1000.0)
+    assert count.ratio == pytest.approx(100 / 400)
+    count.update(300.0, 240.0)  # its engine restarted: its counters began again at 0
+    assert count.ratio == pytest.approx(240 / 300)

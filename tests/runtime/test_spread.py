@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from laneway.api.dashboard import snapshot
 from laneway.backends.factory import build_upstream
 from laneway.backends.inprocess import InProcess
 from laneway.config import load_config
@@ -93,11 +94,29 @@ def test_an_agents_turns_go_where_its_system_prompt_is_cached(tmp_path: Path) ->
     workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
     with live_server(config, workers) as server:
         placed = asyncio.run(turns(server.base_url, ["A", "B", "C", "D", "A", "B", "C", "D", "B", "A"]))
+        engines_say = server.runtime.engines  # type: ignore[attr-defined]
+        for _ in range(100):  # (the engines' counters are read at probes: every 0.2 s)
+            if len(engines_say.reported_hits()) == 2 and all(
+                e.prefix_queries == engines_say.hits[n].queries for n, e in engines.items()
+            ):
+                break
+            time.sleep(0.05)
         metrics = httpx.get(server.url + "/metrics", timeout=10).text
-    expected = dict(
-        re.findall(r'^laneway_worker_prefix_hit_ratio_expected\{worker="(\w+)"\} (\S+)$', metrics, re.M)
+        board = {w["name"]: w for w in snapshot(server.runtime)["workers"]}  # type: ignore[arg-type]
+    expected, reported = (
+        {w: float(x) for w, x in re.findall(rf'^{name}\{{worker="(\w+)"\}} (\S+)$', metrics, re.M)}
+        for name in ("laneway_worker_prefix_hit_ratio_expected", "laneway_worker_prefix_hit_ratio_reported")
     )
-    assert set(expected) == {"up0", "up1"} and all(0.3 < float(x) < 1 for x in expected.values()), expected
+    assert set(expected) == {"up0", "up1"} and all(0.3 < x < 1 for x in expected.values()), expected
+    # what each engine counted itself (the stand-in's own cache, in token ids), since the first probe
+    assert set(reported) == {"up0", "up1"} and all(0.3 < x < 1 for x in reported.values()), reported
+    for name, engine in engines.items():
+        first = engines_say.hits[name]
+        own = (engine.prefix_hits - first.hits0) / (engine.prefix_queries - first.queries0)
+        assert reported[name] == pytest.approx(own)
+        assert board[name]["prefix_hits_reported"] == pytest.approx(own)
+        assert board[name]["prefix_hits_expected"] == pytest.approx(expected[name])
+        assert board[name]["concurrency"] == 4  # (the gate's limit: nothing saturated it)
     by_agent: dict[str, set[str]] = {}
     for agent, worker in zip("ABCDABCDBA", placed, strict=True):
         by_agent.setdefault(agent, set()).add(worker)
@@ -132,7 +151,7 @@ async def flood(url: str, n: int, tokens: int, server: object, engine: StandIn) 
             return (await client.post(url + "/completions", json=body)).status_code
 
         jobs = [asyncio.ensure_future(one(i)) for i in range(n)]
-        window = server.runtime.saturation.windows["up0"]  # type: ignore[attr-defined]
+        window = server.runtime.engines.saturation.windows["up0"]  # type: ignore[attr-defined]
         t0 = time.monotonic()
         while not all(j.done() for j in jobs) and time.monotonic() - t0 < 60:
             await asyncio.sleep(0.05)
@@ -157,7 +176,7 @@ def test_an_engine_given_too_many_slots_is_sent_what_it_can_run(tmp_path: Path) 
     workers = {"up0": build_upstream(config.workers[0], connect=InProcess(engine))}
     with live_server(config, workers) as server:
         seen = asyncio.run(flood(server.base_url, 16, 150, server, engine))
-        limit = server.runtime.saturation.windows["up0"].limit
+        limit = server.runtime.engines.saturation.windows["up0"].limit
         metrics = httpx.get(server.url + "/metrics", timeout=10).text
     assert engine.peak_requests == 8  # (before the first probe: all 8 slots)
     assert seen["least_limit"] <= 2 and seen["queued_here"] >= 8

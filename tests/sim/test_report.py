@@ -215,7 +215,7 @@ def test_write_report(tmp_path: Path) -> None:
     assert "| fifo | P3 | 1 | 1 | 0 | 0 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 5.00 | 5.00 |" in md
     assert "- slots: 1" in md and "- seed: 7" in md and "three requests" in md
     assert "Rejections by reason" not in md  # nothing was rejected
-    assert len(definitions()) == 8
+    assert len(definitions()) == 9
     assert all(item.split(":")[0] in md for item in definitions())
 
 

@@ -65,7 +65,7 @@ def test_an_engine_given_too_many_slots_drains_and_the_rest_waits_in_laneway(
 
     async def main(server: LiveServer) -> None:
         flood = asyncio.ensure_future(first_tokens(server.base_url, [p("P3", i, 200) for i in range(20)]))
-        window = server.runtime.saturation.windows["v0"]
+        window = server.runtime.engines.saturation.windows["v0"]
         t0 = time.monotonic()
         while not flood.done() and time.monotonic() - t0 < TIMEOUT_S:
             await asyncio.sleep(0.1)
@@ -103,3 +103,40 @@ def test_the_class_is_vllms_priority_so_p0_goes_ahead_of_its_queue(vllm: VllmPro
     assert VLLM_MODEL_NAME == "tiny"
     assert run(forward=True) >= 3
     assert run(forward=False) == 0
+
+
+def counters_of(vllm: VllmProcess) -> tuple[float, float]:
+    """vLLM's own prefix-cache counters: prompt tokens looked up, tokens found."""
+    text = httpx.get(vllm.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return tuple(  # type: ignore[return-value]
+        sum(float(v) for v in re.findall(rf"^vllm:prefix_cache_{name}_total\{{[^}}]*\}} (\S+)$", text, re.M))
+        for name in ("queries", "hits")
+    )
+
+
+def test_the_prefix_hit_rate_vllm_reports_is_read_at_each_probe(vllm: VllmProcess, tmp_path: Path) -> None:
+    """Four prompts that share a long head: vLLM finds it cached for the last three, and
+    says so in its counters; laneway shows the rate it reports (/metrics, the dashboard)."""
+    config = replace(upstream_config(tmp_path, vllm.url, slots=4), probe_interval_s=0.2)
+    head = "Read the following instructions with care before you answer the question. " * 30
+    with live_server(config) as server:
+        watch = server.runtime.engines
+        for _ in range(100):  # (its first reading, at the first probe)
+            if "v0" in watch.hits:
+                break
+            time.sleep(0.05)
+        for i in range(4):
+            body = {"model": "tiny", "prompt": head + f"Question {i}?", "max_tokens": 2, "temperature": 0}
+            r = httpx.post(server.base_url + "/completions", json=body, timeout=TIMEOUT_S)
+            assert r.status_code == 200, r.text
+        queries, hits = counters_of(vllm)
+        for _ in range(100):  # (read at the next probes)
+            if watch.hits["v0"].queries == queries:
+                break
+            time.sleep(0.05)
+        metrics = httpx.get(server.url + "/metrics", timeout=10).text
+        first = watch.hits["v0"]
+    found = re.search(r'^laneway_worker_prefix_hit_ratio_reported\{worker="v0"\} (\S+)$', metrics, re.M)
+    assert found is not None, metrics
+    own = (hits - first.hits0) / (queries - first.queries0)
+    assert float(found.group(1)) == own and 0.5 < own < 1, (own, queries, hits)

@@ -104,10 +104,24 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
         for i, n in enumerate(names)
     ]
     workers = []
+    expected = runtime.sched.snapshot().prefix_hits
+    reported = runtime.engines.reported_hits()
+    windows = runtime.engines.saturation.windows
     for name, worker in runtime.workers.items():
         cap = worker.capacity()
+        window = windows.get(name)
         workers.append(
-            {"name": name, "slots": cap.slots, "busy": cap.busy, "running": on_worker.get(name, [])}
+            {
+                "name": name,
+                "slots": cap.slots,
+                "busy": cap.busy,
+                # upstreams: how many it is sent at once (its saturation gate), and the share
+                # of the prompts placement expects its prefix cache to hold, and its engine says
+                "concurrency": window.limit if window is not None else None,
+                "prefix_hits_expected": expected.get(name),
+                "prefix_hits_reported": reported.get(name),
+                "running": on_worker.get(name, []),
+            }
         )
     rejections = {
         s.labels["reason"]: int(s.value)

@@ -43,6 +43,8 @@ PAGE = """<!doctype html>
 </div>
 <h2>Workers</h2>
 <table id="workers"><thead><tr><th>worker</th><th>slots busy</th><th class="bar"></th>
+  <th title="requests it is sent at once, adapted to its engine's own gauges">at once</th>
+  <th title="prefix cache hits: expected by placement / reported by its engine">prefix hits</th>
   <th>request</th><th>class</th><th>tenant</th><th>progress</th><th>running</th></tr></thead>
   <tbody></tbody></table>
 <h2>Tenants</h2>
@@ -95,11 +97,16 @@ function render(snap) {
   fill("rejections", reasons.length ? reasons.map(r => [r, snap.rejections[r] - (old.rejections[r] || 0),
                                                          snap.rejections[r]]) : [["none", 0, 0]]);
   const rows = [];
+  const pct = v => v == null ? "—" : Math.round(v * 100) + "%";
   for (const w of snap.workers) {
     const busy = w.busy + " / " + w.slots;
-    if (!w.running.length) rows.push([w.name, busy, bar(w.busy, w.slots), "", "", "", "", ""]);
+    const once = w.concurrency == null ? "—" : String(w.concurrency);
+    const hits = w.prefix_hits_expected == null && w.prefix_hits_reported == null ? "—"
+      : pct(w.prefix_hits_expected) + " / " + pct(w.prefix_hits_reported);
+    const head = [w.name, busy, bar(w.busy, w.slots), once, hits];
+    if (!w.running.length) rows.push([...head, "", "", "", "", ""]);
     w.running.forEach((r, i) => rows.push([
-      i ? "" : w.name, i ? "" : busy, i ? "" : bar(w.busy, w.slots),
+      ...(i ? ["", "", "", "", ""] : head),
       r.id, r.class, r.tenant || "", r.tokens + (r.max_tokens ? " / " + r.max_tokens : "") + " tokens",
       secs(r.running_s)]));
   }

@@ -30,12 +30,15 @@ class Capacity:
 @dataclass(frozen=True, slots=True)
 class EngineState:
     """How loaded an engine is by its own ``/metrics`` (every client's requests):
-    running, waiting in its own queue, and the share of its KV cache in use (``None``:
-    not said)."""
+    running, waiting in its own queue, and the share of its KV cache in use; and its
+    prefix cache's counters since it started: prompt tokens looked up, tokens found
+    (``None``: not said)."""
 
     running: int
     waiting: int
     kv_usage: float | None = None
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

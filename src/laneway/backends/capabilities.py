@@ -95,9 +95,17 @@ def kv_tokens_in(text: str) -> int | None:
 
 
 # the gauges an engine counts its requests in, running and queued, and its KV cache's use
-STATE_GAUGES = {
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+# an engine's gauges of its load (running, waiting, KV use) and its prefix cache's
+# counters (tokens looked up, tokens found): EngineState's fields, by engine
+STATE_GAUGES: dict[str, tuple[str | None, ...]] = {
+    "vllm": (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+    ),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", None, None),
 }
 
 
@@ -117,9 +125,12 @@ async def state_of(pool: Pool, model: str, kind: str) -> EngineState | None:
     return state_in(got.body.decode("utf-8", "replace"), model, names)
 
 
-def state_in(text: str, model: str, names: tuple[str, str, str]) -> EngineState | None:
+def state_in(text: str, model: str, names: tuple[str | None, ...]) -> EngineState | None:
     values: list[float | None] = []
     for name in names:
+        if name is None:
+            values.append(None)
+            continue
         total, seen = 0.0, False
         for labels, value in re.findall(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
             served = re.search(r'model_name="([^"]*)"', labels)
@@ -131,7 +142,7 @@ def state_in(text: str, model: str, names: tuple[str, str, str]) -> EngineState 
                 return None
             seen = True
         values.append(total if seen else None)
-    running, waiting, kv = values
+    running, waiting, kv, queries, hits = values
     if running is None or waiting is None:
         return None
-    return EngineState(round(running), round(waiting), kv)
+    return EngineState(round(running), round(waiting), kv, queries, hits)

@@ -13,6 +13,10 @@
 - ``naive``: ``laneway``'s order and preemption with naive GPU placement — the
   first idle GPU that fits, no model affinity, no grouping (the baseline for
   GPU runs; on plain slots it is ``laneway``).
+- ``round-robin`` / ``least-loaded``: ``laneway``'s order and preemption with work
+  spread over upstreams in turn, or to the least loaded, blind to their prefix caches
+  (the baselines for upstreams of several slots with prefix caches; elsewhere they
+  are ``laneway``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from laneway.core.classes import ClassTable
 from laneway.core.modes import PreemptionMode
+from laneway.core.placement import SPREADS
 
 PREEMPTION_MODES = tuple(m.value for m in PreemptionMode)
 
@@ -35,11 +40,16 @@ class PolicySpec:
     feedback: bool = False  # time-slice demotion (multi-level feedback)
     timeouts: bool = True  # per-class queue timeouts
     placement: str = "affinity"  # on GPUs: "affinity" (resident first, grouping) or "naive"
+    # over workers of several slots: how work spreads (one of placement.SPREADS); None:
+    # the configuration's ([scheduler] placement)
+    spread: str | None = None
 
     def __post_init__(self) -> None:
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}")
         object.__setattr__(self, "preemption", PreemptionMode(self.preemption))
+        if self.spread is not None and self.spread not in SPREADS:
+            raise ValueError(f"spread must be one of {SPREADS}")
         if self.feedback and not self.classes:
             raise ValueError("feedback (time-slice demotion) needs class lanes: classes=True")
 
@@ -51,7 +61,20 @@ POLICIES: dict[str, PolicySpec] = {
     "mlfq": PolicySpec("mlfq", aging=True, preemption=PreemptionMode.AUTO, shares=True, feedback=True),
     "laneway": PolicySpec("laneway"),
     "naive": PolicySpec("naive", placement="naive"),
+    "round-robin": PolicySpec("round-robin", spread="round-robin"),
+    "least-loaded": PolicySpec("least-loaded", spread="least-loaded"),
 }
+
+
+def compared(name: str, *, gpus: bool, caches: bool) -> bool:
+    """Whether ``name`` differs from ``laneway`` on such a run: a GPU-placement baseline
+    only on a GPU fleet, a spread baseline only on upstreams with prefix caches."""
+    spec = POLICIES[name]
+    if spec.placement == "naive":
+        return gpus
+    if spec.spread is not None:
+        return caches
+    return True
 
 
 def policy(name: str | PolicySpec) -> PolicySpec:

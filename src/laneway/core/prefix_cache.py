@@ -4,12 +4,13 @@ An engine with prefix caching (vLLM, SGLang) keeps the KV of the prompts it ran 
 it needs the space; a request whose prompt starts with blocks it still holds skips their
 prefill. laneway cannot see the engine's cache, so it keeps a model of it: each prompt
 sent to a worker (its chain of block hashes, :mod:`laneway.runtime.prefix`) is recorded
-there, most recent last, and the least recently used blocks are evicted past the
-worker's capacity (its KV space in tokens, over the tokens of a block). A request then
-matches, on each worker, the leading blocks of its chain recorded there.
+there, most recent last (its head last), and the least recently used blocks are evicted
+past the worker's capacity (its KV space in tokens, over the tokens of a block). A
+request then matches, on each worker, the leading blocks of its chain recorded there.
 
 It is an estimate (an engine also holds the output it made, shares its space with
-running requests, evicts by its own rule), kept as cheap as a dictionary lookup a block.
+running requests, evicts by its own rule), kept cheap: a match is a binary search of
+dictionary lookups.
 """
 
 from __future__ import annotations
@@ -48,23 +49,34 @@ class PrefixIndex:
         self._evict(worker)
 
     def matched(self, worker: str, blocks: Sequence[int]) -> int:
-        """How many leading ``blocks`` ``worker`` likely holds."""
+        """How many leading ``blocks`` ``worker`` likely holds.
+
+        What a worker holds of a chain is always a leading part of it (a chain is
+        recorded whole, its head most recently used, so its tail is evicted first; and
+        a block's hash names every block before it): a binary search finds its end."""
         held = self._blocks[worker]
-        n = 0
-        for b in blocks:
-            if b not in held:
-                break
-            n += 1
-        return n
+        lo, hi = 0, len(blocks)  # the first lo blocks are held; none past the first hi
+        if hi and blocks[-1] in held:
+            return hi
+        hi -= 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks[mid - 1] in held:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def record(self, worker: str, blocks: Sequence[int]) -> None:
-        """``blocks`` were sent to ``worker``: it holds them now, most recently used."""
+        """``blocks`` were sent to ``worker``: it holds them now, most recently used, the
+        head of the chain last (an engine evicts a cached prompt from its tail, as vLLM
+        frees a request's blocks tail first)."""
         if not blocks:
             return
         held = self._blocks[worker]
         self.matched_blocks[worker] = self.matched_blocks.get(worker, 0) + self.matched(worker, blocks)
         self.sent_blocks[worker] = self.sent_blocks.get(worker, 0) + len(blocks)
-        for b in blocks:
+        for b in reversed(blocks):
             if b in held:
                 held.move_to_end(b)
             else:

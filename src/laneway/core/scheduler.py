@@ -129,7 +129,7 @@ class Scheduler:
         self.tables = tables = Tables.build(cfg, pol, restricted=restricted)
         k = tables.k
         states = worker_states(workers)
-        placement = placement or SlotPlacement(list(states.values()), spread=cfg.placement)
+        placement = placement or SlotPlacement(list(states.values()), spread=pol.spread or cfg.placement)
         if planner is not None:  # replicas loaded at start-up take work at once
             for rid, rep in planner.replicas.items():
                 if rep.ready:

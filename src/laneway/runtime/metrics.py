@@ -112,6 +112,13 @@ class Metrics:
             ["worker"],
             registry=r,
         )
+        self.reported_hits = Gauge(
+            "laneway_worker_prefix_hit_ratio_reported",
+            "The share of the prompt tokens each worker's engine found in its prefix cache, by "
+            "its own counters (vLLM's), since laneway first read them",
+            ["worker"],
+            registry=r,
+        )
         self.checkpoint_bytes = Counter(
             "laneway_checkpoint_bytes_total", "Bytes of state saved by preemptions", registry=r
         )
@@ -145,6 +152,9 @@ class Metrics:
 
     def set_concurrency(self, worker: str, n: int) -> None:
         self.concurrency.labels(worker).set(n)
+
+    def set_reported_hits(self, worker: str, ratio: float) -> None:
+        self.reported_hits.labels(worker).set(ratio)
 
     def count_rejection(self, reason: str) -> None:
         child = self.rejected.get(reason)

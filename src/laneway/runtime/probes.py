@@ -83,8 +83,7 @@ class Prober:
         if health.ok:
             st.failures = 0
             try:
-                self.rt.learnt(name)
-                await self.rt.gauge(name)
+                await self.rt.engines.probed(name)
             except Exception:  # (what it learns is an aid: a failure here is no failed probe)
                 log.exception("worker %s: reading its engine's gauges failed", name)
             if name in self.down:

@@ -50,6 +50,7 @@ from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job, ResumeMethod
 from laneway.protocol.requests import Support
 from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
+from laneway.runtime.engine_watch import EngineWatch
 from laneway.runtime.events import WorkerEvents
 from laneway.runtime.metrics import Metrics
 from laneway.runtime.prefix import prefix_of
@@ -62,7 +63,6 @@ from laneway.runtime.sizing import Sizing
 from laneway.runtime.ticket import Phase, Ticket
 
 log = logging.getLogger("laneway.runtime")
-_ON_WORKER = (Phase.RUNNING, Phase.STOPPING)
 
 
 class Runtime(WorkerEvents):
@@ -72,18 +72,8 @@ class Runtime(WorkerEvents):
         self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
         kv = {w.name: w.kv_tokens for w in config.workers}
-        # each worker's KV space as the scheduler has it: configured, or as its engine says
-        self.kv_tokens: dict[str, int | None] = {name: kv.get(name) for name in self.workers}
-        self._kv_configured = {name for name, n in self.kv_tokens.items() if n is not None}
         # upstreams told each request's class (vLLM's priority scheduling)
         self.ranked = {w.name for w in config.workers if w.forward_priority and w.name in self.workers}
-        self.saturation = Saturation(
-            {
-                w.name: Window(w.slots, w.min_slots, w.slots)
-                for w in config.workers
-                if w.type == "upstream" and w.adapt_slots and w.name in self.workers
-            }
-        )
         specs = [
             WorkerSpec(
                 name,
@@ -111,8 +101,15 @@ class Runtime(WorkerEvents):
         self.metrics = Metrics(names, thresholds)
         self.alerts = QueueWaitAlerts(config.alert_wait_s, self._alerted)
         self.recovery = Recovery(self)
-        for name, window in self.saturation.windows.items():
-            self.metrics.set_concurrency(name, window.limit)
+        windows = {
+            w.name: Window(w.slots, w.min_slots, w.slots)
+            for w in config.workers
+            if w.type == "upstream" and w.adapt_slots and w.name in self.workers
+        }
+        # what the engines say of themselves at each probe (KV space, load, prefix hits)
+        self.engines = EngineWatch(
+            self.workers, kv, Saturation(windows), lambda: self.sched, self.metrics, self.kick
+        )
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
         self.held_bytes = 0  # of the clients' requests in tickets (ServerConfig.max_queued_bytes)
@@ -233,31 +230,6 @@ class Runtime(WorkerEvents):
             self.prober.hold(ticket, now)
         self.kick()
         return ticket
-
-    def learnt(self, name: str) -> None:
-        """Worker ``name`` answered its probe: what it learnt of its engine reaches the
-        scheduler (its KV space, where not configured)."""
-        if name in self._kv_configured:
-            return
-        caps = self.workers[name].capabilities()
-        kv = caps.get("kv_tokens") if caps else None
-        if isinstance(kv, int) and kv > 0 and kv != self.kv_tokens.get(name):
-            self.kv_tokens[name] = kv
-            self.sched.set_kv_tokens(name, kv)
-            log.info("worker %s: its engine holds %d tokens of KV cache", name, kv)
-
-    async def gauge(self, name: str) -> None:
-        """Worker ``name`` answered its probe: its engine's own gauges set how many requests
-        it is sent at once (:mod:`laneway.runtime.saturation`)."""
-        if name not in self.saturation.windows:
-            return
-        state = await self.workers[name].engine_state()
-        in_flight = sum(1 for t in self.tickets.values() if t.worker == name and t.phase in _ON_WORKER)
-        limit = self.saturation.observe(name, state, in_flight)
-        if limit is not None:
-            self.sched.set_slots(name, limit)
-            self.metrics.set_concurrency(name, limit)
-            self.kick()
 
     def estimate_wait(self, priority: int, model: str | None) -> float:
         return self.sched.estimate_wait(priority, model, self.now())

@@ -119,6 +119,20 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         ]
         for s in gpus:
             lines.append(_row([s["policy"], *(f"{s['gpu_utilization'].get(g, 0.0):.1%}" for g in gpu_ids)]))
+    cached = [s for s in summaries if "prefix" in s]
+    if cached:
+        lines += [
+            "",
+            "## Upstreams with prefix caches: time to first token (seconds)",
+            "",
+            _row(["policy", "prefix hit rate", "class", "count", "TTFT mean", "p50", "p99"]),
+            _row(["---", "---:", "---", "---:", "---:", "---:", "---:"]),
+        ]
+        for s in cached:
+            hit = f"{s['prefix']['hit_rate']:.1%}"
+            for name, f in s["prefix"]["ttft"].items():
+                cells = [f["count"], fmt_s(f["mean_s"]), fmt_s(f["p50_s"]), fmt_s(f["p99_s"])]
+                lines.append(_row([s["policy"], hit, name, *cells]))
     rejected = tables.rejection_rows(summaries)
     if rejected:
         reasons = tables.reason_columns(summaries)

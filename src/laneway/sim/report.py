@@ -37,6 +37,10 @@ Definitions:
 - model loads: model loads started on GPUs (models preloaded at start-up not
   counted); 0 on slots (slot workers hold no models). model evictions (GPU
   runs only): loaded replicas removed to make room for others.
+- prefix (upstreams with prefix caches only): ``hit_rate``, the share of all prompt
+  tokens their engines found cached; ``ttft`` per class: count, mean, p50 and p99 of
+  the time from arrival to first token (the wait in laneway's queue, then in the
+  engine's prefill queue, then the prefill of the uncached tokens).
 - rejection reasons: why the rejected requests did not complete, per class:
   queue_timeout (the expired), unplaceable (no GPU group could ever hold its
   model, or the fleet does not serve it), queue_full, shed, overloaded,
@@ -242,7 +246,27 @@ def summarize(result: SimResult) -> dict[str, Any]:
     if result.gpus:
         summary["gpu_utilization"] = per_gpu
         summary["model_evictions"] = model_evictions(result)
+    if result.engines is not None:
+        summary["prefix"] = prefix_figures(result, by_class)
     return summary
+
+
+def prefix_figures(result: SimResult, by_class: list[list[Outcome]]) -> dict[str, Any]:
+    """Upstreams with prefix caches: the share of prompt tokens found cached, and per
+    class the time to first token (queue, the engine's prefill queue, the prefill)."""
+    assert result.engines is not None
+    names = result.scheduler.classes.names
+    ttft: dict[str, Any] = {}
+    for rank, outs in enumerate(by_class):
+        firsts = [o.ttft_s for o in outs if not math.isnan(o.ttft_s)]
+        if firsts:
+            ttft[names[rank]] = {
+                "count": len(firsts),
+                "mean_s": statistics.fmean(firsts),
+                "p50_s": percentile(firsts, 50),
+                "p99_s": percentile(firsts, 99),
+            }
+    return {"hit_rate": result.engines.hit_rate(), "ttft": ttft}
 
 
 def plural(count: int, noun: str) -> str:

@@ -34,16 +34,28 @@
 - ``gpu-mix``: a GPU fleet (4 x 80 GB in one node, 4 x 24 GB in another) with
   a 7B chat model (14 GB), a 13B (26 GB) and a 70B (140 GB on 4 GPUs); loads
   take 30-60 s. For an hour: P0 chat on the 7B model, P2 batch on all three.
+- ``agents``: 32 upstreams (engines of 8 slots with prefix caching, 262,144 tokens of
+  KV space each) and 2,000 agents starting over 20 minutes, each one session of 6-20 P1 turns
+  10-20 s apart: its own system prompt of 2,000-8,000 tokens, then each turn adds a
+  tool result or user message (32-320 tokens) and the agent's reply (30-120 tokens).
+  At 5 minutes a flood of 3,000 P3 jobs (a shared 1,024-token instruction, a document
+  of 1,000-5,000 tokens, 200-400 tokens out). The ~300 agents active at a time hold
+  ~2.3 M tokens of prompt: 9 engines' KV space, a quarter of all 32's. Where a turn
+  runs decides whether its prompt is prefilled again (engines prefill one prompt at a
+  time; :mod:`laneway.sim.engines`). Compare ``--policy laneway,round-robin,least-loaded``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from laneway.core.inventory import Inventory
+from laneway.core.prefix_cache import BLOCK_TOKENS
+from laneway.core.workers import WorkerSpec
 from laneway.sim.workload import SimRequest
 
 DAY_S = 24 * 3600.0
@@ -56,6 +68,8 @@ class Scenario:
     slots: int
     description: str | None
     inventory: Inventory | None = None  # a GPU fleet instead of plain slots
+    workers: tuple[WorkerSpec, ...] | None = None  # upstreams of several slots instead
+    caches: bool = False  # ... whose engines keep a prefix cache (laneway.sim.engines)
 
 
 def _poisson(rng: random.Random, rate: float, start: float, end: float) -> list[float]:
@@ -310,6 +324,70 @@ def gpu_mix(seed: int = 0, hours: float = 1.0) -> Scenario:
     )
 
 
+AGENT_KV_TOKENS = 262_144  # an engine's KV space: a 7B model with GQA on an 80 GB GPU
+
+
+def agents(
+    seed: int = 0, upstreams: int = 32, count: int = 2000, kv_tokens: int = AGENT_KV_TOKENS
+) -> Scenario:
+    rng = random.Random(seed)
+    blocks = itertools.count(1)  # each new block of text is a new hash of the chain
+
+    def text(tokens: int) -> tuple[int, ...]:
+        return tuple(next(blocks) for _ in range(max(1, tokens // BLOCK_TOKENS)))
+
+    reqs: list[SimRequest] = []
+    for a in range(count):
+        chain = text(round(math.exp(rng.uniform(math.log(2000), math.log(8000)))))  # its system prompt
+        t = rng.uniform(0.0, 1200.0)
+        for turn in range(rng.randint(6, 20)):
+            chain += text(rng.randint(32, 320))  # a tool result or a user message
+            out = rng.randint(30, 120)
+            reply = text(out)
+            reqs.append(
+                SimRequest(
+                    f"agent-{a}-{turn}",
+                    t,
+                    1,
+                    None,
+                    tenant="agents",
+                    prompt_tokens=len(chain) * BLOCK_TOKENS,
+                    output_tokens=out,
+                    prefix=chain,
+                    reply=reply,
+                )
+            )
+            chain += reply
+            t += rng.uniform(10.0, 20.0)
+    instruction = text(1024)
+    jobs = count * 3 // 2
+    for i in range(jobs):
+        doc = instruction + text(rng.randint(1000, 5000))
+        reqs.append(
+            SimRequest(
+                f"flood-{i}",
+                300.0,
+                3,
+                None,
+                tenant="flood",
+                timeout_s=DAY_S,
+                prompt_tokens=len(doc) * BLOCK_TOKENS,
+                output_tokens=rng.randint(200, 400),
+                prefix=doc,
+            )
+        )
+    workers = tuple(WorkerSpec(f"u{i}", 8, kv_tokens=kv_tokens) for i in range(upstreams))
+    return Scenario(
+        "agents",
+        reqs,
+        8 * upstreams,
+        f"{count} agents (P1, long system prompts, multi-turn) + {jobs} P3 jobs on {upstreams} upstreams"
+        " with prefix caches",
+        workers=workers,
+        caches=True,
+    )
+
+
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "chat-vs-batch": chat_vs_batch,
     "code-review": code_review,
@@ -318,6 +396,7 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "two-tenants": two_tenants,
     "cold-start": cold_start,
     "gpu-mix": gpu_mix,
+    "agents": agents,
 }
 
 

@@ -10,6 +10,10 @@ and its decisions are carried out by the simulated workers:
   prompt plus output so far; see :mod:`laneway.core.costs`);
 - a preemption stops it at the next token boundary and, in checkpoint mode,
   holds the slot while the KV cache is copied to the host.
+
+On upstreams with prefix caches (``caches=True``, :mod:`laneway.sim.engines`) a
+request's first run prefills only what its engine does not hold, after the engine's
+other prefills: its time to first token and the tokens it found cached are kept.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from laneway.core.errors import LanewayError
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import Inventory
 from laneway.core.policies import policy as policy_spec
+from laneway.sim.engines import Engines
 from laneway.sim.workload import SimRequest
 
 # event order at one instant: slots free first, then arrivals, then timers
@@ -67,6 +72,9 @@ class Outcome:
     token: int = 0
     tokens_done: int = 0
     gpus: tuple[str, ...] = ()  # GPU runs: where the current run is
+    worker: str = ""  # where the current run is
+    ttft_s: float = math.nan  # prefix-cache runs: arrival to first token
+    cached_tokens: int = 0  # ... and the prompt tokens its engine held
 
     @property
     def first_wait_s(self) -> float:
@@ -99,6 +107,7 @@ class SimResult:
     gpus: list[str] = field(default_factory=list)
     timeline: list[tuple[Any, ...]] = field(default_factory=list)
     inventory: Inventory | None = None  # GPU runs: the fleet
+    engines: Engines | None = None  # upstreams with prefix caches
 
 
 def service_time(spec: SimRequest, costs: CostModel) -> float:
@@ -136,6 +145,7 @@ class Simulation:
         depth_every_s: float = 5.0,
         check: bool = False,
         inventory: Inventory | None = None,
+        caches: bool = False,
     ) -> None:
         self.check = check  # assert the scheduler's invariants after every step
         self.cfg = config or SchedulerConfig()
@@ -150,6 +160,8 @@ class Simulation:
             self.workers = list(workers) if workers is not None else make_workers(slots)
             self.slots = sum(w.slots for w in self.workers)
             self.sched = Scheduler(self.workers, self.cfg, policy)
+        # upstreams with prefix caches: their engines' caches and prefill
+        self.engines = Engines(self.workers, self.costs.prefill_tokens_s) if caches else None
         self.timeline: list[tuple[Any, ...]] = []
         self.policy = policy
         self.scenario = scenario
@@ -232,6 +244,8 @@ class Simulation:
                     self._ran(run, now)
                 busy += now - run.run_start_s
                 if kind == _FINISH:
+                    if self.engines is not None:
+                        self.engines.finished(run.worker, run.spec.prefix, run.spec.reply)
                     made = run.tokens_done + sched.costs.generated_in(now - run.run_start_s)
                     sched.finished(run.req.id, now, tokens=made)
                     run.status = "finished"
@@ -254,6 +268,7 @@ class Simulation:
                     prompt_tokens=spec.prompt_tokens,
                     output_tokens=spec.output_tokens,
                     est_service_s=service_hint(spec, costs),
+                    prefix=spec.prefix,
                 )
                 out = Outcome(spec, req, remaining_s=service_time(spec, costs))
                 if next_arrival % sample == 0:
@@ -292,6 +307,7 @@ class Simulation:
             gpus=[g.id for g in self.gpu.inv.gpus] if self.gpu is not None else [],
             timeline=self.timeline,
             inventory=self.gpu.inv if self.gpu is not None else None,
+            engines=self.engines,
         )
 
     def _ran(self, out: Outcome, now: float) -> None:
@@ -322,9 +338,16 @@ class Simulation:
             overhead = (
                 costs.restore_s(held) if decision.resume is StopMode.CHECKPOINT else costs.recompute_s(held)
             )
+        elif self.engines is not None and math.isnan(out.ttft_s):  # its first run: prefill
+            spec = out.spec
+            prompt = spec.prompt_tokens or costs.default_prompt_tokens
+            first, out.cached_tokens = self.engines.start(decision.worker_id, spec.prefix, prompt, now)
+            out.remaining_s += first - prompt / costs.prefill_tokens_s
+            out.ttft_s = now - spec.arrival_s + first
         out.token += 1
         out.run_start_s = now
         out.overhead_s = overhead
+        out.worker = decision.worker_id
         if self.gpu is not None:
             out.gpus = self.gpu.replicas[decision.worker_id].gpus
         self._push(now + overhead + out.remaining_s, _FINISH, (out, out.token))
@@ -356,6 +379,8 @@ def simulate(
     seed: int | None = None,
     check: bool = False,
     inventory: Inventory | None = None,
+    workers: Sequence[WorkerSpec] | None = None,
+    caches: bool = False,
 ) -> SimResult:
     return Simulation(
         requests,
@@ -366,4 +391,6 @@ def simulate(
         seed=seed,
         check=check,
         inventory=inventory,
+        workers=workers,
+        caches=caches,
     ).run()

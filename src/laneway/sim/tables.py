@@ -195,6 +195,31 @@ def render_gpus(summaries: Sequence[dict[str, Any]]) -> Table | None:
     return table
 
 
+def render_prefix(summaries: Sequence[dict[str, Any]]) -> Table | None:
+    """Upstreams with prefix caches: per policy, the prefix hit rate and each class's time
+    to first token; ``None`` on other runs."""
+    runs = [s for s in summaries if "prefix" in s]
+    if not runs:
+        return None
+    table = Table(title="Upstreams with prefix caches: time to first token", title_justify="left")
+    for header in ("policy", "prefix hit rate", "class", "count", "TTFT mean s", "p50", "p99"):
+        table.add_column(header, justify="left" if header in ("policy", "class") else "right")
+    for i, s in enumerate(runs):
+        if i:
+            table.add_section()
+        for j, (name, f) in enumerate(s["prefix"]["ttft"].items()):
+            table.add_row(
+                s["policy"] if j == 0 else "",
+                f"{s['prefix']['hit_rate']:.1%}" if j == 0 else "",
+                name,
+                str(f["count"]),
+                fmt_s(f["mean_s"]),
+                fmt_s(f["p50_s"]),
+                fmt_s(f["p99_s"]),
+            )
+    return table
+
+
 def render_rejections(summaries: Sequence[dict[str, Any]]) -> Table | None:
     """Rejected requests by reason, one line per policy and class that had any;
     ``None`` when nothing was rejected (or the summaries carry no :func:`details`)."""
@@ -222,6 +247,7 @@ def print_summaries(summaries: Sequence[dict[str, Any]], console: Console) -> No
     tables += [
         (render_estimates(summaries), 2),
         (render_gpus(summaries), 1),
+        (render_prefix(summaries), 2),
         (render_rejections(summaries), 2),
     ]
     for table, keys in tables:

@@ -36,6 +36,10 @@ class SimRequest(NamedTuple):
     timeout_s: float | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
+    # upstreams with prefix caches: the prompt's chain of block hashes, and the reply's
+    # blocks that continue it (what the engine holds once it answered)
+    prefix: tuple[int, ...] = ()
+    reply: tuple[int, ...] = ()
 
 
 def _number(obj: dict[str, object], key: str, *, minimum: float, strict: bool = False) -> float | None:

@@ -1,0 +1,93 @@
+"""Upstreams with prefix caches in the simulator: the engines' caches and prefill, the
+agents scenario, and the spread baselines beside laneway's placement."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from laneway.cli import main
+from laneway.core import WorkerSpec
+from laneway.core.prefix_cache import BLOCK_TOKENS
+from laneway.sim.engines import Engines
+from laneway.sim.report import summarize
+from laneway.sim.scenarios import agents
+from laneway.sim.simulation import simulate
+
+
+def test_an_engine_prefills_only_what_it_does_not_hold_one_prompt_at_a_time() -> None:
+    engines = Engines([WorkerSpec("a", 4, kv_tokens=100 * BLOCK_TOKENS), WorkerSpec("b", 4)], 3200.0)
+    system = tuple(range(1, 11))  # 10 blocks: 320 tokens, 0.1 s of prefill
+    first, cached = engines.start("a", system, 320, now=0.0)
+    assert (first, cached) == (pytest.approx(0.1), 0)
+    # a second prompt at once waits for the first's prefill, then prefills its own
+    first, cached = engines.start("a", (*system, 11), 352, now=0.0)
+    assert cached == 320 and first == pytest.approx(0.1 + 32 / 3200)
+    # the other engine holds nothing of it
+    assert engines.start("b", system, 320, now=0.0) == (pytest.approx(0.1), 0)
+    # a reply is held once the request ended: the next turn finds it
+    engines.finished("a", (*system, 11), (12, 13))
+    first, cached = engines.start("a", (*system, 11, 12, 13, 14), 14 * BLOCK_TOKENS, now=5.0)
+    assert cached == 13 * BLOCK_TOKENS and first == pytest.approx(32 / 3200)
+    assert engines.hit_rate() == pytest.approx((320 + 13 * 32) / (320 + 352 + 320 + 14 * 32))
+
+
+def test_an_engine_evicts_past_its_kv_space() -> None:
+    engines = Engines([WorkerSpec("a", 1, kv_tokens=4 * BLOCK_TOKENS)], 1000.0)
+    engines.start("a", (1, 2, 3), 96, now=0.0)
+    engines.start("a", (7, 8, 9), 96, now=1.0)  # 6 blocks for 4: the first prompt's tail goes
+    assert engines.start("a", (1, 2, 3), 96, now=2.0)[1] == 1 * BLOCK_TOKENS
+
+
+def small_agents(policy: str) -> dict[str, object]:
+    sc = agents(seed=3, upstreams=4, count=80, kv_tokens=32_768)
+    assert sc.workers is not None and sc.caches
+    result = simulate(sc.requests, slots=sc.slots, policy=policy, workers=sc.workers, caches=True, check=True)
+    ended = [o for o in result.outcomes if o.status == "finished"]
+    assert len(ended) == len(sc.requests) == len({o.spec.id for o in ended})  # each ends once
+    assert all(not math.isnan(o.ttft_s) and o.ttft_s >= o.first_wait_s for o in ended)
+    return summarize(result)
+
+
+def test_prefix_placement_finds_the_agents_prompts_where_round_robin_does_not() -> None:
+    got = {p: small_agents(p) for p in ("laneway", "round-robin", "least-loaded")}
+    hit = {p: s["prefix"]["hit_rate"] for p, s in got.items()}  # type: ignore[index]
+    ttft = {p: s["prefix"]["ttft"]["P1"]["p50_s"] for p, s in got.items()}  # type: ignore[index]
+    assert hit["laneway"] > 2 * hit["round-robin"] and hit["laneway"] > 2 * hit["least-loaded"], hit
+    assert ttft["laneway"] < ttft["round-robin"] / 2 and ttft["laneway"] < ttft["least-loaded"] / 2, ttft
+    # the flood (P3) is done as soon under laneway as under the baselines, give or take
+    flood = {p: s["classes"]["P3"]["makespan_s"] for p, s in got.items()}  # type: ignore[index]
+    assert flood["laneway"] <= 1.1 * min(flood["round-robin"], flood["least-loaded"]), flood
+
+
+def test_the_agents_scenario_is_its_own_capacity(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "agents", "--slots", "8"]) == 2
+    assert "scenario agents runs on its own upstreams" in capsys.readouterr().err
+
+
+def test_all_policies_on_upstreams_with_caches_include_the_spread_baselines() -> None:
+    from laneway.cli import parse_policies, run_policies
+    from laneway.sim.tables import render_prefix
+
+    assert {"round-robin", "least-loaded"} <= set(parse_policies("all", caches=True))
+    assert not {"round-robin", "least-loaded", "naive"} & set(parse_policies("all"))
+    sc = agents(seed=1, upstreams=2, count=10, kv_tokens=16_384)
+    results = run_policies(["laneway", "round-robin"], sc, 1)
+    summaries = [summarize(r) for r in results]
+    assert [s["slots"] for s in summaries] == [16, 16]
+    assert all(0 < s["prefix"]["hit_rate"] < 1 for s in summaries)
+    table = render_prefix(summaries)
+    assert table is not None and table.row_count == 4  # P1 and P3 of both policies
+    assert render_prefix([summarize(simulate(sc.requests[:5], slots=2))]) is None  # plain slots
+
+
+def test_the_report_of_upstreams_with_caches_has_their_time_to_first_token() -> None:
+    from laneway.sim.plots import summary_markdown
+
+    sc = agents(seed=2, upstreams=2, count=8, kv_tokens=16_384)
+    s = summarize(simulate(sc.requests, slots=sc.slots, workers=sc.workers, caches=True))
+    md = summary_markdown([s])
+    assert "## Upstreams with prefix caches: time to first token" in md
+    p1 = s["prefix"]["ttft"]["P1"]
+    assert f"| laneway | {s['prefix']['hit_rate']:.1%} | P1 | {p1['count']} |" in md
