@@ -2,7 +2,7 @@
 
     python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
         [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order cyclic|random]
-        [--modes round-robin,laneway-rr,laneway] [--json out.json]
+        [--modes round-robin,laneway-rr,laneway] [--flood N --flood-tokens 256] [--json out.json]
 
 Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
 (``DIR``: SmolLM2-135M-Instruct as ``scripts/vllm-cpu smollm2`` makes it). ``--agents``
@@ -24,6 +24,12 @@ in the same order, the engines' prefix caches emptied before each
 Reported per mode: time to first token p50/p99, makespan, each engine's prefix-cache hit
 rate (its own ``vllm:prefix_cache_*`` counters) and how often it ran nothing (its
 ``vllm:num_requests_running`` sampled every 0.25 s).
+
+With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
+tokens out) are sent at once when the agents start: through laneway as P3, the agents as
+P0; straight to the engines in the mode's way (round-robin, or to the one with fewer in
+flight). A first run, ``laneway (idle)``, has the agents alone through laneway: the P0
+idle reference. Reported beside: the flood's makespan.
 """
 
 from __future__ import annotations
@@ -103,6 +109,28 @@ def workload(
     return out
 
 
+def flood_bodies(n: int, words: int, tokens: int, seed: int = 1) -> list[dict[str, Any]]:
+    """``n`` batch requests, each a document of its own to summarise."""
+    rng = random.Random(seed)
+    vocab = WORDS.split()
+    return [
+        {
+            "model": MODEL,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": f"Summarise document {i}: "
+                    + " ".join(rng.choice(vocab) for _ in range(words)),
+                }
+            ],
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        for i in range(n)
+    ]
+
+
 # --------------------------------------------------------------------------- the engines
 class Engines:
     """The two engines: their URLs, metrics and the sampler of their running counts."""
@@ -176,21 +204,49 @@ def gateway(tmp: Path, urls: list[str], slots: int, placement: str | None = None
 
 # --------------------------------------------------------------------------- one run
 async def run(
-    mode: str, bodies: list[dict[str, Any]], eng: Engines, via: str | None, clients: int
+    mode: str,
+    bodies: list[dict[str, Any]],
+    eng: Engines,
+    via: str | None,
+    clients: int,
+    flood: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    flood = flood or []
+    if via is not None and flood:  # through laneway: the agents urgent, the flood batch work
+        bodies = [{**b, "priority": "P0"} for b in bodies]
+        flood = [{**b, "priority": "P3"} for b in flood]
     queue = list(enumerate(bodies))
     queue.reverse()
     ttfts: list[float] = [0.0] * len(bodies)
     in_flight = [0] * len(eng.urls)
     per_engine = [0] * len(eng.urls)
-    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    flood_ends: list[float] = []
+    conns = clients + len(flood) + 8
+    limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+
+        def engine_for(i: int) -> int:
+            return i % 2 if mode == "round-robin" else min(range(2), key=lambda k: (in_flight[k], k))
+
+        async def batch_job(i: int, body: dict[str, Any]) -> None:
+            e = engine_for(i) if via is None else -1
+            url = via if via is not None else eng.urls[e]
+            if e >= 0:
+                in_flight[e] += 1
+            try:
+                r = await client.post(url + "/chat/completions", json=body)
+                if r.status_code != 200:
+                    raise RuntimeError(f"flood job {i}: HTTP {r.status_code}: {r.text[:300]}")
+                flood_ends.append(time.perf_counter())
+            finally:
+                if e >= 0:
+                    in_flight[e] -= 1
 
         async def one_client() -> None:
             while queue:
                 i, body = queue.pop()
                 if via is None:
-                    e = i % 2 if mode == "round-robin" else min(range(2), key=lambda k: (in_flight[k], k))
+                    e = engine_for(i)
                     url = eng.urls[e]
                 else:
                     url, e = via, -1
@@ -207,8 +263,12 @@ async def run(
         sampler = asyncio.create_task(eng.sample(client, stop))
         before = eng.counters()
         t0 = time.perf_counter()
+        jobs = [asyncio.create_task(batch_job(i, b)) for i, b in enumerate(flood)]
+        await asyncio.sleep(0.5 if flood else 0.0)  # (the flood first: the engines full)
         await asyncio.wait_for(asyncio.gather(*(one_client() for _ in range(clients))), REQUEST_TIMEOUT_S * 4)
         makespan = time.perf_counter() - t0
+        await asyncio.wait_for(asyncio.gather(*jobs), REQUEST_TIMEOUT_S * 4)
+        flood_makespan = max(flood_ends) - t0 if flood_ends else None
         stop.set()
         await sampler
     after = eng.counters()
@@ -225,6 +285,8 @@ async def run(
         "ttft_p50_s": statistics.median(ordered),
         "ttft_p99_s": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
         "makespan_s": makespan,
+        "flood": len(flood),
+        "flood_makespan_s": flood_makespan,
         "prefix_hit_rate": hits,
         "idle_fraction": idle,
         "per_engine": per_engine if via is None else None,
@@ -245,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         "--order", choices=("cyclic", "random"), default="cyclic", help="which agent each request is of"
     )
     ap.add_argument("--modes", default="round-robin,laneway-rr,laneway")
+    ap.add_argument("--flood", type=int, default=0, help="batch requests sent at once beside the agents")
+    ap.add_argument("--flood-tokens", type=int, default=256)
+    ap.add_argument("--flood-words", type=int, default=300)
     ap.add_argument("--json", type=Path, metavar="FILE")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -252,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown mode {bad[0]!r}")
     bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens, args.order)
+    batch = flood_bodies(args.flood, args.flood_words, args.flood_tokens)
+    if batch:  # the P0 idle reference: the agents alone through laneway
+        modes = ["laneway (idle)", *modes]
     results = []
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp_s:
         tmp = Path(tmp_s)
@@ -260,30 +328,37 @@ def main(argv: list[str] | None = None) -> int:
                 eng.reset()
                 eng.samples = [[] for _ in eng.urls]
                 err.print(f"[dim]{mode}: {len(bodies)} requests from {args.clients} clients…[/]")
+                flood = [] if mode == "laneway (idle)" else batch
                 if mode.startswith("laneway"):
                     placement = "round-robin" if mode == "laneway-rr" else None
-                    with gateway(tmp / mode, eng.urls, args.slots, placement) as via:
-                        results.append(asyncio.run(run(mode, bodies, eng, via, args.clients)))
+                    with gateway(tmp / mode.replace(" ", "-"), eng.urls, args.slots, placement) as via:
+                        results.append(asyncio.run(run(mode, bodies, eng, via, args.clients, flood)))
                 else:
-                    results.append(asyncio.run(run(mode, bodies, eng, None, args.clients)))
+                    results.append(asyncio.run(run(mode, bodies, eng, None, args.clients, flood)))
                 r = results[-1]
                 err.print(
                     f"[dim]  makespan {r['makespan_s']:.1f} s, TTFT p50 {r['ttft_p50_s']:.2f} s, "
                     f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}[/]"
                 )
-    t = Table(title=f"{args.requests} streamed chats of {args.agents} agents over two vLLM engines")
+    flooded = f", beside {args.flood} batch requests of {args.flood_tokens} tokens" if batch else ""
+    t = Table(title=f"{args.requests} streamed chats of {args.agents} agents over two vLLM engines{flooded}")
     t.add_column("mode", no_wrap=True)
     for c in ("TTFT p50 s", "TTFT p99 s", "makespan s", "prefix hits (engines)", "ran nothing (engines)"):
         t.add_column(c, justify="right")
+    if batch:
+        t.add_column("flood makespan s", justify="right")
     for r in results:
-        t.add_row(
+        row = [
             r["mode"],
             f"{r['ttft_p50_s']:.2f}",
             f"{r['ttft_p99_s']:.2f}",
             f"{r['makespan_s']:.1f}",
             " / ".join(f"{x:.0%}" for x in r["prefix_hit_rate"]),
             " / ".join(f"{x:.0%}" for x in r["idle_fraction"]),
-        )
+        ]
+        if batch:
+            row.append("-" if r["flood_makespan_s"] is None else f"{r['flood_makespan_s']:.1f}")
+        t.add_row(*row)
     Console().print(t)
     if args.json:
         args.json.write_text(

@@ -1,8 +1,8 @@
 """laneway in front of an engine over HTTP, measured side by side with the engine used directly.
 
-    python bench/upstream_bench.py [--only flood,overhead,vllm] [--batch 200] [--tokens 1000]
+    python bench/upstream_bench.py [--only flood,overhead,vllm,gate] [--batch 200] [--tokens 1000]
         [--urgent 20] [--urgent-tokens 16] [--slots 4] [--ms-per-token 2] [--requests 2000]
-        [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--json out.json]
+        [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--gate-slots 16] [--json out.json]
 
 Every engine and server is a subprocess on 127.0.0.1 (logs in a temporary
 directory), stopped afterwards; every loop is bounded in count and time.
@@ -31,6 +31,13 @@ directory), stopped afterwards; every loop is bounded in count and time.
    (``scripts/vllm-cpu``), pinned to one core (it keeps every core it may
    use busy), laneway and the clients on the others; a smaller flood
    (``--vllm-batch``, ``--vllm-tokens``) as it is slower.
+4. **The saturation gate** (``gate``, with ``--vllm``): the same real vLLM
+   (``--slots`` sequences at most, its own FCFS queue beyond them) behind
+   laneway given too high a ``slots`` (``--gate-slots``), with the gate
+   (``adapt_slots``, the default) and without: urgent requests idle and under
+   the flood, and the most requests vLLM's own queue held (its ``/metrics``,
+   read every 0.25 s). Without the gate the flood waits inside vLLM and an
+   urgent request behind it; with it, in laneway, where priority holds.
 """
 
 from __future__ import annotations
@@ -40,10 +47,12 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,19 +71,20 @@ err = Console(stderr=True)
 
 
 # --------------------------------------------------------------------------- servers
-def gateway_toml(data: Path, url: str, model: str, slots: int) -> str:
+def gateway_toml(data: Path, url: str, model: str, slots: int, worker: str = "") -> str:
     return (
         f'[server]\nhost = "{HOST}"\ndata_dir = "{data}"\n\n'
         f'[[workers]]\nname = "up0"\ntype = "upstream"\nurl = "{url}"\nmodel = "{model}"\n'
-        f'served_name = "{model}"\nslots = {slots}\n'
+        f'served_name = "{model}"\nslots = {slots}\n{worker}'
     )
 
 
 @contextlib.contextmanager
-def gateway(tmp: Path, url: str, model: str, slots: int) -> Iterator[str]:
-    """``laneway serve`` with one upstream worker in front of ``url``: its ``/v1`` URL."""
+def gateway(tmp: Path, url: str, model: str, slots: int, worker: str = "") -> Iterator[str]:
+    """``laneway serve`` with one upstream worker in front of ``url`` (``worker``: more of
+    its configuration): its ``/v1`` URL."""
     cfg = tmp / "laneway.toml"
-    cfg.write_text(gateway_toml(tmp / "data", url, model, slots))
+    cfg.write_text(gateway_toml(tmp / "data", url, model, slots, worker))
     with serve_process("--config", str(cfg), log=tmp / "laneway.log") as server:
         yield server.url + "/v1"
 
@@ -189,6 +199,48 @@ def bench_vllm(args: argparse.Namespace) -> dict[str, Any]:
             Path(args.vllm), Path(args.vllm_model), log, "--max-num-seqs", str(args.slots)
         ) as v:
             return flood_pair(v.url, "tiny", args, args.vllm_batch, args.vllm_tokens)
+
+
+def engine_waiting(metrics_url: str, stop: threading.Event, seen: list[int]) -> None:
+    """The requests waiting in vLLM's own queue, read from its /metrics until ``stop``."""
+    with httpx.Client(timeout=5) as client:
+        while not stop.wait(0.25):
+            with contextlib.suppress(httpx.HTTPError):
+                text = client.get(metrics_url).text
+                got = re.findall(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", text, re.M)
+                seen.append(round(sum(float(v) for v in got)))
+
+
+def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
+    if args.vllm is None or args.vllm_model is None:
+        raise SystemExit("upstream_bench: --only gate needs --vllm VENV --vllm-model DIR")
+    out: dict[str, Any] = {"batch": args.vllm_batch, "tokens": args.vllm_tokens, "slots": args.gate_slots}
+    with tempfile.TemporaryDirectory(prefix="upstream-bench-gate-") as tmp:
+        log = Path(tmp) / "vllm.log"
+        with vllm_process(
+            Path(args.vllm), Path(args.vllm_model), log, "--max-num-seqs", str(args.slots)
+        ) as v:
+            for name, adapt in (("without the gate", False), ("with the gate", True)):
+                err.print(
+                    f"[dim]gate: vLLM of {args.slots} sequences, laneway slots {args.gate_slots}, {name}…[/]"
+                )
+                stop, waiting = threading.Event(), []
+                watcher = threading.Thread(
+                    target=engine_waiting, args=(v.url.removesuffix("/v1") + "/metrics", stop, waiting)
+                )
+                here = Path(tmp) / name.replace(" ", "-")
+                here.mkdir()
+                worker = f"adapt_slots = {'true' if adapt else 'false'}\n"
+                with gateway(here, v.url, "tiny", args.gate_slots, worker) as url:
+                    watcher.start()
+                    try:
+                        r = _run_fast(flood(url, "tiny", args, args.vllm_batch, args.vllm_tokens, via=True))
+                    finally:
+                        stop.set()
+                        watcher.join(10)
+                r["engine_waiting_max"] = max(waiting, default=0)
+                out[name] = r
+    return out
 
 
 # --------------------------------------------------------------------------- 2. the overhead
@@ -312,11 +364,43 @@ def flood_table(title: str, r: dict[str, Any]) -> Table:
     return t
 
 
+def gate_table(r: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"the saturation gate: a vLLM of a few sequences given slots = {r['slots']}; "
+        f"{r['batch']} P2 × {r['tokens']} tokens, P0 idle and under it"
+    )
+    for c in (
+        "",
+        "TTFT idle ms",
+        "TTFT flood ms",
+        "TTFT ÷ idle",
+        "latency ÷ idle",
+        "vLLM queue max",
+        "makespan s",
+    ):
+        t.add_column(c, justify="right")
+    for name in ("without the gate", "with the gate"):
+        x = r[name]
+        t.add_row(
+            name,
+            f"{x['idle_ttft_p50_ms']:.1f}",
+            f"{x['flood_ttft_p50_ms']:.1f}",
+            f"{x['ttft_ratio']:.2f}",
+            f"{x['latency_ratio']:.2f}",
+            str(x["engine_waiting_max"]),
+            f"{x['makespan_s']:.1f}",
+        )
+    t.caption = "medians (p50); target with the gate: TTFT ÷ idle ≤ 1.2"
+    return t
+
+
 def report(results: dict[str, Any], console: Console) -> None:
     if "flood" in results:
         console.print(flood_table("stand-in engine", results["flood"]))
     if "vllm" in results:
         console.print(flood_table("real vLLM (CPU, one core)", results["vllm"]))
+    if "gate" in results:
+        console.print(gate_table(results["gate"]))
     if "overhead" in results:
         o = results["overhead"]
         t = Table(title="1-token requests: laneway in front of the stand-in vs the stand-in alone")
@@ -361,12 +445,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-model", metavar="DIR")
     ap.add_argument("--vllm-batch", type=int, default=24)
     ap.add_argument("--vllm-tokens", type=int, default=400)
+    ap.add_argument(
+        "--gate-slots", type=int, default=16, help="gate: laneway's slots for the vLLM (too many)"
+    )
     ap.add_argument("--json", type=Path, metavar="FILE")
     args = ap.parse_args(argv)
     parts = set(args.only.split(","))
-    if "vllm" in parts and args.vllm is None:
-        parts.discard("vllm")
-        err.print("[yellow]no --vllm VENV: the real-vLLM flood is left out[/]")
+    if parts & {"vllm", "gate"} and args.vllm is None:
+        parts -= {"vllm", "gate"}
+        err.print("[yellow]no --vllm VENV: the real-vLLM flood and gate are left out[/]")
     results: dict[str, Any] = {}
     if "flood" in parts:
         results["flood"] = bench_flood(args)
@@ -374,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         results["overhead"] = bench_overhead(args)
     if "vllm" in parts:
         results["vllm"] = bench_vllm(args)
+    if "gate" in parts:
+        results["gate"] = bench_gate(args)
     report(results, Console(width=170) if not sys.stdout.isatty() else Console())
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))

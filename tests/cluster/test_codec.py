@@ -14,6 +14,7 @@ from laneway.cluster import codec
 from laneway.cluster.codec import (
     Availability,
     BadMessage,
+    CachedOn,
     CacheSpace,
     Cancelled,
     Census,
@@ -49,6 +50,7 @@ EVENTS = [
     Progress("r1", 7),
     Availability("up0", False),
     CacheSpace("up0", 23_296),
+    CachedOn("up0", (2**63 - 1, 12, 7)),
     Pace("m", 57, 1.25),
     SlotsWanted("r1.abc", "m"),
     LoanTaken("r1.abc", "up0", 4, 2),
@@ -89,6 +91,7 @@ def test_the_wire_is_what_earlier_versions_wrote() -> None:
     assert encode(Preempted("r1", 1, 2, 0.5)) == ["p", "r1", 1, 2, 0.5]
     assert encode(LoanTaken("h", "w", 3, 1)) == ["u", "h", "w", 3, 1]
     assert encode(LoanGranted("w", 2, 3)) == ["G", "w", 2, 3]
+    assert encode(CachedOn("w", (5, 6))) == ["l", "w", [5, 6]]
     assert encode(Dispatch("r1", "w", None)) == ["D", "r1", "w", None]
     # an end sent before ends carried token counts
     assert decode_event(["f", "r1", 0]) == Finished("r1", False, None, None)

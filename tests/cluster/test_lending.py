@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneway.cluster.codec import LoanGranted, LoanTaken
-from laneway.cluster.lending import Borrower, Lender, starts_itself
+from laneway.cluster.lending import AFFINITY_BLOCKS, Borrower, Lender, starts_itself
 from laneway.core import Dispatch, Request, Scheduler, WorkerSpec
 from laneway.core.admission import Quota, TenantPolicy
+from laneway.core.prefix_cache import PrefixIndex
 
 SPECS = [WorkerSpec("w0", 4), WorkerSpec("w1", 3)]
 HOMES = ("a", "b")
@@ -255,3 +256,31 @@ def test_a_quarantine_outlives_its_home_taken_for_dead_again_and_grows() -> None
     assert lender.held("w") == 7 and lender.quarantined()[("a", "w")].until == 100.0
     lender.release("a", "w")
     assert lender.held("w") == 0 and not lender.loans
+
+
+def test_a_request_on_a_lent_slot_goes_where_its_prompt_is_likely_cached() -> None:
+    specs = [WorkerSpec("w0", 4), WorkerSpec("w1", 4)]
+    b = Borrower(specs, index=PrefixIndex({w.id: None for w in specs}))
+    b.granted("a", "w0", 3, 1)
+    b.granted("a", "w1", 2, 1)
+    agent = tuple(range(11, 11 + AFFINITY_BLOCKS))
+    assert b.take(Request("r0", 2, 0.0, prefix=(21, 22))) == "w0"  # a short prompt: the most spare
+    b.give_back("a", "r0")
+    assert b.take(Request("r1", 2, 0.0, prefix=agent)) is None  # long, not known here: the leader's
+    b.index.record("w1", agent)  # ... the leader placed it on w1  # type: ignore[union-attr]
+    assert b.take(Request("r2", 2, 0.0, prefix=(*agent, 99))) == "w1"  # most of it there
+    assert b.take(Request("r3", 2, 0.0, prefix=(11, *range(90, 90 + AFFINITY_BLOCKS)))) is None
+    assert b.take(Request("r4", 2, 0.0, prefix=(*agent, 98))) == "w1"
+    assert b.take(Request("r5", 2, 0.0, prefix=(*agent, 97))) is None  # w1's lent slots are used up
+    assert b.take(Request("r6", 2, 0.0, prefix=(31,))) == "w0"
+    assert b.used == {"w0": 1, "w1": 2}
+
+
+def test_the_leaders_index_learns_a_prompt_started_on_a_lent_slot() -> None:
+    sched = Scheduler([WorkerSpec("w0", 4), WorkerSpec("w1", 4)])
+    agent = (11, 12, 13, 14)
+    sched.cached_on("w1", agent)
+    sched.submit(Request("r1", 2, 0.0, prefix=(*agent, 15)), 0.0)
+    sched.submit(Request("r2", 2, 0.0), 0.0)  # (w0 is now the less loaded)
+    placed = {d.request_id: d.worker_id for d in sched.schedule(0.0) if isinstance(d, Dispatch)}
+    assert placed == {"r1": "w1", "r2": "w0"}

@@ -153,3 +153,43 @@ def test_short_requests_start_on_lent_slots_and_an_upstream_stays_within_its_slo
     for s in stats:  # the leader's requests and the lent ones together: never more than its slots
         assert s["peak_requests"] <= 3, stats
     assert sum(lent) >= 30, lent  # most of the short ones, once their replica had a loan
+
+
+def test_an_agents_turns_go_where_its_prompt_is_cached_on_lent_slots_too(
+    tmp_path: Path, memory_bus: str
+) -> None:
+    """Four agents (a long system prompt each), their turns sent to the three replicas in
+    turn: the leader places an agent's first turn; the replicas start later turns on lent
+    slots of that very engine, and the leader hears where (its own index follows)."""
+    engines = {f"up{i}": StandIn(slots=4, ms_per_token=1) for i in range(2)}
+    with inprocess_replicas(tmp_path, memory_bus, NAMES, engines, 4) as reps:
+        urls = [reps[n].url + "/v1" for n in NAMES]
+
+        async def go() -> list[tuple[str, str]]:
+            placed = []
+            async with httpx.AsyncClient(timeout=60) as c:
+                for i in range(24):
+                    agent = "ABCD"[i % 4]
+                    system = f"You are agent {agent}. " + f"Agent {agent} knows this well. " * 40
+                    chat = {
+                        "model": "m",
+                        "messages": [
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": f"turn {i}"},
+                        ],
+                        "max_tokens": 2,
+                        "priority": "P2",
+                    }
+                    r = await c.post(urls[i % 3] + "/chat/completions", json=chat)
+                    assert r.status_code == 200, r.text
+                    placed.append((agent, r.json()["laneway"]["worker"]))
+            return placed
+
+        placed = asyncio.run(go())
+        lent = sum(lent_starts(reps[n].url) for n in NAMES)
+    by_agent: dict[str, set[str]] = {}
+    for agent, worker in placed:
+        by_agent.setdefault(agent, set()).add(worker)
+    assert all(len(ws) == 1 for ws in by_agent.values()), by_agent  # each agent on one engine
+    assert {w for ws in by_agent.values() for w in ws} == {"up0", "up1"}  # and both engines used
+    assert lent >= 8, lent  # (most later turns started on lent slots)

@@ -5,7 +5,8 @@ with its tag, and the one place that knows how each is laid out on the wire.
   :class:`Submitted` (``s``), :class:`Finished` (``f``), :class:`Cancelled` (``c``),
   :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
   :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`SlotCap` (``x``),
-  :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``).
+  :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``),
+  :class:`CachedOn` (``l``).
 - *Orders*, the leader to a replica (its stream of decisions): the core's
   :class:`~laneway.core.Dispatch` (``D``), :class:`~laneway.core.Preempt` (``P``) and
   :class:`~laneway.core.Reject` (``R``), and :class:`LoanGranted` (``G``),
@@ -297,6 +298,23 @@ class LoanTaken(Flat):
 
 
 @dataclass(frozen=True, slots=True)
+class CachedOn(Flat):
+    """A replica started a request on a lent slot of ``worker``: its prompt's blocks are
+    likely in that engine's prefix cache now (the leader's index learns it)."""
+
+    TAG: ClassVar[str] = "l"
+    worker: str
+    prefix: tuple[int, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [self.worker, list(self.prefix)]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> CachedOn:
+        return cls(str(items[0]), tuple(int(b) for b in items[1]))
+
+
+@dataclass(frozen=True, slots=True)
 class Census:
     """What ``home``'s requests do now, answering the census ``census_id`` a leader asked."""
 
@@ -327,6 +345,7 @@ Event = (
     | SlotsWanted
     | LoanTaken
     | Census
+    | CachedOn
 )
 
 
@@ -394,6 +413,7 @@ _EVENTS: dict[str, Callable[[list[Any]], Event]] = {
         SlotsWanted,
         LoanTaken,
         Census,
+        CachedOn,
     )
 }
 _ORDERS: dict[str, Callable[[list[Any]], Order]] = {

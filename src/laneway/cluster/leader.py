@@ -36,6 +36,7 @@ import redis.asyncio as aioredis
 from laneway.cluster.codec import (
     Availability,
     BadMessage,
+    CachedOn,
     CacheSpace,
     Cancelled,
     Census,
@@ -411,6 +412,8 @@ class Leader:
                 core.set_kv_tokens(e.worker, e.kv_tokens)
             elif kind is SlotCap:
                 core.set_slots(e.worker, e.slots)
+            elif kind is CachedOn:  # a replica started a prompt on a lent slot
+                core.cached_on(e.worker, e.prefix)
             elif kind is Pace:  # a replica measured the pace of a model
                 self.pace.observe(e.model, e.tokens, e.seconds)
             elif kind is SlotsWanted:  # a replica asks for slots for a model

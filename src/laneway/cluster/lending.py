@@ -37,8 +37,12 @@ from dataclasses import dataclass, field
 from laneway.cluster.codec import LoanGranted, LoanTaken
 from laneway.core import Request, Scheduler, WorkerSpec
 from laneway.core.admission import TenantPolicy
+from laneway.core.prefix_cache import PrefixIndex
 
 ASKED_FOR_S = 2.0  # a replica that asked for slots is lent what comes free for this long
+# a prompt of this many blocks (256 tokens) or more starts on a lent slot only where this
+# replica knows it is likely cached; else the leader places it (it knows every replica's)
+AFFINITY_BLOCKS = 8
 
 
 @dataclass(slots=True)
@@ -253,7 +257,14 @@ class Borrowed:
 
 @dataclass
 class Borrower:
-    """A replica's side: the slots lent to it per worker, and its requests on them."""
+    """A replica's side: the slots lent to it per worker, and its requests on them.
+
+    With placement by prefix (``index``), a request goes to the worker whose lent slot is
+    where its prompt is likely cached, by what this replica saw: where the leader placed
+    its requests, and where it started them on lent slots (the leader hears of those,
+    :class:`~laneway.cluster.codec.CachedOn`, so that its own index knows them too). A long
+    prompt (:data:`AFFINITY_BLOCKS`) that this replica does not know to be cached on a lent
+    slot goes to the leader, whose index has every replica's prompts."""
 
     specs: Sequence[WorkerSpec]
     lent: dict[str, int] = field(default_factory=dict)  # worker -> slots lent
@@ -264,6 +275,7 @@ class Borrower:
     # (monotonic) until when the leader cannot have taken this replica for dead: past it,
     # no new request starts on a lent slot (a replica paused past its liveness lost them)
     valid_until: float = math.inf
+    index: PrefixIndex | None = None  # where its prompts are likely cached (placement "prefix")
 
     def granted(self, home: str, worker: str, n: int, seq: int) -> LoanTaken:
         """The leader lends ``n`` slots of ``worker`` (figure ``seq``): the confirmation.
@@ -279,13 +291,26 @@ class Borrower:
         if now > self.valid_until:
             return None
         best, room = None, 0
+        index, blocks = self.index, req.prefix
+        cached, held = None, 0  # the worker that likely holds the most of its prompt
         for spec in self.specs:
             w = spec.id
             spare = self.lent.get(w, 0) - self.used.get(w, 0)
-            if spare > room and w not in self.down and spec.serves(req.model) and spec.admits(req.priority):
-                best, room = w, spare
+            if spare > 0 and w not in self.down and spec.serves(req.model) and spec.admits(req.priority):
+                if spare > room:
+                    best, room = w, spare
+                if index is not None and blocks:
+                    m = index.matched(w, blocks)
+                    if m > held:
+                        cached, held = w, m
         if best is None:
             return None
+        if index is not None and len(blocks) >= AFFINITY_BLOCKS:  # a prompt worth its cache:
+            if cached is None or 2 * held < len(blocks):  # not known here to be cached on a
+                return None  # slot lent to it: the leader, which knows all, places it
+            best = cached
+        if index is not None and blocks:
+            index.record(best, blocks)
         self.used[best] = self.used.get(best, 0) + 1
         self.running[req.id] = Borrowed(best, req)
         return best

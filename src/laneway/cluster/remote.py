@@ -34,6 +34,7 @@ from laneway.cluster.codec import (
     RUNNING,
     Availability,
     BadMessage,
+    CachedOn,
     CacheSpace,
     Cancelled,
     Census,
@@ -59,6 +60,7 @@ from laneway.cluster.redis_io import stream_entries
 from laneway.core import Decision, Dispatch, Reject, Request, WaitRange, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
+from laneway.core.prefix_cache import PrefixIndex
 from laneway.core.stats import Snapshot
 from laneway.runtime.sizing import Sizing
 
@@ -147,13 +149,15 @@ class RemoteScheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self.live_leader: str | None = None
         self.sizing: SharedSizing | None = None  # (set by the node: the runtime's sizing)
-        self.borrower = Borrower(list(specs))  # slots the leader lent, and what runs on them
+        cfg = config or SchedulerConfig()
+        # slots the leader lent, and what runs on them; where this replica's prompts likely are
+        index = PrefixIndex({w.id: w.kv_tokens for w in specs}) if cfg.placement == "prefix" else None
+        self.borrower = Borrower(list(specs), index=index)
         self.lend_max_s = lend_max_s
         self.on_lent_start: Callable[[], None] = lambda: None  # (the node counts them in metrics)
         # (the node ends the requests it had in flight): its new name, their ids
         self.on_reborn: Callable[[str, list[str]], None] = lambda home, ids: None
         self._last = "0-0"  # the last decision read
-        cfg = config or SchedulerConfig()
         self._tenants = Admission(cfg.tenants, cfg.default_tenant, class_names)
         self._timeouts = [c.timeout_s for c in cfg.classes.classes]
         # requests sent to the leader with no decision back yet -> when this replica gives up
@@ -207,7 +211,9 @@ class RemoteScheduler:
         if self._may_start(req):
             worker = self.borrower.take(req, time.monotonic())
             if worker is not None:  # on a lent slot: at once, and the leader hears nothing
-                self._inbox.append(Dispatch(req.id, worker, None))
+                self._inbox.append(Dispatch(req.id, worker, None))  # (but where its prompt is)
+                if req.prefix and self.borrower.index is not None:
+                    self._emit(CachedOn(worker, req.prefix))
                 self.on_lent_start()
                 return None
             self._emit(SlotsWanted(self.home, req.model or ""))  # (it asks for slots)
@@ -288,6 +294,8 @@ class RemoteScheduler:
         self._emit(Availability(worker_id, available))
 
     def set_kv_tokens(self, worker_id: str, tokens: int) -> None:
+        if self.borrower.index is not None:
+            self.borrower.index.set_capacity(worker_id, tokens)
         self._emit(CacheSpace(worker_id, tokens))
 
     def set_slots(self, worker_id: str, n: int) -> None:
@@ -318,6 +326,10 @@ class RemoteScheduler:
             if type(d) is Reject:
                 self._mine.discard(d.request_id)
                 self._reqs.pop(d.request_id, None)
+            elif type(d) is Dispatch and self.borrower.index is not None:  # where its prompt goes
+                req = self._reqs.get(d.request_id)
+                if req is not None and req.prefix and d.worker_id in self.borrower.index:
+                    self.borrower.index.record(d.worker_id, req.prefix)
             self._inbox.append(d)  # (a decision of the core: Dispatch, Preempt or Reject)
         if self._inbox:
             self.kick()
@@ -338,7 +350,7 @@ class RemoteScheduler:
                 continue
             sent = Sent.of(req, self.home)
             entries.append(TableEntry(sent) if worker is None else TableEntry(sent, RUNNING, worker))
-        self.borrower = Borrower(self.borrower.specs, down=self.borrower.down)
+        self.borrower = Borrower(self.borrower.specs, down=self.borrower.down, index=self.borrower.index)
         self._emit(Census(census_id, self.home, tuple(entries)))
 
     def schedule(self, now: float) -> list[Decision]:
@@ -538,7 +550,7 @@ class RemoteScheduler:
         self._deadlines.clear()
         self._held = []
         self._inbox = []
-        self.borrower = Borrower(self.borrower.specs)
+        self.borrower = Borrower(self.borrower.specs, index=self.borrower.index)
         await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
         self.last_heartbeat = time.monotonic()
         log.warning(

@@ -37,6 +37,9 @@ class PrefixIndex:
         self.matched_blocks: dict[str, int] = dict.fromkeys(kv_tokens, 0)
         self.sent_blocks: dict[str, int] = dict.fromkeys(kv_tokens, 0)
 
+    def __contains__(self, worker: object) -> bool:
+        return worker in self._blocks
+
     def capacity(self, worker: str) -> int:
         """Blocks ``worker`` holds at most."""
         return self._cap[worker]

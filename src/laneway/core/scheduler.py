@@ -63,6 +63,7 @@ from laneway.core.occupancy import Occupancy, worker_states
 from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.preemption import Preemptor
+from laneway.core.prefix_cache import PrefixIndex
 from laneway.core.promises import Promises
 from laneway.core.refusal import Refusals
 from laneway.core.request import TRANSITIONS, Request, State, transition
@@ -518,11 +519,22 @@ class Scheduler:
     def set_kv_tokens(self, worker_id: str, tokens: int) -> None:
         """The engine of ``worker_id`` holds ``tokens`` of KV cache: the most of its prompts'
         blocks placement expects it to keep (placement ``prefix``; otherwise nothing)."""
+        index = self._prefix_index(worker_id)
+        if index is not None:
+            index.set_capacity(worker_id, tokens)
+
+    def cached_on(self, worker_id: str, prefix: tuple[int, ...]) -> None:
+        """A prompt of blocks ``prefix`` started on ``worker_id`` outside this scheduler (on a
+        slot it lent): its engine likely holds them now (placement ``prefix``)."""
+        index = self._prefix_index(worker_id)
+        if index is not None:
+            index.record(worker_id, prefix)
+
+    def _prefix_index(self, worker_id: str) -> PrefixIndex | None:
         if worker_id not in self.occupancy.workers:
             raise LanewayError(f"unknown worker {worker_id!r}")
         placement = self.occupancy.placement
-        if isinstance(placement, SlotPlacement) and placement.index is not None:
-            placement.index.set_capacity(worker_id, tokens)
+        return placement.index if isinstance(placement, SlotPlacement) else None
 
     def adopt(self, req: Request, worker_id: str, now: float) -> None:
         """Take in ``req`` as running on ``worker_id`` already (a new scheduler rebuilding
