@@ -2,7 +2,8 @@
 
     python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
         [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order cyclic|random]
-        [--modes round-robin,laneway-rr,laneway] [--flood N --flood-tokens 256] [--json out.json]
+        [--modes round-robin,laneway-rr,laneway] [--flood N --flood-tokens 256] [--priority]
+        [--json out.json]
 
 Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
 (``DIR``: SmolLM2-135M-Instruct as ``scripts/vllm-cpu smollm2`` makes it). ``--agents``
@@ -29,7 +30,10 @@ With ``--flood N``, N batch requests (a document of their own each, ``--flood-to
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
 P0; straight to the engines in the mode's way (round-robin, or to the one with fewer in
 flight). A first run, ``laneway (idle)``, has the agents alone through laneway: the P0
-idle reference. Reported beside: the flood's makespan.
+idle reference. Reported beside: the flood's makespan. With ``--priority`` the engines
+run ``--scheduling-policy priority`` (the same FCFS order for requests that carry none)
+and laneway's workers ``forward_priority = true``: inside each engine's batch, too, the
+agents go first.
 """
 
 from __future__ import annotations
@@ -173,7 +177,15 @@ class Engines:
 @contextlib.contextmanager
 def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # (for /reset_prefix_cache)
-    extra = ("--served-model-name", MODEL, "--max-num-seqs", str(args.slots), "--enable-prefix-caching")
+    extra: tuple[str, ...] = (
+        "--served-model-name",
+        MODEL,
+        "--max-num-seqs",
+        str(args.slots),
+        "--enable-prefix-caching",
+    )
+    if args.priority:
+        extra += ("--scheduling-policy", "priority")
     with contextlib.ExitStack() as stack:
         urls = []
         for i in range(2):
@@ -186,7 +198,9 @@ def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
 
 
 @contextlib.contextmanager
-def gateway(tmp: Path, urls: list[str], slots: int, placement: str | None = None) -> Iterator[str]:
+def gateway(
+    tmp: Path, urls: list[str], slots: int, placement: str | None = None, forward_priority: bool = False
+) -> Iterator[str]:
     toml = f'[server]\nhost = "{HOST}"\ndata_dir = "{tmp / "data"}"\n'
     if placement is not None:
         toml += f'\n[scheduler]\nplacement = "{placement}"\n'
@@ -194,6 +208,7 @@ def gateway(tmp: Path, urls: list[str], slots: int, placement: str | None = None
         toml += (
             f'\n[[workers]]\nname = "up{i}"\ntype = "upstream"\nurl = "{url}"\nmodel = "{MODEL}"\n'
             f'served_name = "{MODEL}"\nslots = {slots}\n'
+            + ("forward_priority = true\n" if forward_priority else "")
         )
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "laneway.toml"
@@ -310,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flood", type=int, default=0, help="batch requests sent at once beside the agents")
     ap.add_argument("--flood-tokens", type=int, default=256)
     ap.add_argument("--flood-words", type=int, default=300)
+    ap.add_argument(
+        "--priority", action="store_true", help="engines order by priority; laneway tells them each class"
+    )
     ap.add_argument("--json", type=Path, metavar="FILE")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -331,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                 flood = [] if mode == "laneway (idle)" else batch
                 if mode.startswith("laneway"):
                     placement = "round-robin" if mode == "laneway-rr" else None
-                    with gateway(tmp / mode.replace(" ", "-"), eng.urls, args.slots, placement) as via:
+                    here = tmp / mode.replace(" ", "-")
+                    with gateway(here, eng.urls, args.slots, placement, args.priority) as via:
                         results.append(asyncio.run(run(mode, bodies, eng, via, args.clients, flood)))
                 else:
                     results.append(asyncio.run(run(mode, bodies, eng, None, args.clients, flood)))
@@ -341,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}[/]"
                 )
     flooded = f", beside {args.flood} batch requests of {args.flood_tokens} tokens" if batch else ""
+    flooded += ", the engines ordering by priority" if args.priority else ""
     t = Table(title=f"{args.requests} streamed chats of {args.agents} agents over two vLLM engines{flooded}")
     t.add_column("mode", no_wrap=True)
     for c in ("TTFT p50 s", "TTFT p99 s", "makespan s", "prefix hits (engines)", "ran nothing (engines)"):

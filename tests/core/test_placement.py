@@ -98,13 +98,32 @@ def test_a_prompt_goes_where_it_is_cached() -> None:
 
 def test_affinity_gives_way_to_a_much_less_loaded_worker() -> None:
     """The worker holding the prompt may run up to half its slots more than the least
-    loaded one; past that the request goes where it starts soonest."""
+    loaded one; past that an interactive request goes where it starts soonest."""
     d = two_engines("prefix")
     for i in range(3):
-        d.submit(with_prefix(f"a{i}", AGENT))
+        d.submit(with_prefix(f"a{i}", AGENT, priority=1))
     assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a", "a", "a"]
-    d.submit(with_prefix("late", AGENT))  # a runs 3, b none: 3 more than b, over 4 // 2
+    d.submit(with_prefix("late", AGENT, priority=1))  # a runs 3, b none: 3 more than b, over 4 // 2
     assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b"]
+
+
+def test_batch_work_goes_where_its_prompt_is_while_that_worker_has_a_slot() -> None:
+    """Throughput-bound (a preemptible class) weighs affinity more: the saved prefill is
+    worth a busier engine, as long as it has a free slot."""
+    d = two_engines("prefix")
+    for i in range(3):
+        d.submit(with_prefix(f"a{i}", AGENT, priority=3))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a"] * 3
+
+    def placed(r: Request) -> list[str]:
+        d.submit(r)
+        return [x.worker_id for x in d.step() if isinstance(x, Dispatch)]
+
+    # a runs 3, b none: a request that may not be preempted is not patient
+    assert placed(Request("kept", 3, 0.0, prefix=AGENT, preemptible=False)) == ["b"]
+    d.finish("kept")
+    assert placed(with_prefix("a3", AGENT, priority=3)) == ["a"]  # batch work: where its prompt is
+    assert placed(with_prefix("full", AGENT, priority=3)) == ["b"]  # a has no slot left: b at once
 
 
 def test_less_than_half_cached_is_placed_by_load() -> None:

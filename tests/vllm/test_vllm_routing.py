@@ -140,3 +140,34 @@ def test_the_prefix_hit_rate_vllm_reports_is_read_at_each_probe(vllm: VllmProces
     assert found is not None, metrics
     own = (hits - first.hits0) / (queries - first.queries0)
     assert float(found.group(1)) == own and 0.5 < own < 1, (own, queries, hits)
+
+
+def test_an_agents_turns_go_to_the_worker_that_holds_its_prompt(vllm: VllmProcess, tmp_path: Path) -> None:
+    """Two upstream workers of the model (both in front of the session's vLLM): chat turns of
+    three agents, each with a long system prompt in the model's own chat template, each
+    agent's on one worker; vLLM finds each agent's prompt cached from its second turn."""
+    one = upstream_config(tmp_path, vllm.url, slots=4)
+    worker = one.workers[0]
+    config = replace(one, workers=(worker, replace(worker, name="v1")))
+    placed: dict[str, set[str]] = {}
+    queries, hits = counters_of(vllm)
+    with live_server(config) as server:
+        for i in range(9):
+            agent = "ABC"[i % 3]
+            system = f"You are agent {agent}. " + f"Agent {agent} answers with care and in few words. " * 25
+            body = {
+                "model": "tiny",
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"Turn {i}?"},
+                ],
+                "max_tokens": 2,
+                "temperature": 0,
+            }
+            r = httpx.post(server.base_url + "/chat/completions", json=body, timeout=TIMEOUT_S)
+            assert r.status_code == 200, r.text
+            placed.setdefault(agent, set()).add(r.json()["laneway"]["worker"])
+    assert all(len(ws) == 1 for ws in placed.values()), placed
+    assert {w for ws in placed.values() for w in ws} == {"v0", "v1"}  # (new prompts spread)
+    queries2, hits2 = counters_of(vllm)
+    assert (hits2 - hits) / (queries2 - queries) > 0.5  # 6 of 9 turns found their agent's prompt

@@ -94,7 +94,6 @@ def kv_tokens_in(text: str) -> int | None:
     return blocks * block if blocks > 0 and block > 0 else None
 
 
-# the gauges an engine counts its requests in, running and queued, and its KV cache's use
 # an engine's gauges of its load (running, waiting, KV use) and its prefix cache's
 # counters (tokens looked up, tokens found): EngineState's fields, by engine
 STATE_GAUGES: dict[str, tuple[str | None, ...]] = {

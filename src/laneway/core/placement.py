@@ -160,7 +160,10 @@ class SlotPlacement:
     ``prefix`` (the configuration's default) the same (and among equals the one whose prefix cache is
     the least full), unless a worker likely holds at least half of the request's prompt
     in its prefix cache (:class:`~laneway.core.prefix_cache.PrefixIndex`) and runs at most
-    half its slots more than the least loaded: then the one that holds the most.
+    half its slots more than the least loaded: then the one that holds the most. Work of
+    a class that ``patient`` marks (throughput-bound: by default the preemptible ones, the
+    batch classes) weighs affinity more: it goes where its prompt is while that worker has
+    a free slot.
     ``round-robin`` takes them in turn (configuration order, the one after the last
     chosen first), whatever they run. Scorers, where given, rank before it.
 
@@ -175,6 +178,7 @@ class SlotPlacement:
         filters: Sequence[Filter] = (ServesModel(), AdmitsClass()),
         scorers: Sequence[Scorer] = (),
         spread: str = "least-loaded",
+        patient: Sequence[bool] = (),
     ) -> None:
         if spread not in SPREADS:
             raise ValueError(f"unknown spread {spread!r} (one of: {', '.join(SPREADS)})")
@@ -182,6 +186,7 @@ class SlotPlacement:
         self.filters = tuple(filters)
         self.scorers = tuple(scorers)
         self.spread = spread
+        self.patient = tuple(patient)  # per class rank: whether it weighs affinity more
         self._turn = 0  # round-robin: where the next turn starts in self.workers
         # prefix: what each worker's prefix cache likely holds
         self.index: PrefixIndex | None = (
@@ -247,7 +252,8 @@ class SlotPlacement:
         if best is None or least is None or best is least or 2 * best_blocks < len(blocks):
             return least
         busier = (best.usable - best.free) - (least.usable - least.free)
-        return best if busier <= max(1, best.spec.slots // 2) else least
+        patient = req.preemptible and req.cls < len(self.patient) and self.patient[req.cls]
+        return best if patient or busier <= max(1, best.spec.slots // 2) else least
 
     def _in_turn(self) -> list[WorkerState]:
         """The candidates in round-robin order: from the one after the last chosen."""

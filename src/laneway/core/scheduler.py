@@ -130,7 +130,9 @@ class Scheduler:
         self.tables = tables = Tables.build(cfg, pol, restricted=restricted)
         k = tables.k
         states = worker_states(workers)
-        placement = placement or SlotPlacement(list(states.values()), spread=pol.spread or cfg.placement)
+        placement = placement or SlotPlacement(
+            list(states.values()), spread=pol.spread or cfg.placement, patient=tables.preemptible
+        )
         if planner is not None:  # replicas loaded at start-up take work at once
             for rid, rep in planner.replicas.items():
                 if rep.ready:
