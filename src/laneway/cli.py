@@ -6,7 +6,7 @@
 ``laneway batch submit|status|results ...`` (see :mod:`laneway.batch.cli`)
 
 ``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
-[--slots N] [--seed N] [--requests N] [--json] [--report DIR]``
+[--slots N] [--upstreams N [--kv-tokens N]] [--seed N] [--requests N] [--json] [--report DIR]``
 
 Errors the user can fix (bad trace line, unknown scenario or policy, missing
 file, bad numbers) print one line, ``laneway: error: ...``, and exit with 2.
@@ -29,13 +29,13 @@ from laneway import __version__
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
-from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig
+from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig, WorkerSpec
 from laneway.core.inventory import Inventory
 from laneway.core.policies import compared
 from laneway.serve import ServeError, Stopped, cmd_serve
 from laneway.serve import add_arguments as add_serve_arguments
 from laneway.sim.report import details, summarize
-from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
+from laneway.sim.scenarios import AGENT_KV_TOKENS, SCENARIOS, Scenario, scenario
 from laneway.sim.simulation import SimResult, simulate
 from laneway.sim.tables import print_summaries
 from laneway.sim.workload import load_trace
@@ -93,7 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--slots",
         type=_positive_int,
         metavar="N",
-        help=f"slots (default: the scenario's own; {TRACE_SLOTS} for a trace)",
+        help=f"slots (default: the scenario's own; {TRACE_SLOTS} for a trace; with --upstreams, of each: 8)",
+    )
+    sim.add_argument(
+        "--upstreams",
+        type=_positive_int,
+        metavar="N",
+        help="a trace runs on N upstreams whose engines keep a prefix cache (its lines' prefix, reply)",
+    )
+    sim.add_argument(
+        "--kv-tokens",
+        type=_positive_int,
+        metavar="N",
+        help=f"with --upstreams: each engine's KV space in tokens (default {AGENT_KV_TOKENS:,})",
     )
     sim.add_argument("--seed", type=_int, metavar="N", help="scenario seed (default 0)")
     sim.add_argument(
@@ -169,9 +181,27 @@ def load_fleet(path: Path) -> Inventory:
 
 def load_workload(args: argparse.Namespace) -> Scenario:
     """The workload of --scenario or --trace (a trace runs on --slots slots)."""
+    if args.kv_tokens is not None and args.upstreams is None:
+        raise UsageError("argument --kv-tokens: only with --upstreams")
     if args.trace is not None:
         if args.requests is not None:
             raise UsageError("argument --requests: only for --scenario mixed")
+        if args.upstreams is not None:
+            if args.fleet is not None:
+                raise UsageError("argument --upstreams: not with --fleet (the fleet sets the capacity)")
+            slots, kv = args.slots or 8, args.kv_tokens or AGENT_KV_TOKENS
+            workers = tuple(WorkerSpec(f"u{i}", slots, kv_tokens=kv) for i in range(args.upstreams))
+            requests = load_trace(args.trace, ClassTable())
+            where = f"{args.upstreams} upstreams of {slots} slots with prefix caches of {kv:,} tokens"
+            return Scenario(
+                "trace",
+                requests,
+                slots * args.upstreams,
+                f"trace {args.trace} on {where}",
+                None,
+                workers,
+                True,
+            )
         if args.fleet is not None:
             if args.slots is not None:
                 raise UsageError("argument --slots: not with --fleet (the fleet sets the capacity)")
@@ -182,6 +212,8 @@ def load_workload(args: argparse.Namespace) -> Scenario:
         return Scenario("trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}")
     if args.fleet is not None:
         raise UsageError("argument --fleet: only with --trace (scenarios bring their own capacity)")
+    if args.upstreams is not None:
+        raise UsageError("argument --upstreams: only with --trace (scenarios bring their own capacity)")
     if args.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {args.scenario!r}: choose from {', '.join(SCENARIOS)}")
     params: dict[str, int] = {}

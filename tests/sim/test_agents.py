@@ -3,7 +3,9 @@ agents scenario, and the spread baselines beside laneway's placement."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,56 @@ def test_the_report_of_upstreams_with_caches_has_their_time_to_first_token() -> 
     assert "## Upstreams with prefix caches: time to first token" in md
     p1 = s["prefix"]["ttft"]["P1"]
     assert f"| laneway | {s['prefix']['hit_rate']:.1%} | P1 | {p1['count']} |" in md
+
+
+def test_a_trace_of_prefixes_on_upstreams_runs_as_the_scenario_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agents scenario written as a trace (its lines' prefix and reply) and replayed on
+    as many upstreams: the same figures as the scenario itself."""
+    from laneway.core import ClassTable
+    from laneway.sim.workload import to_jsonl
+
+    sc = agents(seed=4, upstreams=2, count=10, kv_tokens=16_384)
+    trace = tmp_path / "agents.jsonl"
+    trace.write_text(to_jsonl(sc.requests, ClassTable()))
+    argv = ["simulate", "--trace", str(trace), "--upstreams", "2", "--kv-tokens", "16384", "--json"]
+    assert main([*argv, "--policy", "laneway,round-robin"]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    want = [
+        summarize(simulate(sc.requests, slots=16, policy=p, workers=sc.workers, caches=True))
+        for p in ("laneway", "round-robin")
+    ]
+    for g, w in zip(got, want, strict=True):  # (the trace keeps arrivals to the microsecond)
+        assert g["prefix"]["hit_rate"] == pytest.approx(w["prefix"]["hit_rate"], rel=1e-3)
+        assert g["prefix"]["ttft"]["P1"]["p50_s"] == pytest.approx(
+            w["prefix"]["ttft"]["P1"]["p50_s"], rel=1e-3
+        )
+    assert got[0]["prefix"]["hit_rate"] > got[1]["prefix"]["hit_rate"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "agents", "--upstreams", "4"], "argument --upstreams: only with --trace"),
+        (["--trace", "T", "--kv-tokens", "9"], "argument --kv-tokens: only with --upstreams"),
+        (["--trace", "T", "--upstreams", "2", "--fleet", "F"], "argument --upstreams: not with --fleet"),
+    ],
+)
+def test_upstreams_go_with_a_trace_only(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_a_bad_prefix_in_a_trace_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text(
+        '{"arrival_s": 0, "priority": 1, "duration_s": 1, "prefix": [1, 2]}\n'
+        '{"arrival_s": 1, "priority": 1, "duration_s": 1, "prefix": [1, "two"]}\n'
+    )
+    assert main(["simulate", "--trace", str(trace), "--upstreams", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{trace}:2: field 'prefix' must be a list of whole numbers >= 0 (block hashes)" in err, err

@@ -3,7 +3,10 @@
 One request per line: required ``arrival_s``, ``priority`` (0–3 or
 "P0"–"P3") and ``duration_s`` (it may be left out when ``output_tokens``
 gives the work instead); optional ``id``, ``model``, ``tenant``, ``vram_gb``,
-``preemptible``, ``timeout_s``, ``prompt_tokens``, ``output_tokens``.
+``preemptible``, ``timeout_s``, ``prompt_tokens``, ``output_tokens``, and for runs on
+upstreams with prefix caches (``--upstreams``) ``prefix`` and ``reply``: the prompt's
+chain of block hashes (whole numbers, one a 32-token block, each naming every block
+before it) and the reply's blocks that continue it.
 """
 
 from __future__ import annotations
@@ -85,8 +88,22 @@ TRACE_FIELDS = frozenset(
         "timeout_s",
         "prompt_tokens",
         "output_tokens",
+        "prefix",
+        "reply",
     }
 )
+
+
+def _blocks(obj: dict[str, object], key: str) -> tuple[int, ...]:
+    value = obj.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in value
+    ):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueError(f"field {key!r} must be a list of whole numbers >= 0 (block hashes), got {shown}")
+    return tuple(value)
 
 
 def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
@@ -135,6 +152,8 @@ def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
         timeout_s=_number(obj, "timeout_s", minimum=0.0, strict=True),
         prompt_tokens=_integer(obj, "prompt_tokens"),
         output_tokens=output_tokens,
+        prefix=_blocks(obj, "prefix"),
+        reply=_blocks(obj, "reply"),
     )
 
 
@@ -211,5 +230,8 @@ def to_jsonl(requests: Iterable[SimRequest], classes: ClassTable) -> str:
         for key in ("prompt_tokens", "output_tokens"):
             if getattr(r, key):
                 obj[key] = getattr(r, key)
+        for key in ("prefix", "reply"):
+            if getattr(r, key):
+                obj[key] = list(getattr(r, key))
         lines.append(json.dumps(obj))
     return "\n".join(lines) + "\n"
