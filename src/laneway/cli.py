@@ -34,8 +34,9 @@ from laneway.core.inventory import Inventory
 from laneway.core.policies import compared
 from laneway.serve import ServeError, Stopped, cmd_serve
 from laneway.serve import add_arguments as add_serve_arguments
+from laneway.sim.agents import AGENT_KV_TOKENS
 from laneway.sim.report import details, summarize
-from laneway.sim.scenarios import AGENT_KV_TOKENS, SCENARIOS, Scenario, scenario
+from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
 from laneway.sim.simulation import SimResult, simulate
 from laneway.sim.tables import print_summaries
 from laneway.sim.workload import load_trace

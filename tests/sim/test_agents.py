@@ -146,3 +146,15 @@ def test_a_bad_prefix_in_a_trace_names_its_line(tmp_path: Path, capsys: pytest.C
     assert main(["simulate", "--trace", str(trace), "--upstreams", "2"]) == 2
     err = capsys.readouterr().err
     assert f"{trace}:2: field 'prefix' must be a list of whole numbers >= 0 (block hashes)" in err, err
+
+
+def test_a_given_duration_is_generation_and_the_engine_adds_its_prefill() -> None:
+    from laneway.sim.workload import SimRequest
+
+    prefix = tuple(range(1, 251))  # 8,000 tokens: 1 s of prefill at the default 8,000 tokens/s
+    reqs = [SimRequest(f"r{i}", 10.0 * i, 1, 2.0, prompt_tokens=8000, prefix=prefix) for i in range(2)]
+    workers = [WorkerSpec("u0", 2, kv_tokens=16_384)]
+    result = simulate(reqs, slots=2, workers=workers, caches=True)
+    first, second = result.outcomes
+    assert first.latency_s == pytest.approx(3.0) and first.ttft_s == pytest.approx(1.0)
+    assert second.latency_s == pytest.approx(2.0) and second.cached_tokens == 8000

@@ -342,7 +342,10 @@ class Simulation:
             spec = out.spec
             prompt = spec.prompt_tokens or costs.default_prompt_tokens
             first, out.cached_tokens = self.engines.start(decision.worker_id, spec.prefix, prompt, now)
-            out.remaining_s += first - prompt / costs.prefill_tokens_s
+            # its prefill as the engine runs it, in place of the one from the speed model (a
+            # given duration_s is taken as its generation alone)
+            modelled = prompt / costs.prefill_tokens_s if spec.duration_s is None else 0.0
+            out.remaining_s += first - modelled
             out.ttft_s = now - spec.arrival_s + first
         out.token += 1
         out.run_start_s = now

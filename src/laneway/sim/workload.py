@@ -20,6 +20,8 @@ from typing import NamedTuple
 from laneway.core import ClassTable
 from laneway.core.errors import LanewayError
 
+DAY_S = 24 * 3600.0  # a batch line's window: how long batch work may queue
+
 
 class TraceError(LanewayError, ValueError):
     """A trace line is invalid; the message names the file and line."""
