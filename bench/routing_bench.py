@@ -1,17 +1,22 @@
 """Many agents over two real vLLM engines: laneway beside client-side balancers straight to them.
 
     python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
-        [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order cyclic|random]
+        [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order rounds|cyclic|random]
+        [--kv-share 0.7 | --kv-tokens N]
         [--modes round-robin,laneway-rr,laneway] [--flood N --flood-tokens 256] [--priority]
         [--json out.json]
 
 Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
 (``DIR``: SmolLM2-135M-Instruct as ``scripts/vllm-cpu smollm2`` makes it). ``--agents``
 agents each have a system prompt of ``--prompt-words`` words of their own; ``--requests``
-streamed chat requests (of agent ``i % agents``, or with ``--order random`` of an agent drawn
-at random; a question of its own, ``--tokens`` tokens) are sent by ``--clients`` clients,
-each taking the next request when its last one ended. Every mode sends the same requests
-in the same order, the engines' prefix caches emptied before each
+streamed chat requests (each agent once a round, in an order drawn for each round; with
+``--order cyclic`` agent ``i % agents``, with ``--order random`` an agent drawn at random;
+a question of its own, ``--tokens`` tokens) are sent by ``--clients`` clients, each taking
+the next request when its last one ended. Each engine's KV cache holds ``--kv-share`` of
+the agents' system prompts together (0.7: more than one engine holds, less than two;
+``--num-gpu-blocks-override``), so that where a prompt goes decides whether it stays cached.
+Every mode sends the same requests in the same order, the engines' prefix caches emptied
+before each
 (``POST /reset_prefix_cache``, vLLM's dev mode):
 
 - ``round-robin``: straight to the engines, request ``i`` to engine ``i % 2``;
@@ -63,6 +68,7 @@ from upstream_bench import urgent
 HOST = "127.0.0.1"
 MODEL = "smollm2"
 REQUEST_TIMEOUT_S = 600.0
+BLOCK = 128  # tokens a KV block of vLLM's CPU build holds
 err = Console(stderr=True)
 
 WORDS = (  # the words the system prompts are made of
@@ -83,17 +89,19 @@ def workload(
     agents: int, requests: int, words: int, tokens: int, order: str = "cyclic", seed: int = 0
 ) -> list[dict[str, Any]]:
     """``requests`` chat bodies, each of an agent with its own system prompt: agent
-    ``i % agents`` (``cyclic``), or one drawn at random (``random``, seeded)."""
+    ``i % agents`` (``cyclic``), every agent once a round in an order drawn anew for each
+    round (``rounds``: agents that each send their next turn once the last is answered), or
+    one drawn at random (``random``); seeded."""
     rng = random.Random(seed)
     vocab = WORDS.split()
-    systems = [
-        f"You are agent {a}, a helpful assistant. Your notes: "
-        + " ".join(rng.choice(vocab) for _ in range(words))
-        for a in range(agents)
-    ]
+    systems = system_prompts(agents, words, rng)
+    turns: list[int] = []
+    while order == "rounds" and len(turns) < requests:
+        turns += rng.sample(range(agents), agents)
     out = []
     for i in range(requests):
-        agent = i % agents if order == "cyclic" else rng.randrange(agents)
+        agent = {"cyclic": i % agents, "rounds": turns[i] if turns else 0}.get(order)
+        agent = rng.randrange(agents) if agent is None else agent
         out.append(
             {
                 "model": MODEL,
@@ -111,6 +119,26 @@ def workload(
             }
         )
     return out
+
+
+def system_prompts(agents: int, words: int, rng: random.Random) -> list[str]:
+    vocab = WORDS.split()
+    return [
+        f"You are agent {a}, a helpful assistant. Your notes: "
+        + " ".join(rng.choice(vocab) for _ in range(words))
+        for a in range(agents)
+    ]
+
+
+def prompt_tokens(model: Path, bodies: list[dict[str, Any]]) -> int:
+    """The tokens of the agents' system prompts together, as the engines' tokenizer counts
+    them (each prompt once)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    seen = {b["messages"][0]["content"] for b in bodies}
+    texts = [tok.apply_chat_template([{"role": "system", "content": s}], tokenize=False) for s in seen]
+    return sum(len(tok(t)["input_ids"]) for t in texts)
 
 
 def flood_bodies(n: int, words: int, tokens: int, seed: int = 1) -> list[dict[str, Any]]:
@@ -184,6 +212,8 @@ def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
         str(args.slots),
         "--enable-prefix-caching",
     )
+    if args.kv_tokens:  # (vLLM's CPU build: blocks of 128 tokens)
+        extra += ("--block-size", str(BLOCK), "--num-gpu-blocks-override", str(-(-args.kv_tokens // BLOCK)))
     if args.priority:
         extra += ("--scheduling-policy", "priority")
     with contextlib.ExitStack() as stack:
@@ -319,7 +349,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument(
-        "--order", choices=("cyclic", "random"), default="cyclic", help="which agent each request is of"
+        "--order",
+        choices=("rounds", "cyclic", "random"),
+        default="rounds",
+        help="which agent each request is of",
+    )
+    ap.add_argument(
+        "--kv-share",
+        type=float,
+        default=0.7,
+        help="each engine's KV cache, as a share of the agents' system prompts together "
+        "(default 0.7: more than one engine holds, less than two do); 0: vLLM's own size",
+    )
+    ap.add_argument(
+        "--kv-tokens", type=int, default=0, help="each engine's KV cache in tokens (over --kv-share)"
     )
     ap.add_argument("--modes", default="round-robin,laneway-rr,laneway")
     ap.add_argument("--flood", type=int, default=0, help="batch requests sent at once beside the agents")
@@ -335,6 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown mode {bad[0]!r}")
     bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens, args.order)
+    total = prompt_tokens(Path(args.model), bodies)
+    if not args.kv_tokens and args.kv_share > 0:
+        args.kv_tokens = round(total * args.kv_share)
+    err.print(
+        f"[dim]the agents' system prompts: {total:,} tokens together; each engine's KV cache: "
+        + (f"{args.kv_tokens:,} tokens[/]" if args.kv_tokens else "vLLM's own size[/]")
+    )
     batch = flood_bodies(args.flood, args.flood_words, args.flood_tokens)
     if batch:  # the P0 idle reference: the agents alone through laneway
         modes = ["laneway (idle)", *modes]
@@ -361,7 +411,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
     flooded = f", beside {args.flood} batch requests of {args.flood_tokens} tokens" if batch else ""
     flooded += ", the engines ordering by priority" if args.priority else ""
-    t = Table(title=f"{args.requests} streamed chats of {args.agents} agents over two vLLM engines{flooded}")
+    kv = f"KV {args.kv_tokens:,} tokens each" if args.kv_tokens else "vLLM's own KV size"
+    t = Table(
+        title=f"{args.requests} streamed chats of {args.agents} agents ({total:,} prompt tokens, "
+        f"{args.order}) over two vLLM engines ({kv}){flooded}"
+    )
     t.add_column("mode", no_wrap=True)
     for c in ("TTFT p50 s", "TTFT p99 s", "makespan s", "prefix hits (engines)", "ran nothing (engines)"):
         t.add_column(c, justify="right")

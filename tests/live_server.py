@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,8 +78,10 @@ def live_servers(
     apps = [create_app(config, workers) for config, workers in servers]
     started = [_uvicorn(config, app) for (config, _), app in zip(servers, apps, strict=True)]
     failed: list[BaseException] = []
+    loops: list[asyncio.AbstractEventLoop] = []
 
     async def main() -> None:
+        loops.append(asyncio.get_running_loop())
         tasks = []
         try:
             for server in started:
@@ -118,7 +122,38 @@ def live_servers(
         for s in started:
             s.should_exit = True
         thread.join(STOP_TIMEOUT_S * len(started))
-        assert not thread.is_alive(), "the test servers did not stop"
+        assert not thread.is_alive(), "the test servers did not stop:\n" + _stuck(thread, loops)
+
+
+def _stuck(thread: threading.Thread, loops: list[asyncio.AbstractEventLoop]) -> str:
+    """Where a server thread that does not stop is: its stack, and each task of its loop."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    out = ["the thread:", "".join(traceback.format_stack(frame)) if frame else "(gone)"]
+    if loops:
+
+        async def tasks() -> str:
+            lines = []
+            for task in asyncio.all_tasks():
+                if task is asyncio.current_task():
+                    continue
+                lines.append(f"{task.get_name()}:")
+                coro: Any = task.get_coro()
+                while coro is not None:  # (the chain of awaits, through async context managers)
+                    frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+                    if frame is None:
+                        break
+                    lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+                    gen = getattr(frame.f_locals.get("self"), "gen", None)
+                    coro = gen if hasattr(gen, "ag_frame") else getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+                if coro is not None:
+                    lines.append(f"  awaiting {coro!r}")
+            return "\n".join(lines)
+
+        try:
+            out.append(asyncio.run_coroutine_threadsafe(tasks(), loops[0]).result(timeout=5))
+        except Exception as exc:  # (the loop itself is stuck: the thread's stack says where)
+            out.append(f"(its tasks could not be listed: {exc!r})")
+    return "\n".join(out)
 
 
 @contextlib.contextmanager
