@@ -170,6 +170,7 @@ class Engines:
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
         self.samples: list[list[float]] = [[] for _ in urls]
+        self.held: list[list[float]] = [[] for _ in urls]
 
     def root(self, i: int) -> str:
         return self.urls[i].removesuffix("/v1")
@@ -189,13 +190,21 @@ class Engines:
             out.append(row)
         return out
 
-    async def sample(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    async def sample(self, client: httpx.AsyncClient, stop: asyncio.Event, via: str | None) -> None:
+        """Every 0.25 s: what each engine runs (and, through laneway, what laneway has sent it:
+        ``self.held``, so that an engine idle with laneway's work on it shows)."""
         pattern = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
+        busy = re.compile(r'^laneway_worker_slots_busy\{worker="up(\d+)"\} (\S+)$', re.M)
         for _ in range(100_000):
             if stop.is_set():
                 return
-            for i in range(len(self.urls)):
-                with contextlib.suppress(httpx.HTTPError):
+            with contextlib.suppress(httpx.HTTPError):
+                if via is not None:
+                    text = (await client.get(via.removesuffix("/v1") + "/metrics", timeout=5)).text
+                    got = {int(k): float(v) for k, v in busy.findall(text)}
+                    for i in range(len(self.urls)):
+                        self.held[i].append(got.get(i, 0.0))
+                for i in range(len(self.urls)):
                     text = (await client.get(self.root(i) + "/metrics", timeout=5)).text
                     self.samples[i].append(sum(float(v) for v in pattern.findall(text)))
             with contextlib.suppress(TimeoutError):
@@ -305,7 +314,7 @@ async def run(
                         in_flight[e] -= 1
 
         stop = asyncio.Event()
-        sampler = asyncio.create_task(eng.sample(client, stop))
+        sampler = asyncio.create_task(eng.sample(client, stop, via))
         before = eng.counters()
         t0 = time.perf_counter()
         jobs = [asyncio.create_task(batch_job(i, b)) for i, b in enumerate(flood)]
@@ -323,6 +332,11 @@ async def run(
         h = a["vllm:prefix_cache_hits_total"] - b["vllm:prefix_cache_hits_total"]
         hits.append(h / q if q else float("nan"))
     idle = [sum(1 for x in s if x == 0) / len(s) if s else float("nan") for s in eng.samples]
+    # through laneway: how often an engine ran nothing while laneway had work on it
+    idle_held = [
+        sum(1 for x, h in zip(s, hs, strict=False) if x == 0 and h > 0) / len(s) if s and hs else None
+        for s, hs in zip(eng.samples, eng.held, strict=True)
+    ]
     ordered = sorted(ttfts)
     return {
         "mode": mode,
@@ -334,6 +348,7 @@ async def run(
         "flood_makespan_s": flood_makespan,
         "prefix_hit_rate": hits,
         "idle_fraction": idle,
+        "idle_with_work_fraction": idle_held,
         "per_engine": per_engine if via is None else None,
     }
 
@@ -372,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "--priority", action="store_true", help="engines order by priority; laneway tells them each class"
     )
     ap.add_argument("--json", type=Path, metavar="FILE")
+    ap.add_argument("--logs", type=Path, metavar="DIR", help="keep the engines' and laneway's logs here")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway"})
@@ -389,12 +405,17 @@ def main(argv: list[str] | None = None) -> int:
     if batch:  # the P0 idle reference: the agents alone through laneway
         modes = ["laneway (idle)", *modes]
     results = []
-    with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp_s:
-        tmp = Path(tmp_s)
+    with contextlib.ExitStack() as keep:
+        if args.logs is not None:  # (kept: the engines' and laneway's logs of each mode)
+            args.logs.mkdir(parents=True, exist_ok=True)
+            tmp = args.logs
+        else:
+            tmp = Path(keep.enter_context(tempfile.TemporaryDirectory(prefix="routing-bench-")))
         with engines(args, tmp) as eng:
             for mode in modes:
                 eng.reset()
                 eng.samples = [[] for _ in eng.urls]
+                eng.held = [[] for _ in eng.urls]
                 err.print(f"[dim]{mode}: {len(bodies)} requests from {args.clients} clients…[/]")
                 flood = [] if mode == "laneway (idle)" else batch
                 if mode.startswith("laneway"):
@@ -405,9 +426,16 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     results.append(asyncio.run(run(mode, bodies, eng, None, args.clients, flood)))
                 r = results[-1]
+                held = r["idle_with_work_fraction"]
                 err.print(
                     f"[dim]  makespan {r['makespan_s']:.1f} s, TTFT p50 {r['ttft_p50_s']:.2f} s, "
-                    f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}[/]"
+                    f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}"
+                    + (
+                        f", engines idle with laneway's work on them {' / '.join(f'{x:.0%}' for x in held)}"
+                        if held[0] is not None
+                        else ""
+                    )
+                    + "[/]"
                 )
     flooded = f", beside {args.flood} batch requests of {args.flood_tokens} tokens" if batch else ""
     flooded += ", the engines ordering by priority" if args.priority else ""
@@ -435,9 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         t.add_row(*row)
     Console().print(t)
     if args.json:
-        args.json.write_text(
-            json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": results}, indent=2)
-        )
+        args.json.write_text(json.dumps({"args": vars(args), "runs": results}, indent=2, default=str))
     return 0
 
 
