@@ -144,7 +144,10 @@ def _stuck(thread: threading.Thread, loops: list[asyncio.AbstractEventLoop]) -> 
                         break
                     lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
                     gen = getattr(frame.f_locals.get("self"), "gen", None)
-                    coro = gen if hasattr(gen, "ag_frame") else getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+                    if hasattr(gen, "ag_frame"):
+                        coro = gen
+                    else:
+                        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
                 if coro is not None:
                     lines.append(f"  awaiting {coro!r}")
             return "\n".join(lines)
