@@ -11,7 +11,6 @@ the stream began is sent as an ``error`` event, then ``[DONE]``.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -25,6 +24,7 @@ from laneway.api.params import authenticate, priority, read_json_sized
 from laneway.api.streaming import DisconnectWatch, EventStream
 from laneway.errors import RequestError
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Delta, Done
+from laneway.protocol import json_fast
 from laneway.protocol.requests import parse_request
 from laneway.protocol.responses import DONE_LINE, Shape, extension, sse
 from laneway.runtime import Runtime, Ticket
@@ -38,7 +38,7 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, separators=(",", ":")).encode("ascii")
+        return json_fast.dumps(content, ascii=True)
 
 
 async def chat_completions(request: Request) -> Response:

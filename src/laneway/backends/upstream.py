@@ -57,6 +57,7 @@ from laneway.generation import (
     Stopped,
     Usage,
 )
+from laneway.protocol import json_fast
 from laneway.protocol.assemble import Assembly
 
 __all__ = ["UpstreamUnavailable", "UpstreamWorker"]
@@ -457,13 +458,13 @@ class UpstreamWorker:
             if done_seen:
                 return
             try:
-                chunk = json.loads(data)
+                chunk = json_fast.loads(data)
             except ValueError:
                 raise UpstreamUnavailable(f"upstream {self.name} sent a chunk that is not JSON") from None
             run.take(chunk)
 
         reader = Events(on_event)
-        raw = json.dumps(body, separators=(",", ":")).encode()
+        raw = json_fast.dumps(body)
         exchange = await self._pool.request(
             "POST", path, raw, reader, stall_s=self.stall_timeout_s, accept=b"text/event-stream"
         )

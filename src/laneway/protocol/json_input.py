@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from laneway.errors import InvalidRequest
+from laneway.protocol import json_fast
 
 MAX_DEPTH = 64  # arrays and objects inside one another; tool schemas need far fewer
 INT_LIMIT = 2**64  # integers must be in (-2^64, 2^64): a 64-bit seed, signed or not
@@ -37,6 +38,10 @@ def _no_constant(name: str) -> float:
 
 def loads(data: bytes | str, what: str = "the body") -> Any:
     """The value in ``data``; :class:`BadJSON` when it is not JSON or breaks a rule above."""
+    value = json_fast.read(data)
+    if value is not json_fast.UNREAD:
+        check(value, what)
+        return value
     try:
         value = json.loads(data, parse_constant=_no_constant)
     except RecursionError:

@@ -10,10 +10,10 @@ as one. Every final object and the stream's last chunk carry the
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
 from laneway.generation import CHAT, Done, Ending, ResumeMethod, TokenLogprob, Usage
+from laneway.protocol import json_fast
 
 DONE_LINE = b"data: [DONE]\n\n"
 
@@ -192,4 +192,4 @@ def _endings(done: Done) -> tuple[Ending, ...]:
 
 
 def sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode("utf-8") + b"\n\n"
+    return b"data: " + json_fast.dumps(obj, ascii=True) + b"\n\n"
