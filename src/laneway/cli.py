@@ -199,9 +199,8 @@ def load_workload(args: argparse.Namespace) -> Scenario:
                 requests,
                 slots * args.upstreams,
                 f"trace {args.trace} on {where}",
-                None,
-                workers,
-                True,
+                workers=workers,
+                caches=True,
             )
         if args.fleet is not None:
             if args.slots is not None:
