@@ -303,7 +303,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"laneway: error: {message}", file=sys.stderr)
+    for line in message.splitlines() or [""]:  # (a line per mistake: a fleet's configuration)
+        print(f"laneway: error: {line}", file=sys.stderr)
     return USAGE_ERROR
 
 

@@ -74,6 +74,7 @@ def setup(level: str = "info", fmt: str = "text", *, requests: bool = False) -> 
         lg.propagate = True
         lg.setLevel(level.upper())
     logging.getLogger("uvicorn.access").disabled = not requests
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request it sends: a fleet's probes)
     REQUESTS.setLevel(logging.INFO if requests else logging.WARNING)
     global _json
     _json = fmt == "json"

@@ -72,6 +72,9 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
     if args.slots is not None and args.slots < 1:
         raise ServeError(f"argument --slots: must be at least 1, got {args.slots}")
     workers = config.workers
+    if config.fleet is not None and (args.model is not None or args.slots is not None):
+        flag = "--model" if args.model is not None else "--slots"
+        raise ServeError(f"argument {flag}: not with a [fleet] (its models and slots are configured)")
     if args.model is not None:
         name = Path(args.model).name if not args.model.startswith("builtin:") else args.model
         workers = (WorkerConfig("w0", "local", args.model, name or args.model, args.slots or 4),)
@@ -140,8 +143,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     port = sock.getsockname()[1]
     slots = sum(w.capacity().slots for w in workers.values())
-    models = ", ".join(dict.fromkeys(w.served_name for w in config.workers))
-    counted = f"{_count(len(workers), 'worker')}, {_count(slots, 'slot')}"
+    models = ", ".join(config.models)
+    if config.fleet is not None:
+        inv = config.fleet.inventory
+        counted = (
+            f"a fleet of {_count(len(inv.gpus), 'GPU')} on {_count(len(inv.nodes), 'node')}, "
+            f"{_count(len(inv.preload), 'engine')} to start"
+        )
+    else:
+        counted = f"{_count(len(workers), 'worker')}, {_count(slots, 'slot')}"
     logs.say(
         f"serving {models} on http://{config.host}:{port} ({counted}); {note}",
         url=f"http://{config.host}:{port}",

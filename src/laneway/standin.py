@@ -1,7 +1,7 @@
 """A stand-in OpenAI-compatible engine: vLLM's HTTP behaviour at a set pace, no model.
 
     python -m laneway.standin [--host 127.0.0.1] [--port 8001] [--slots 4] [--ms-per-token 2]
-                              [--model standin] [--refuse FIELD ...]
+                              [--model standin] [--refuse FIELD ...] [--load-s 0]
 
 For benchmarks and tests of laneway in front of an engine, where a real
 engine's own cost would drown what is measured. It behaves as vLLM does
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import time
 import uuid
@@ -230,6 +231,8 @@ class StandIn:
                 "open": self.open_requests(),
                 "peak_prompts": self.peak_prompts,
                 "aborted": self.aborted,
+                "pid": os.getpid(),  # (which process: an engine a fleet launched)
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }
             await _json(send, 200, stats)
             return
@@ -454,7 +457,16 @@ def main(argv: list[str] | None = None) -> None:
         help="answer 400 to requests with this field, as an engine without it "
         "(return_token_ids, continue_final_message; prompt_ids: a prompt of token ids)",
     )
+    ap.add_argument(
+        "--load-s",
+        type=float,
+        default=0.0,
+        help="seconds before it listens, as an engine loading its model (a fleet's switch cost)",
+    )
     args = ap.parse_args(argv)
+    if args.load_s > 0:
+        print(f"standin: loading {args.model} for {args.load_s:g} s", flush=True)
+        time.sleep(args.load_s)
     app = StandIn(args.model, args.slots, args.ms_per_token, tuple(args.refuse))
     print(f"standin: serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")

@@ -43,7 +43,8 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when every worker is healthy (as its last probe found it)."""
+    """Ready when every worker is healthy (as its last probe found it) and, with a fleet,
+    no model's engine fails to start."""
     runtime = runtime_of(request)
     details = {}
     ready = not runtime.closed
@@ -51,10 +52,16 @@ async def readyz(request: Request) -> Response:
         ok = st.ok and name not in runtime.prober.down
         ready = ready and ok
         details[name] = {"ok": ok, "detail": st.detail}
-        caps = runtime.workers[name].capabilities()  # (an upstream's engine, as learnt)
+        worker = runtime.workers.get(name)
+        caps = worker.capabilities() if worker is not None else None  # (an upstream's engine, as learnt)
         if caps is not None:
             details[name]["capabilities"] = caps
     out: dict[str, object] = {"workers": details}
+    fleet = runtime.fleet
+    if fleet is not None:  # its engines, and the models whose engines fail to start
+        failing = {m: f.reason for m, f in fleet.failing.items()}
+        ready = ready and not failing
+        out["fleet"] = {"replicas": fleet.gauges(), "failing": failing}
     node = getattr(request.app.state, "node", None)
     if node is not None:  # a replica: it serves only while it reaches the cluster's Redis
         cluster = node.status()

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from laneway.config.fields import REQUIRED, Table
+from laneway.config.fleet import parse_fleet
 from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
     DEFAULT_SERVICE_TIERS,
@@ -50,7 +51,7 @@ def load_config(path: Path) -> ServerConfig:
     try:
         return parse_config(data)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
 
 
 def parse_config(data: dict[str, Any]) -> ServerConfig:
@@ -63,8 +64,18 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     tenants = _tenants(top.table("tenants"), names)
     policies = {t.name: t.policy for t in tenants}
     sched_cfg = replace(sched_cfg, tenants=policies)
-    workers = _workers(top.list("workers", [])) or base.workers
-    aliases = _aliases(top.table("models"), {w.served_name for w in workers})
+    fleet = parse_fleet(top.raw("fleet"), names) if "fleet" in top else None
+    workers = _workers(top.list("workers", []))
+    if fleet is not None:
+        if workers:
+            raise ConfigError(
+                "workers: not beside [fleet] (the fleet's engines are this server's workers; "
+                "an engine you run yourself belongs in a [[workers]] list without a [fleet])"
+            )
+    else:
+        workers = workers or base.workers
+    served = {w.served_name for w in workers} | (set(fleet.inventory.models) if fleet else set())
+    aliases = _aliases(top.table("models"), served)
     config = ServerConfig(
         host=server.str("host", base.host),
         port=server.int("port", base.port, low=0),
@@ -94,7 +105,10 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         service_tiers=_tiers(top.table("service_tiers"), names),
         batches=_batches(top.table("batches"), names),
         cluster=_cluster(top.table("cluster")),
+        fleet=fleet,
     )
+    if fleet is not None and config.cluster is not None:
+        raise ConfigError("[fleet]: not in a [cluster] yet (a fleet is one server's, on one host)")
     if config.ops_auth and not config.auth:
         raise ConfigError("server.ops_auth: needs API keys ([tenants.NAME] key_sha256) to check")
     if config.cluster is not None and any(w.type == "local" for w in workers):

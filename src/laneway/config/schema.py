@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from laneway.config.fleet import FleetConfig
 from laneway.core import SchedulerConfig, TenantPolicy
 
 WORKER_TYPES = ("local", "simulated", "upstream")
@@ -146,6 +147,7 @@ class ServerConfig:
     service_tiers: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SERVICE_TIERS))
     batches: BatchConfig = field(default_factory=BatchConfig)
     cluster: ClusterConfig | None = None
+    fleet: FleetConfig | None = None  # GPUs and the engines this server starts on them (then no workers)
 
     @property
     def auth(self) -> bool:
@@ -156,6 +158,8 @@ class ServerConfig:
     def models(self) -> tuple[str, ...]:
         """The model names clients may ask for, in configuration order."""
         names = dict.fromkeys(w.served_name for w in self.workers)
+        if self.fleet is not None:
+            names.update(dict.fromkeys(self.fleet.inventory.models))
         return tuple(names)
 
     def tenant_for_key(self, key: str) -> TenantConfig | None:

@@ -35,6 +35,7 @@ The ``naive`` mode is the baseline: one request per GPU, on the first idle GPU
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from laneway.core.decisions import Decision, Evict, Load
@@ -323,6 +324,33 @@ class GpuPlacement:
             del self.on_gpu[gid][r.id]
         self.evictions += 1
         return Evict(r.id, r.model.name, r.gpus)
+
+    def drop(self, replica_id: str) -> None:
+        """Replica ``replica_id`` is gone without an eviction (its load failed, its engine
+        died): its VRAM is free from now on. It runs nothing (the runtime ended or requeued
+        its requests first)."""
+        r = self.replicas[replica_id]
+        if r.worker.running:
+            raise ConfigError(f"replica {replica_id} still runs {len(r.worker.running)} requests")
+        del self.replicas[r.id]
+        self.by_model[r.model.name].remove(r)
+        for gid in r.gpus:
+            self.used[gid] = max(self.used[gid] - r.model.per_gpu_gb, 0.0)
+            if self.used[gid] < _EPS:
+                self.used[gid] = 0.0
+            del self.on_gpu[gid][r.id]
+        self.down.discard(r.id)
+
+    def load_took(self, model: str, seconds: float) -> None:
+        """A load of ``model`` took ``seconds``: later decisions count that, not the
+        configured ``load_s`` (the spec is replaced everywhere it is held)."""
+        old = self.inv.models[model]
+        new = replace(old, load_s=max(seconds, 0.0))
+        models = self.inv.models
+        assert isinstance(models, dict)
+        models[model] = new
+        for r in self.by_model.get(model, ()):
+            r.model = new
 
     def loaded(self, replica_id: str, now: float) -> WorkerState:
         r = self.replicas[replica_id]

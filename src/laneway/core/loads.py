@@ -45,6 +45,12 @@ class ModelLoads:
         """A replica finished loading: its slots take work from now on."""
         self.occ.add(self.planner.loaded(replica_id, now))
 
+    def unloaded(self, replica_id: str) -> None:
+        """A replica is gone without an eviction (its load failed, its engine died)."""
+        if replica_id in self.occ.workers:
+            self.occ.remove(replica_id)
+        self.planner.drop(replica_id)
+
     def wakeup(self, now: float) -> float:
         """When placement may answer differently with nobody acting: an idle
         replica becomes evictable (idle for its load time), a drain lapses, a

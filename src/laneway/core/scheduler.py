@@ -575,6 +575,23 @@ class Scheduler:
             raise LanewayError("this scheduler's placement does not load models")
         self.loads.loaded(replica_id, now)
 
+    def unloaded(self, replica_id: str, now: float) -> None:
+        """Replica ``replica_id`` is gone without an ``Evict`` (its load failed, or its
+        engine died after its requests were ended or queued again): its GPUs' VRAM is free
+        and a later request may load its model again."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        if replica_id not in self.loads.planner.replicas:
+            raise LanewayError(f"unknown replica {replica_id!r}")
+        self.loads.unloaded(replica_id)
+
+    def load_took(self, model: str, seconds: float) -> None:
+        """A load of ``model`` was measured to take ``seconds``: it replaces the configured
+        ``load_s`` in later decisions (which loads are worth it, wait estimates)."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        self.loads.planner.load_took(model, seconds)
+
     # ------------------------------------------------------------------ decide
     def schedule(self, now: float) -> list[Decision]:
         """Decisions to apply now, in order."""

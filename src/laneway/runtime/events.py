@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from laneway.backends.base import Sink, Worker
 from laneway.core import InvalidTransition, UnknownRequest
 from laneway.errors import GenerationFailed, RequestError
-from laneway.generation import Delta, Done, Event, Failed, Stopped
+from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Stopped
 from laneway.logs import request_ended
 from laneway.runtime.ticket import Phase, Ticket
 
@@ -106,7 +106,7 @@ class WorkerEvents:
                 ticket.id, now, tokens_done=ckpt.tokens_done, checkpoint_bytes=ckpt.nbytes, save_s=ckpt.save_s
             )
         except (InvalidTransition, UnknownRequest):  # stopped without being asked: cannot resume it
-            self.workers[ticket.worker].discard(ckpt)  # type: ignore[index]
+            self._discard(ticket.worker, ckpt)
             self._failed(ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} stopped the request"))
             return
         ticket.checkpoint = ckpt
@@ -170,7 +170,12 @@ class WorkerEvents:
         ckpt, ticket.checkpoint = ticket.checkpoint, None
         if ckpt is not None and ticket.worker is not None:
             self._held -= ckpt.nbytes
-            self.workers[ticket.worker].discard(ckpt)
+            self._discard(ticket.worker, ckpt)
+
+    def _discard(self, name: str | None, ckpt: Checkpoint) -> None:
+        worker = self.workers.get(name) if name is not None else None
+        if worker is not None:  # (a worker gone — a fleet's evicted replica — holds nothing)
+            worker.discard(ckpt)
 
     def _alerted(self, ticket: Ticket) -> None:
         self.metrics.alerted[ticket.class_name].inc()

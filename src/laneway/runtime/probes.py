@@ -52,6 +52,7 @@ class Prober:
         self.state = {name: WorkerHealth() for name in runtime.workers}
         self.down: set[str] = set()
         self._loops: list[asyncio.Task[None]] = []
+        self._by_name: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------ probing
     async def start(self) -> None:
@@ -60,13 +61,30 @@ class Prober:
         loop = asyncio.get_running_loop()
         self._loops = [loop.create_task(self._keep_probing(name)) for name in self.rt.workers]
 
+    async def add(self, name: str) -> None:
+        """A worker joined (a fleet's engine, ready): probe it now and from now on."""
+        self.state[name] = WorkerHealth()
+        await self.probe(name)
+        task = asyncio.get_running_loop().create_task(self._keep_probing(name))
+        self._loops.append(task)
+        self._by_name[name] = task
+
+    def remove(self, name: str) -> None:
+        """A worker left: no more probes."""
+        task = self._by_name.pop(name, None)
+        if task is not None:
+            task.cancel()
+            self._loops.remove(task)
+        self.state.pop(name, None)
+        self.down.discard(name)
+
     async def close(self) -> None:
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
 
     async def _keep_probing(self, name: str) -> None:
-        while not self.rt.closed:
+        while not self.rt.closed and name in self.state:
             await asyncio.sleep(max(self.state[name].next_probe_s - self.rt.now(), 0.0))
             await self.probe(name)
 
@@ -118,7 +136,10 @@ class Prober:
         self.rt.kick()
 
     def serving(self, model: str) -> bool:
-        """Whether some worker for ``model`` is up."""
+        """Whether some worker for ``model`` is up (a fleet's models: whether it may start one)."""
+        fleet = self.rt.fleet
+        if fleet is not None and model in fleet.cfg.inventory.models:
+            return fleet.refusal(model) is None
         return any(m == model and w not in self.down for w, m in self.rt.served.items())
 
     def retry_after(self, model: str) -> float:
@@ -147,8 +168,4 @@ class Prober:
         model = ticket.job.model
         if ticket.ended or ticket.phase is not Phase.QUEUED or self.serving(model):
             return
-        err = self.unavailable(model)
-        decision = rt.sched.withdraw(ticket.id, rt.now(), "unavailable", err.message, err.retry_after_s)
-        rt.metrics.count_rejection(decision.reason)
-        rt._drop_checkpoint(ticket)
-        rt._end(ticket, err, "rejected")
+        rt.withdraw(ticket, self.unavailable(model))

@@ -44,6 +44,8 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.decisions import apply
+from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.policies import policy as policy_spec
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job, ResumeMethod
@@ -52,6 +54,7 @@ from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.engine_watch import EngineWatch
 from laneway.runtime.events import WorkerEvents
+from laneway.runtime.fleet import Fleet
 from laneway.runtime.metrics import Metrics
 from laneway.runtime.prefix import prefix_of
 from laneway.runtime.probes import Prober
@@ -68,6 +71,7 @@ log = logging.getLogger("laneway.runtime")
 class Runtime(WorkerEvents):
     def __init__(self, config: ServerConfig, workers: Mapping[str, Worker]) -> None:
         self.config = config
+        self.sched: SchedulerPort
         self.workers = dict(workers)
         self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
@@ -90,9 +94,23 @@ class Runtime(WorkerEvents):
             {m for m, n in counts.items() if n > 1} if config.scheduler.placement == "prefix" else set()
         )
         self.specs = specs
-        # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
-        self.sched: SchedulerPort = Scheduler(specs, config.scheduler, config.policy)
+        self.fleet: Fleet | None = None
+        if config.fleet is not None:  # GPUs: the core loads and evicts models, the fleet acts
+            planner = GpuPlacement(
+                config.fleet.inventory,
+                naive=policy_spec(config.policy).placement == "naive",
+                switch_wait_s=config.fleet.switch_wait_s,
+            )
+            core = Scheduler([], config.scheduler, config.policy, placement=planner)
+            self.sched = core
+            self.fleet = Fleet(self, core, config.fleet, planner, config.data_dir)
+        else:
+            # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
+            self.sched = Scheduler(specs, config.scheduler, config.policy)
         self.support = support_of(self.workers, self.served)
+        if config.fleet is not None:  # (every engine of a fleet is an upstream's)
+            for model in config.fleet.inventory.models:
+                self.support[model] = Support(True, kinds=frozenset({CHAT, COMPLETION, EMBEDDING}))
         self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
         self.classes = config.scheduler.classes
         self.stoppable = stoppable_classes(self.classes, config.policy)
@@ -149,8 +167,11 @@ class Runtime(WorkerEvents):
         self.sched = sched
 
     async def start(self) -> None:
-        """Probe the workers (and keep probing them); call once the loop runs."""
+        """Probe the workers (and keep probing them), start a fleet's preloaded engines;
+        call once the loop runs."""
         await self.prober.start()
+        if self.fleet is not None:
+            await self.fleet.start()
 
     # ------------------------------------------------------------------ clock
     @property
@@ -164,6 +185,8 @@ class Runtime(WorkerEvents):
 
     @property
     def models(self) -> tuple[str, ...]:
+        if self.fleet is not None:  # (whether loaded or not)
+            return tuple(self.fleet.cfg.inventory.models)
         return tuple(dict.fromkeys(self.served.values()))
 
     # ------------------------------------------------------------------ arrivals
@@ -195,6 +218,11 @@ class Runtime(WorkerEvents):
                 code="overloaded",
                 estimated_wait_s=wait,
             )
+        if self.fleet is not None:
+            refused_now = self.fleet.refusal(job.model)
+            if refused_now is not None:
+                self.metrics.count_rejection("unavailable")
+                raise refused_now
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
             raise self.prober.unavailable(job.model)
@@ -243,7 +271,7 @@ class Runtime(WorkerEvents):
             return
         phase = ticket.phase
         self.sched.cancel(ticket.id, self.now(), tokens=ticket.tokens)  # (what it streamed is charged)
-        worker = self.workers[ticket.worker] if ticket.worker is not None else None
+        worker = self.workers.get(ticket.worker) if ticket.worker is not None else None
         if worker is not None and phase in (Phase.RUNNING, Phase.STOPPING):
             self.spawn(worker.cancel(ticket.id))
         self._drop_checkpoint(ticket)
@@ -332,8 +360,11 @@ class Runtime(WorkerEvents):
         ticket = self.tickets.get(d.request_id)
         if ticket is None or ticket.phase is not Phase.RUNNING:
             return  # (it ended, or stopped, before the decision came)
+        worker = self.workers.get(d.worker_id)
+        if worker is None:  # (a fleet's engine that died: the request fails over from it)
+            return
         ticket.phase = Phase.STOPPING
-        self.spawn(self.workers[d.worker_id].preempt(d.request_id, d.mode))
+        self.spawn(worker.preempt(d.request_id, d.mode))
 
     def reject(self, d: Reject, now: float) -> None:
         self.metrics.count_rejection(d.reason)
@@ -343,11 +374,23 @@ class Runtime(WorkerEvents):
             self._end(ticket, error_for(d), "rejected")
 
     def load(self, d: Load, now: float) -> None:
-        # (a placement that loads models is the simulator's only, for now)
-        log.error("ignoring a decision to load %s: this server starts no engines", d.model)
+        if self.fleet is None:  # (a scheduler of another process's: a leader's)
+            log.error("ignoring a decision to load %s: this server has no fleet", d.model)
+            return
+        self.fleet.load(d, now)
 
     def evict(self, d: Evict, now: float) -> None:
-        log.error("ignoring a decision to evict %s: this server stops no engines", d.model)
+        if self.fleet is None:
+            log.error("ignoring a decision to evict %s: this server has no fleet", d.model)
+            return
+        self.fleet.evict(d, now)
+
+    def withdraw(self, ticket: Ticket, err: Unavailable) -> None:
+        """Refuse queued ``ticket`` now with ``err`` (it cannot be served for a while)."""
+        decision = self.sched.withdraw(ticket.id, self.now(), "unavailable", err.message, err.retry_after_s)
+        self.metrics.count_rejection(decision.reason)
+        self._drop_checkpoint(ticket)
+        self._end(ticket, err, "rejected")
 
     # ------------------------------------------------------------------ plumbing
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -371,6 +414,8 @@ class Runtime(WorkerEvents):
         """End every request and close the workers."""
         self.end_requests()
         await self.prober.close()
+        if self.fleet is not None:  # (its engines stop while the requests they ran end)
+            fleet_closing = self.loop.create_task(self.fleet.close())
         if self._timer is not None:
             self._timer.cancel()
         if self._tasks:
@@ -380,6 +425,8 @@ class Runtime(WorkerEvents):
                 await worker.close()
             except Exception:
                 log.exception("closing worker %s failed", worker.name)
+        if self.fleet is not None:
+            await fleet_closing
 
 
 def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict[str, Support]:

@@ -1,0 +1,258 @@
+"""A live GPU fleet: the core's ``Load`` and ``Evict`` decisions carried out with engine processes.
+
+The core places models on GPUs (:class:`~laneway.core.gpu_placement.GpuPlacement`, the
+simulator's placement); this part acts:
+
+- ``Load``: the model's engine is started on the chosen GPUs
+  (:class:`~laneway.runtime.launcher.EngineProcess`); once ready it becomes an upstream
+  worker named by the replica's id, serving the model, and the core is told
+  (``loaded``), with the load time measured (``load_took``: later decisions use it);
+- ``Evict``: the replica's worker leaves and its engine is stopped;
+- models in ``preload`` are started with the server, which is ready once they are;
+- a launch that fails is logged with the end of its engine's log, the core frees its
+  GPUs (``unloaded``), the model's queued requests get 503 ``model_unavailable``
+  naming the reason, and new ones get it at once for a back-off (5 s, doubling to
+  5 minutes while launches keep failing); the next request after it tries again;
+- an engine that exits by itself is taken out at once: its requests fail over as any
+  upstream's do (run elsewhere, or queued again and a new replica loaded), and its
+  GPUs are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from laneway.backends.base import Worker
+from laneway.backends.factory import build_upstream
+from laneway.config.fleet import FleetConfig
+from laneway.config.schema import WorkerConfig
+from laneway.core import Evict, Load, Scheduler
+from laneway.core.gpu_placement import GpuPlacement
+from laneway.errors import Unavailable
+from laneway.runtime.launcher import EngineProcess, LaunchFailed
+from laneway.runtime.ticket import Phase
+
+if TYPE_CHECKING:
+    from laneway.runtime.runtime import Runtime
+
+log = logging.getLogger("laneway.fleet")
+
+BACKOFF_S = 5.0
+BACKOFF_MAX_S = 300.0
+DRAIN_POLL_S = 0.1
+DRAIN_POLLS = 300  # (an engine that died: its requests are ended or moved within 30 s)
+
+
+@dataclass
+class Failing:
+    reason: str
+    until: float  # loop time: new requests for the model are refused until then
+    backoff_s: float
+
+
+class Fleet:
+    def __init__(
+        self, runtime: Runtime, core: Scheduler, config: FleetConfig, planner: GpuPlacement, data_dir: Path
+    ) -> None:
+        self.rt = runtime
+        self.core = core
+        self.cfg = config
+        self.planner = planner
+        self.log_dir = data_dir / "engines"
+        self.engines: dict[str, EngineProcess] = {}  # replica id -> its engine (starting or ready)
+        self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
+        self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
+        self._watches: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ start and stop
+    async def start(self) -> None:
+        """Start the preloaded replicas (the core has them ready already: out of placement
+        until their engines are) and wait for them."""
+        preloads = [rid for rid, r in self.planner.replicas.items() if r.ready]
+        for rid in preloads:
+            self.core.set_available(rid, False)
+        results = await asyncio.gather(
+            *(self._launch(rid, self.planner.replicas[rid].model.name, preload=True) for rid in preloads)
+        )
+        ready = sum(results)
+        if preloads:
+            log.info("%d of %d preloaded engines ready", ready, len(preloads))
+
+    async def close(self) -> None:
+        """Stop every engine (each gets its stop grace)."""
+        engines = list(self.engines.values())
+        self.engines.clear()
+        for task in self._watches:
+            task.cancel()
+        await asyncio.gather(*(e.stop() for e in engines), *self._watches, return_exceptions=True)
+
+    def kill_now(self) -> None:
+        for e in self.engines.values():
+            e.kill_now()
+
+    # ------------------------------------------------------------ decisions
+    def load(self, d: Load, now: float) -> None:
+        self.rt.spawn(self._load(d))
+
+    async def _load(self, d: Load) -> None:
+        await self._launch(d.replica_id, d.model, preload=False)
+
+    def evict(self, d: Evict, now: float) -> None:
+        log.info("evicting %s", d.replica_id)
+        self.rt.spawn(self._remove_worker(d.replica_id))
+        engine = self.engines.pop(d.replica_id, None)
+        if engine is not None:
+            self.rt.spawn(engine.stop())
+
+    async def _launch(self, rid: str, model: str, *, preload: bool) -> bool:
+        rt = self.rt
+        launch = self.cfg.launch[model]
+        replica = self.planner.replicas[rid]
+        cuda = tuple(self.cfg.cuda[g] for g in replica.gpus)
+        engine = EngineProcess(rid, model, launch, cuda, self.log_dir)
+        self.engines[rid] = engine
+        try:
+            await engine.start()
+        except LaunchFailed as exc:
+            self.engines.pop(rid, None)
+            if not rt.closed:
+                self._failed(rid, model, str(exc))
+            return False
+        if rt.closed or self.engines.get(rid) is not engine:  # (stopped meanwhile)
+            await engine.stop()
+            return False
+        self.failing.pop(model, None)
+        self.load_times.setdefault(model, []).append(engine.ready_s)
+        log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
+        spec = replica.model
+        worker = build_upstream(
+            WorkerConfig(
+                name=rid,
+                type="upstream",
+                model=launch.engine_model or model,
+                served_name=model,
+                slots=spec.slots,
+                url=engine.url,
+            )
+        )
+        await self._add_worker(rid, worker, model, launch.engine_model or model)
+        core = self.core
+        core.load_took(model, engine.ready_s)
+        if preload:
+            core.set_available(rid, True)
+        else:
+            core.loaded(rid, rt.now())
+        watch = asyncio.get_running_loop().create_task(self._watch(rid, engine))
+        self._watches.add(watch)
+        watch.add_done_callback(self._watches.discard)
+        rt.kick()
+        return True
+
+    # ------------------------------------------------------------ failures
+    def _failed(self, rid: str, model: str, reason: str) -> None:
+        rt = self.rt
+        now = rt.now()
+        last = self.failing.get(model)
+        backoff = BACKOFF_S if last is None else min(last.backoff_s * 2, BACKOFF_MAX_S)
+        self.failing[model] = Failing(reason, now + backoff, backoff)
+        log.error("%s could not be started (retried after %g s): %s", rid, backoff, reason)
+        replica = self.planner.replicas.get(rid)
+        if replica is not None and not replica.worker.running:
+            self.core.unloaded(rid, now)
+        err = self.unavailable(model)
+        for ticket in list(rt.tickets.values()):
+            if ticket.job.model == model and ticket.phase is Phase.QUEUED:
+                rt.withdraw(ticket, err)
+        rt.kick()
+
+    def refusal(self, model: str) -> Unavailable | None:
+        """Why a new request for ``model`` is refused now (its launches fail), or ``None``."""
+        f = self.failing.get(model)
+        if f is None or f.until <= self.rt.now():
+            return None
+        return self.unavailable(model)
+
+    def unavailable(self, model: str) -> Unavailable:
+        f = self.failing[model]
+        back = max(math.ceil(f.until - self.rt.now()), 1)
+        return Unavailable(
+            f"model {model!r} could not be started: {f.reason.splitlines()[0]}",
+            code="model_unavailable",
+            retry_after_s=back,
+            estimated_wait_s=back,
+        )
+
+    async def _watch(self, rid: str, engine: EngineProcess) -> None:
+        status = await engine.wait()
+        if engine.stopping or self.engines.get(rid) is not engine or self.rt.closed:
+            return
+        self.engines.pop(rid, None)
+        log.error("the engine of %s exited with status %s%s", rid, status, engine.tail())
+        rt = self.rt
+        rt.prober.take_out(rid, f"its engine exited with status {status}")
+        for _ in range(DRAIN_POLLS):  # (its requests fail over as any upstream's: elsewhere, or queued)
+            if not self._runs_on(rid):
+                break
+            await asyncio.sleep(DRAIN_POLL_S)
+        else:
+            log.error("%s still runs requests %g s after its engine exited", rid, DRAIN_POLLS * DRAIN_POLL_S)
+        await self._remove_worker(rid)
+        replica = self.planner.replicas.get(rid)
+        if replica is not None and not replica.worker.running:
+            self.core.unloaded(rid, rt.now())
+        rt.kick()
+
+    # ------------------------------------------------------------ the runtime's workers
+    async def _add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:
+        """``worker`` (an engine, ready) serves ``model`` from now on, as ``name``."""
+        rt = self.rt
+        rt.workers[name] = worker
+        rt.served[name] = model
+        rt.upstream_model[name] = engine_model
+        rt.engines.kv_tokens.setdefault(name, None)
+        await rt.prober.add(name)
+
+    async def _remove_worker(self, name: str) -> None:
+        """Worker ``name`` leaves (its replica was evicted, or its engine died and what it
+        ran has failed over)."""
+        rt = self.rt
+        worker = rt.workers.get(name)
+        if worker is None:
+            return
+        rt.prober.remove(name)
+        rt.served.pop(name, None)
+        rt.upstream_model.pop(name, None)
+        rt.engines.kv_tokens.pop(name, None)
+        try:
+            await worker.close()
+        except Exception:
+            log.exception("closing worker %s failed", name)
+        rt.workers.pop(name, None)
+
+    def _runs_on(self, name: str) -> bool:
+        """Whether some request runs (or is being stopped) on worker ``name``."""
+        busy = (Phase.RUNNING, Phase.STOPPING)
+        return any(t.worker == name and t.phase in busy for t in self.rt.tickets.values())
+
+    def gauges(self) -> dict[str, dict[str, object]]:
+        """Per replica: its model, GPUs, state and process (the dashboard and ``/readyz``)."""
+        out: dict[str, dict[str, object]] = {}
+        for rid, r in self.planner.replicas.items():
+            engine = self.engines.get(rid)
+            if rid in self.rt.workers:
+                state = "draining" if r.draining > self.rt.now() else "ready"
+            else:
+                state = "loading"
+            out[rid] = {
+                "model": r.model.name,
+                "gpus": list(r.gpus),
+                "state": state,
+                "pid": None if engine is None else engine.pid,
+                "url": None if engine is None else engine.url,
+            }
+        return out

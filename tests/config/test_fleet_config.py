@@ -1,0 +1,149 @@
+"""``[fleet]`` in the server's configuration: the simulator's fleet words plus how to run
+each model's engine; every mistake found at start, a line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laneway.cli import main
+from laneway.config import parse_config
+from laneway.core import ConfigError
+
+NODE = {"a": {"gpus": [{"id": "a0", "vram_gb": 24}, {"id": "a1", "vram_gb": 24, "cuda": 5}]}}
+
+
+def fleet(**models: dict[str, Any]) -> dict[str, Any]:
+    return {"fleet": {"nodes": NODE, "models": models}}
+
+
+def test_a_fleet_gives_models_gpus_and_engine_commands() -> None:
+    cfg = parse_config(
+        fleet(
+            chat={
+                "vram_gb": 14,
+                "slots": 8,
+                "command": "vllm serve {path} --port {port} -tp {tp} --served-model-name {model}",
+                "path": "/models/chat",
+                "env": {"VLLM_LOGGING_LEVEL": "WARNING", "N": 3},
+            }
+        )
+    )
+    assert cfg.fleet is not None and cfg.workers == ()
+    assert cfg.models == ("chat",)
+    launch = cfg.fleet.launch["chat"]
+    assert launch.argv(port=9001, model="chat", gpus=(5,)) == [
+        "vllm", "serve", "/models/chat", "--port", "9001", "-tp", "1", "--served-model-name", "chat"
+    ]  # fmt: skip
+    assert launch.env == {"VLLM_LOGGING_LEVEL": "WARNING", "N": "3"}
+    assert (launch.ready_path, launch.ready_timeout_s, launch.stop_grace_s) == ("/v1/models", 600.0, 30.0)
+    assert cfg.fleet.cuda == {"a0": 0, "a1": 5}  # its place in its node, or its cuda key
+    assert cfg.fleet.inventory.models["chat"].slots == 8
+
+
+def test_every_mistake_is_a_line_naming_its_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "fleet": {
+                    "nodes": {"a": {"gpus": [{"id": "a0", "vram_gb": 24, "cuda": -1}]}},
+                    "models": {
+                        "a": {"vram_gb": 10, "command": "serve --port 1"},
+                        "b": {"vram_gb": 10, "command": "serve {port} {weights}"},
+                        "c": {"vram_gb": 10},
+                        "d": {"vram_gb": 10, "command": "serve {port} {path}", "ready_path": "v1"},
+                        "e": {"vram_gb": 100, "command": "serve {port}"},
+                    },
+                    "switch_wait": 3,
+                }
+            }
+        )
+    lines = str(info.value).splitlines()
+    assert lines == [
+        "fleet.switch_wait: unknown key (expected one of: nodes, models, preload, switch_wait_s)",
+        "fleet.nodes.a.gpus[0].cuda: expected a CUDA id >= 0, got -1",
+        "fleet.models.a.command: must name {port}, the port its engine listens on",
+        "fleet.models.b.command: unknown placeholder {weights} (known: {port}, {host}, {model}, {path}, "
+        "{gpus}, {tp})",
+        "fleet.models.c.command: required (the command that starts this model's engine)",
+        "fleet.models.d.path: required, the command names {path}",
+        "fleet.models.d.ready_path: expected a path starting with /, got 'v1'",
+        "fleet.models.e: model 'e' needs 100 GB of VRAM on one GPU (100 GB each); no GPU group of this "
+        "fleet can hold it (largest usable GPU: 24 GB after the KV reserve)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {**fleet(m={"vram_gb": 1, "command": "x {port}"}), "workers": [{"type": "simulated"}]},
+            "workers: not beside [fleet]",
+        ),
+        (
+            {
+                **fleet(m={"vram_gb": 1, "command": "x {port}"}),
+                "cluster": {"redis_url": "redis://127.0.0.1:6379/0", "replica": "r"},
+            },
+            "[fleet]: not in a [cluster] yet",
+        ),
+        ({"fleet": {"nodes": NODE}}, "fleet.models: at least one model"),
+        (
+            {"fleet": {"models": {"m": {"vram_gb": 1, "command": "x {port}"}}}},
+            "fleet.nodes: a table of nodes",
+        ),
+        (fleet(m={"vram_gb": 1, "command": "x {port}", "gpu": 2}), "fleet.models.m.gpu: unknown key"),
+        (fleet(m={"vram_gb": 1, "command": "x {port", "gpus": 1}), "fleet.models.m.command: "),
+        (fleet(m={"vram_gb": 1, "command": ["x", 3]}), "expected a string or a list of strings"),
+        (fleet(m={"vram_gb": 1, "command": "x {port}", "stop_grace_s": 0}), "stop_grace_s: expected"),
+        (
+            {
+                "fleet": {
+                    "nodes": {
+                        "a": {"gpus": [{"id": "g", "vram_gb": 9}, {"id": "h", "vram_gb": 9, "cuda": 0}]}
+                    },
+                    "models": {"m": {"vram_gb": 1, "command": "x {port}"}},
+                }
+            },
+            "GPUs g and h have the same CUDA id 0",
+        ),
+        ({**fleet(m={"vram_gb": 1, "command": "x {port}"}), "models": {"m": {"aliases": ["mm"]}}}, None),
+    ],
+)
+def test_fleet_mistakes(data: dict[str, Any], message: str | None) -> None:
+    if message is None:  # (aliases of a fleet's models are fine)
+        assert parse_config(data).aliases == {"mm": "m"}
+        return
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("{", r"\{")):
+        parse_config(data)
+
+
+def test_serve_prints_every_mistake_on_its_own_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(
+        '[fleet.nodes.a]\ngpus = [{ id = "a0", vram_gb = 8 }]\n'
+        '[fleet.models.x]\nvram_gb = 4\ncommand = "run"\n'
+        '[fleet.models.y]\nvram_gb = 4\ncommand = "run {port} {oops}"\n',
+        encoding="utf-8",
+    )
+    assert main(["serve", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"laneway: error: {cfg}: fleet.models.x.command: must name {{port}}, the port its engine listens on",
+        f"laneway: error: {cfg}: fleet.models.y.command: unknown placeholder {{oops}} (known: {{port}}, "
+        "{host}, {model}, {path}, {gpus}, {tp})",
+    ]
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[fleet.nodes.a]\ngpus = [{ id = "a0", vram_gb = 8 }]\n'
+        '[fleet.models.x]\nvram_gb = 4\ncommand = "run {port}"\n',
+        encoding="utf-8",
+    )
+    assert main(["serve", "--config", str(good), "--model", "builtin:tiny"]) == 2
+    assert capsys.readouterr().err == (
+        "laneway: error: argument --model: not with a [fleet] (its models and slots are configured)\n"
+    )

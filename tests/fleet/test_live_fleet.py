@@ -1,0 +1,137 @@
+"""``laneway serve`` with a ``[fleet]``: it starts, switches and stops real engine processes
+on declared GPUs, as the core's placement decides (the stand-in engine, loading for a set
+time, is each model's engine)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from fleet_util import alive, complete, fleet_toml, replicas, standin_model, wait_gone
+from laneway.testing import serve_process
+
+
+def _engine_stats(replica: dict[str, object]) -> dict[str, object]:
+    url = str(replica["url"]).removesuffix("/v1")
+    out: dict[str, object] = httpx.get(url + "/stats", timeout=5).json()
+    return out
+
+
+def test_a_preloaded_engine_serves_and_a_two_gpu_model_takes_its_place(tmp_path: Path) -> None:
+    cfg = fleet_toml(
+        tmp_path,
+        standin_model("small", 10) + standin_model("big", 40, gpus=2),
+        preload='"small"',
+    )
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        # ready only once the preloaded engine is: it answers at once
+        ((rid, small),) = replicas(server.url).items()
+        assert small["model"] == "small" and small["state"] == "ready", small
+        got = complete(server.url, "small")
+        assert got.status_code == 200, got.text
+        assert got.json()["laneway"]["worker"] == rid
+        stats = _engine_stats(small)
+        assert stats["pid"] == small["pid"]
+        assert stats["cuda_visible_devices"] == "0"  # a0: the first GPU of its node
+        models = httpx.get(server.url + "/v1/models", timeout=5).json()
+        assert [m["id"] for m in models["data"]] == ["small", "big"]  # (loaded or not)
+
+        # big needs both GPUs: the idle small replica is evicted (its process stopped) and
+        # big's engine started on both
+        got = complete(server.url, "big")
+        assert got.status_code == 200, got.text
+        ((big_id, big),) = replicas(server.url).items()
+        assert got.json()["laneway"]["worker"] == big_id and big["model"] == "big"
+        assert sorted(str(_engine_stats(big)["cuda_visible_devices"]).split(",")) == ["0", "1"]
+        assert wait_gone([int(small["pid"])]) == []  # type: ignore[call-overload]
+
+        # and back: small is loaded again when asked for
+        got = complete(server.url, "small")
+        assert got.status_code == 200, got.text
+        assert [r["model"] for r in replicas(server.url).values()] == ["small"]
+        log = server.text()
+    assert "evicting big" in log and "Traceback" not in log, log
+
+
+def test_sigterm_and_sigkill_of_laneway_leave_no_engine_behind(tmp_path: Path) -> None:
+    cfg = fleet_toml(tmp_path, standin_model("a", 10) + standin_model("b", 10), preload='"a", "b"')
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with serve_process("--config", str(cfg), log=tmp_path / f"serve-{sig}.log") as server:
+            pids = [int(r["pid"]) for r in replicas(server.url).values()]  # type: ignore[call-overload]
+            assert len(pids) == 2 and all(map(alive, pids))
+            server.proc.send_signal(sig)
+            server.proc.wait(30)
+            assert wait_gone(pids) == [], f"{sig!r} left engines running: {server.text()}"
+
+
+def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -> None:
+    broken = (
+        "[fleet.models.broken]\nvram_gb = 5\n"
+        f"command = ['{sys.executable}', '-c', 'import sys; print(\"no weights at\", sys.argv[1]); "
+        "sys.exit(3)', '{port}']\n"
+    )
+    cfg = fleet_toml(tmp_path, standin_model("ok", 10) + broken)
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        got = complete(server.url, "broken")
+        assert got.status_code == 503, got.text
+        err = got.json()["error"]
+        assert err["code"] == "model_unavailable"
+        assert "model 'broken' could not be started" in err["message"]
+        assert "exited with status 3" in err["message"]
+        assert int(got.headers["retry-after"]) >= 1
+        # while it backs off, new requests are refused at once; /readyz says why
+        t0 = time.monotonic()
+        again = complete(server.url, "broken")
+        assert again.status_code == 503 and time.monotonic() - t0 < 2.0
+        ready = httpx.get(server.url + "/readyz", timeout=5)
+        assert ready.status_code == 503
+        failing = ready.json()["fleet"]["failing"]
+        assert "exited with status 3" in failing["broken"] and "no weights at" in failing["broken"]
+        # the other model is not affected
+        assert complete(server.url, "ok").status_code == 200
+        assert "could not be started" in server.text()
+
+
+def test_an_engine_that_dies_mid_stream_is_replaced_and_the_stream_goes_on(tmp_path: Path) -> None:
+    cfg = fleet_toml(tmp_path, standin_model("m", 10, ms_per_token=20, slots=2), preload='"m"')
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        ((first_id, first),) = replicas(server.url).items()
+        pid = int(first["pid"])  # type: ignore[call-overload]
+        reference = complete(server.url, "m", max_tokens=120).json()["choices"][0]["text"]
+        chunks: list[str] = []
+        done: dict[str, object] = {}
+
+        def stream() -> None:
+            body = {"model": "m", "prompt": "hello fleet", "max_tokens": 120, "stream": True}
+            with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        event = json.loads(line[6:])
+                        if event.get("choices"):
+                            chunks.append(event["choices"][0]["text"])
+                            done["finish"] = event["choices"][0].get("finish_reason")
+                        done.update(laneway=event.get("laneway", done.get("laneway")))
+
+        t = threading.Thread(target=stream)
+        t.start()
+        deadline = time.monotonic() + 10
+        while len(chunks) < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(chunks) >= 20
+        import os
+
+        os.kill(pid, signal.SIGKILL)  # the engine crashes mid-stream
+        t.join(60)
+        assert not t.is_alive()
+        assert done.get("finish") == "length", done
+        assert "".join(chunks) == reference  # resumed on the new engine where it stopped
+        ((second_id, second),) = replicas(server.url).items()
+        assert second_id != first_id and int(second["pid"]) != pid  # type: ignore[call-overload]
+        log = server.text()
+    assert "exited with status -9" in log, log

@@ -1,0 +1,79 @@
+"""Fleets of declared GPUs whose engines are real processes: the stand-in engine, loading
+for a set time (``--load-s``), started and stopped by ``laneway serve``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+STANDIN = f'"{sys.executable}" -m laneway.standin --port {{port}} --model {{model}} --ms-per-token {{ms}}'
+
+
+def standin_model(
+    name: str,
+    vram_gb: float,
+    *,
+    gpus: int = 1,
+    slots: int = 2,
+    load_s: float = 0.3,
+    ms_per_token: float = 5.0,
+    extra: str = "",
+) -> str:
+    command = STANDIN.replace("{ms}", f"{ms_per_token:g}") + f" --slots {slots} --load-s {load_s:g}"
+    return (
+        f"[fleet.models.{name}]\nvram_gb = {vram_gb}\ngpus = {gpus}\nslots = {slots}\n"
+        f"load_s = {load_s}\ncommand = '{command}'\nstop_grace_s = 5\n{extra}\n"
+    )
+
+
+def fleet_toml(tmp: Path, models: str, *, gpus: str = "", preload: str = "", top: str = "") -> Path:
+    gpus = gpus or '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 }, { id = "a1", vram_gb = 24 } ]\n'
+    text = (
+        f'[server]\ndata_dir = "{tmp / "data"}"\nshutdown_grace_s = 5\n{top}\n'
+        f"[fleet]\npreload = [{preload}]\nswitch_wait_s = 1\n\n{gpus}\n{models}"
+    )
+    path = tmp / "fleet.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def replicas(url: str) -> dict[str, dict[str, Any]]:
+    """The fleet's replicas as ``/readyz`` gives them."""
+    out: dict[str, dict[str, Any]] = httpx.get(url + "/readyz", timeout=5).json()["fleet"]["replicas"]
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:  # (a zombie is gone but for its parent's wait)
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids: list[int], timeout_s: float = 15.0) -> list[int]:
+    """The pids still alive after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def complete(url: str, model: str, max_tokens: int = 4, **body: Any) -> httpx.Response:
+    return httpx.post(
+        url + "/v1/completions",
+        json={"model": model, "prompt": "hello fleet", "max_tokens": max_tokens, **body},
+        timeout=60,
+    )
