@@ -5,6 +5,8 @@ time, is each model's engine)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -15,6 +17,8 @@ import httpx
 
 from fleet_util import alive, complete, fleet_toml, replicas, standin_model, wait_gone
 from laneway.testing import serve_process
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 def _engine_stats(replica: dict[str, object]) -> dict[str, object]:
@@ -124,8 +128,6 @@ def test_an_engine_that_dies_mid_stream_is_replaced_and_the_stream_goes_on(tmp_p
         while len(chunks) < 20 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert len(chunks) >= 20
-        import os
-
         os.kill(pid, signal.SIGKILL)  # the engine crashes mid-stream
         t.join(60)
         assert not t.is_alive()
@@ -135,3 +137,49 @@ def test_an_engine_that_dies_mid_stream_is_replaced_and_the_stream_goes_on(tmp_p
         assert second_id != first_id and int(second["pid"]) != pid  # type: ignore[call-overload]
         log = server.text()
     assert "exited with status -9" in log, log
+
+
+def test_metrics_and_the_dashboard_show_each_gpu(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    cfg = fleet_toml(
+        tmp_path, standin_model("small", 10) + standin_model("big", 40, gpus=2), preload='"small"'
+    )
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        ((rid, _),) = replicas(server.url).items()
+        metrics = httpx.get(server.url + "/metrics", timeout=5).text
+        assert 'laneway_gpu_vram_used_bytes{gpu="a0",node="a"} 1e+10' in metrics
+        assert 'laneway_gpu_vram_used_bytes{gpu="a1",node="a"} 0.0' in metrics
+        assert 'laneway_gpu_vram_bytes{gpu="a1",node="a"} 2.4e+10' in metrics
+        assert f'laneway_gpu_replica{{gpu="a0",model="small",replica="{rid}",state="ready"}} 1.0' in metrics
+        assert 'laneway_model_load_seconds_count{model="small"} 1.0' in metrics
+        with httpx.stream("GET", server.url + "/dashboard/events", timeout=10) as r:
+            line = next(x for x in r.iter_lines() if x.startswith("data: "))
+        snap = json.loads(line.removeprefix("data: "))
+        assert [(g["id"], g["vram_used_gb"], g["vram_total_gb"]) for g in snap["gpus"]] == [
+            ("a0", 10.0, 24.0),
+            ("a1", 0.0, 24.0),
+        ]
+        assert snap["gpus"][0]["replicas"] == [{"id": rid, "model": "small", "state": "ready"}]
+        assert len(snap["load_s"]["small"]) == 1
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page()
+                page.goto(server.url + "/dashboard", wait_until="domcontentloaded")
+                page.wait_for_function("document.querySelectorAll('#gpus tbody tr').length == 2")
+                rows = page.evaluate(
+                    "() => [...document.querySelectorAll('#gpus tbody tr')].map("
+                    "r => [...r.cells].map(c => c.textContent))"
+                )
+            finally:
+                browser.close()
+        assert rows[0][:3] == ["a0", "a", "10 / 24 GB"] and rows[0][4:7] == [rid, "small", "ready"]
+        assert rows[0][7].endswith(" s") and rows[1][:3] == ["a1", "a", "0 / 24 GB"]
+        # a switch: the gauges follow (small's series gone, big's on both GPUs)
+        assert complete(server.url, "big").status_code == 200
+        metrics = httpx.get(server.url + "/metrics", timeout=5).text
+        assert 'model="small"' not in metrics.split("laneway_gpu_replica{", 1)[1].split("# HELP", 1)[0]
+        assert metrics.count('laneway_gpu_replica{gpu="a') == 2 and 'model="big"' in metrics
+        assert 'laneway_gpu_vram_used_bytes{gpu="a1",node="a"} 2e+10' in metrics
+        assert f'laneway_worker_slots{{worker="{rid}"}}' not in metrics

@@ -139,6 +139,10 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
         "workers": workers,
         "rejections": rejections,
         "tenants": [{"name": k or "(none)", **v} for k, v in sorted(tenants.items())],
+        # a fleet's GPUs: VRAM used of total, the replicas on each and their engines' state,
+        # and how long each model's engine took to be ready (its last launches)
+        "gpus": runtime.fleet.gpus() if runtime.fleet is not None else None,
+        "load_s": runtime.fleet.load_seconds() if runtime.fleet is not None else None,
     }
 
 

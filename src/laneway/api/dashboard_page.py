@@ -47,6 +47,10 @@ PAGE = """<!doctype html>
   <th title="prefix cache hits: expected by placement / reported by its engine">prefix hits</th>
   <th>request</th><th>class</th><th>tenant</th><th>progress</th><th>running</th></tr></thead>
   <tbody></tbody></table>
+<section id="fleet" hidden><h2>GPUs</h2>
+<table id="gpus"><thead><tr><th>GPU</th><th>node</th><th>VRAM used</th><th class="bar"></th>
+  <th>replica</th><th>model</th><th>engine</th><th>loads took</th></tr></thead><tbody></tbody></table>
+</section>
 <h2>Tenants</h2>
 <table id="tenants"><thead><tr><th>tenant</th><th>queued</th><th>running</th><th>completed</th>
   <th>prompt tokens</th><th>completion tokens</th></tr></thead><tbody></tbody></table>
@@ -111,6 +115,20 @@ function render(snap) {
       secs(r.running_s)]));
   }
   fill("workers", rows);
+  const fleet = document.getElementById("fleet");
+  fleet.hidden = !snap.gpus;
+  if (snap.gpus) {
+    const gpuRows = [];
+    const took = m => (snap.load_s[m] || []).map(t => t.toFixed(1) + " s").join(", ") || "—";
+    for (const g of snap.gpus) {
+      const head = [g.id + (g.reserved_for ? " (reserved)" : ""), g.node,
+                    g.vram_used_gb + " / " + g.vram_total_gb + " GB", bar(g.vram_used_gb, g.vram_total_gb)];
+      if (!g.replicas.length) gpuRows.push([...head, "", "", "", ""]);
+      g.replicas.forEach((r, i) => gpuRows.push([...(i ? ["", "", "", ""] : head),
+                                                  r.id, r.model, r.state, took(r.model)]));
+    }
+    fill("gpus", gpuRows);
+  }
   fill("tenants", snap.tenants.map(t => [t.name, t.queued, t.running, t.completed || 0,
                                           t.prompt_tokens || 0, t.completion_tokens || 0]));
   document.getElementById("status").textContent =

@@ -20,6 +20,7 @@ from laneway.runtime.ticket import Phase, Ticket
 
 if TYPE_CHECKING:
     from laneway.runtime.alerts import QueueWaitAlerts
+    from laneway.runtime.fleet import Fleet
     from laneway.runtime.metrics import Metrics
     from laneway.runtime.recovery import Recovery
     from laneway.runtime.scheduling import SchedulerPort
@@ -44,6 +45,7 @@ class WorkerEvents:
     alerts: QueueWaitAlerts
     recovery: Recovery
     sizing: Sizing
+    fleet: Fleet | None
 
     if TYPE_CHECKING:
 
@@ -195,3 +197,5 @@ class WorkerEvents:
             cap = worker.capacity()
             slots[name] = (cap.slots, cap.busy)
         self.metrics.refresh(snap.queue_depth, snap.running, oldest, slots, self._held, snap.prefix_hits)
+        if self.fleet is not None:
+            self.fleet.refresh_metrics()

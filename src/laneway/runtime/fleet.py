@@ -128,6 +128,7 @@ class Fleet:
             return False
         self.failing.pop(model, None)
         self.load_times.setdefault(model, []).append(engine.ready_s)
+        rt.metrics.model_load.labels(model).observe(engine.ready_s)
         log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
         spec = replica.model
         worker = build_upstream(
@@ -160,6 +161,7 @@ class Fleet:
         last = self.failing.get(model)
         backoff = BACKOFF_S if last is None else min(last.backoff_s * 2, BACKOFF_MAX_S)
         self.failing[model] = Failing(reason, now + backoff, backoff)
+        rt.metrics.load_failures.labels(model).inc()
         log.error("%s could not be started (retried after %g s): %s", rid, backoff, reason)
         replica = self.planner.replicas.get(rid)
         if replica is not None and not replica.worker.running:
@@ -225,6 +227,7 @@ class Fleet:
         if worker is None:
             return
         rt.prober.remove(name)
+        rt.metrics.forget_worker(name)
         rt.served.pop(name, None)
         rt.upstream_model.pop(name, None)
         rt.engines.kv_tokens.pop(name, None)
@@ -239,20 +242,57 @@ class Fleet:
         busy = (Phase.RUNNING, Phase.STOPPING)
         return any(t.worker == name and t.phase in busy for t in self.rt.tickets.values())
 
+    def state(self, rid: str) -> str:
+        """Its engine's state: loading, ready or draining."""
+        r = self.planner.replicas[rid]
+        if rid not in self.rt.workers:
+            return "loading"
+        return "draining" if r.draining > self.rt.now() else "ready"
+
     def gauges(self) -> dict[str, dict[str, object]]:
-        """Per replica: its model, GPUs, state and process (the dashboard and ``/readyz``)."""
+        """Per replica: its model, GPUs, state and process (``/readyz``)."""
         out: dict[str, dict[str, object]] = {}
         for rid, r in self.planner.replicas.items():
             engine = self.engines.get(rid)
-            if rid in self.rt.workers:
-                state = "draining" if r.draining > self.rt.now() else "ready"
-            else:
-                state = "loading"
             out[rid] = {
                 "model": r.model.name,
                 "gpus": list(r.gpus),
-                "state": state,
+                "state": self.state(rid),
                 "pid": None if engine is None else engine.pid,
                 "url": None if engine is None else engine.url,
             }
         return out
+
+    def gpus(self) -> list[dict[str, object]]:
+        """Per GPU: its VRAM used of total, and the replicas on it (the dashboard)."""
+        planner = self.planner
+        out: list[dict[str, object]] = []
+        for g in planner.inv.gpus:
+            out.append(
+                {
+                    "id": g.id,
+                    "node": g.node,
+                    "vram_used_gb": round(planner.used[g.id], 3),
+                    "vram_total_gb": g.vram_gb,
+                    "reserved_for": sorted(g.reserved_for) if g.reserved_for is not None else None,
+                    "replicas": [
+                        {"id": rid, "model": r.model.name, "state": self.state(rid)}
+                        for rid, r in planner.on_gpu[g.id].items()
+                    ],
+                }
+            )
+        return out
+
+    def load_seconds(self) -> dict[str, list[float]]:
+        """Per model: the seconds its last launches took to be ready (at most 5)."""
+        return {m: [round(t, 2) for t in ts[-5:]] for m, ts in self.load_times.items()}
+
+    def refresh_metrics(self) -> None:
+        planner = self.planner
+        gpus = [(g.id, g.node, planner.used[g.id], g.vram_gb) for g in planner.inv.gpus]
+        replicas = [
+            (gid, rid, r.model.name, self.state(rid))
+            for gid, on in planner.on_gpu.items()
+            for rid, r in on.items()
+        ]
+        self.rt.metrics.refresh_fleet(gpus, replicas)

@@ -8,6 +8,7 @@ busy, checkpoint bytes held, oldest wait) are read at scrape time through
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import (
@@ -135,6 +136,36 @@ class Metrics:
             "laneway_batch_lines_running", "Batch lines this server is running", registry=r
         )
         self.batches_active = Gauge("laneway_batches_active", "Batches this server is running", registry=r)
+        # a fleet's GPUs and engines (absent without a [fleet])
+        self.vram_used = Gauge(
+            "laneway_gpu_vram_used_bytes",
+            "VRAM of each declared GPU held by the replicas on it, loading or ready (their declared size)",
+            ["gpu", "node"],
+            registry=r,
+        )
+        self.vram_total = Gauge(
+            "laneway_gpu_vram_bytes", "VRAM of each declared GPU", ["gpu", "node"], registry=r
+        )
+        self.replica_info = Gauge(
+            "laneway_gpu_replica",
+            "1 for each replica on each GPU, with its model and its engine's state "
+            "(loading, ready, draining)",
+            ["gpu", "replica", "model", "state"],
+            registry=r,
+        )
+        self.model_load = Histogram(
+            "laneway_model_load_seconds",
+            "Time from starting a model's engine to its being ready",
+            ["model"],
+            buckets=BUCKETS_S,
+            registry=r,
+        )
+        self.load_failures = Counter(
+            "laneway_model_load_failures_total",
+            "Engine launches that exited or were not ready in time",
+            ["model"],
+            registry=r,
+        )
         # the children of every series, made once: every series shows up from the
         # first scrape, and the request path looks them up in a plain dict
         self.rejected = {reason: self.rejections.labels(reason) for reason in REJECT_REASONS}
@@ -181,6 +212,25 @@ class Metrics:
         self.checkpoint_held.set(checkpoint_held)
         for worker, ratio in (prefix_hits or {}).items():
             self.prefix_hits.labels(worker).set(ratio)
+
+    def forget_worker(self, worker: str) -> None:
+        """A worker left (a fleet's replica): its series go."""
+        for gauge in (self.slots, self.slots_busy, self.concurrency, self.prefix_hits, self.reported_hits):
+            with contextlib.suppress(KeyError):  # (a series it never had)
+                gauge.remove(worker)
+
+    def refresh_fleet(
+        self,
+        gpus: Iterable[tuple[str, str, float, float]],
+        replicas: Iterable[tuple[str, str, str, str]],
+    ) -> None:
+        """``gpus``: (id, node, used GB, total GB); ``replicas``: (gpu, replica, model, state)."""
+        for gid, node, used, total in gpus:
+            self.vram_used.labels(gid, node).set(used * 1e9)
+            self.vram_total.labels(gid, node).set(total * 1e9)
+        self.replica_info.clear()
+        for labels in replicas:
+            self.replica_info.labels(*labels).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
