@@ -80,7 +80,8 @@ def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -
         f"command = ['{sys.executable}', '-c', 'import sys; print(\"no weights at\", sys.argv[1]); "
         "sys.exit(3)', '{port}']\n"
     )
-    cfg = fleet_toml(tmp_path, standin_model("ok", 10) + broken)
+    misnamed = standin_model("misnamed", 5).replace("--model {model}", "--model elsewise")
+    cfg = fleet_toml(tmp_path, standin_model("ok", 10) + broken + misnamed)
     with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
         got = complete(server.url, "broken")
         assert got.status_code == 503, got.text
@@ -99,6 +100,13 @@ def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -
         assert "exited with status 3" in failing["broken"] and "no weights at" in failing["broken"]
         # the other model is not affected
         assert complete(server.url, "ok").status_code == 200
+        # an engine that is up but serves another name is a failed launch too (and stopped)
+        got = complete(server.url, "misnamed")
+        assert got.status_code == 503, got.text
+        message = got.json()["error"]["message"]
+        assert "its engine is up but" in message and "does not serve model 'misnamed'" in message
+        assert "(it serves: elsewise)" in message and "engine_model" in message
+        assert "misnamed" not in {r["model"] for r in replicas(server.url).values()}
         assert "could not be started" in server.text()
 
 
@@ -183,3 +191,31 @@ def test_metrics_and_the_dashboard_show_each_gpu(tmp_path: Path) -> None:
         assert metrics.count('laneway_gpu_replica{gpu="a') == 2 and 'model="big"' in metrics
         assert 'laneway_gpu_vram_used_bytes{gpu="a1",node="a"} 2e+10' in metrics
         assert f'laneway_worker_slots{{worker="{rid}"}}' not in metrics
+
+
+def test_the_cpu_example_fleet_runs_a_real_laneway_engine_beside_the_stand_in(tmp_path: Path) -> None:
+    """``examples/fleet-cpu.toml`` as the README gives it (its paths made this test's): the
+    preloaded stand-in, then another ``laneway serve`` on its built-in model, launched on
+    demand next to it on the same GPU, and a P0 request placed on the reserved GPU."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "fleet-cpu.toml"
+    bindir = Path(sys.executable).parent
+    text = (
+        example.read_text(encoding="utf-8")
+        .replace(".venv/bin/laneway", f"{bindir}/laneway")
+        .replace(".venv/bin/python", sys.executable)
+        .replace(".laneway-engines/", f"{tmp_path}/engines-")
+        .replace("port = 8000", f'port = 8000\ndata_dir = "{tmp_path / "data"}"')
+    )
+    cfg = tmp_path / "fleet-cpu.toml"
+    cfg.write_text(text, encoding="utf-8")
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        assert [r["model"] for r in replicas(server.url).values()] == ["standin"]
+        got = complete(server.url, "tiny", max_tokens=6)
+        assert got.status_code == 200, got.text
+        assert got.json()["usage"]["completion_tokens"] == 6
+        on = {r["model"]: r["gpus"] for r in replicas(server.url).values()}
+        assert on == {"standin": ["g0"], "tiny": ["g0"]}  # best fit: both on g0, g1 kept for P0/P1
+        urgent = complete(server.url, "standin", max_tokens=3, priority="P0")
+        assert urgent.status_code == 200, urgent.text
+        log = server.text()
+    assert "Traceback" not in log, log

@@ -126,28 +126,33 @@ class Fleet:
         if rt.closed or self.engines.get(rid) is not engine:  # (stopped meanwhile)
             await engine.stop()
             return False
+        spec = replica.model
+        served = launch.engine_model or model
+        worker = build_upstream(
+            WorkerConfig(
+                name=rid, type="upstream", model=served, served_name=model, slots=spec.slots, url=engine.url
+            )
+        )
+        health = await worker.health()  # (up, but is it what laneway will send requests to?)
+        if not health.ok:
+            await worker.close()
+            await engine.stop()
+            self.engines.pop(rid, None)
+            hint = "" if launch.engine_model else " (the name it serves the model under: engine_model)"
+            self._failed(rid, model, f"its engine is up but {health.detail}{hint}")
+            return False
         self.failing.pop(model, None)
         self.load_times.setdefault(model, []).append(engine.ready_s)
         rt.metrics.model_load.labels(model).observe(engine.ready_s)
         log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
-        spec = replica.model
-        worker = build_upstream(
-            WorkerConfig(
-                name=rid,
-                type="upstream",
-                model=launch.engine_model or model,
-                served_name=model,
-                slots=spec.slots,
-                url=engine.url,
-            )
-        )
-        await self._add_worker(rid, worker, model, launch.engine_model or model)
         core = self.core
         core.load_took(model, engine.ready_s)
+        self._add_worker(rid, worker, model, served)
         if preload:
             core.set_available(rid, True)
         else:
             core.loaded(rid, rt.now())
+        await rt.prober.add(rid)
         watch = asyncio.get_running_loop().create_task(self._watch(rid, engine))
         self._watches.add(watch)
         watch.add_done_callback(self._watches.discard)
@@ -210,14 +215,13 @@ class Fleet:
         rt.kick()
 
     # ------------------------------------------------------------ the runtime's workers
-    async def _add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:
+    def _add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:
         """``worker`` (an engine, ready) serves ``model`` from now on, as ``name``."""
         rt = self.rt
         rt.workers[name] = worker
         rt.served[name] = model
         rt.upstream_model[name] = engine_model
         rt.engines.kv_tokens.setdefault(name, None)
-        await rt.prober.add(name)
 
     async def _remove_worker(self, name: str) -> None:
         """Worker ``name`` leaves (its replica was evicted, or its engine died and what it
