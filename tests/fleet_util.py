@@ -77,3 +77,27 @@ def complete(url: str, model: str, max_tokens: int = 4, **body: Any) -> httpx.Re
         json={"model": model, "prompt": "hello fleet", "max_tokens": max_tokens, **body},
         timeout=60,
     )
+
+
+def engine_processes() -> dict[int, dict[str, str]]:
+    """The engine processes a fleet started, running now (group leaders with LANEWAY_REPLICA
+    in their environment): pid -> {replica, model, gpus}."""
+    out: dict[int, dict[str, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getpgid(pid) != pid or not alive(pid):
+                continue
+            raw = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        env = dict(x.decode(errors="replace").split("=", 1) for x in raw if b"=" in x)
+        if "LANEWAY_REPLICA" in env:
+            out[pid] = {
+                "replica": env["LANEWAY_REPLICA"],
+                "model": env["LANEWAY_MODEL"],
+                "gpus": env["LANEWAY_GPUS"],
+            }
+    return out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from fleet_util import alive, complete, fleet_toml, replicas, standin_model, wait_gone
+from fleet_util import alive, complete, engine_processes, fleet_toml, replicas, standin_model, wait_gone
 from laneway.testing import serve_process
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -219,3 +219,38 @@ def test_the_cpu_example_fleet_runs_a_real_laneway_engine_beside_the_stand_in(tm
         assert urgent.status_code == 200, urgent.text
         log = server.text()
     assert "Traceback" not in log, log
+
+
+def test_a_new_engine_starts_on_a_gpu_only_once_the_evicted_one_has_exited(tmp_path: Path) -> None:
+    """An engine that takes 1.5 s to exit after SIGTERM (as a GPU engine freeing its memory):
+    the engine placed in its room does not start before it is gone, so at no instant do two
+    engines hold one GPU."""
+    slow_exit = (
+        "import signal, subprocess, sys, time; "
+        "p = subprocess.Popen(sys.argv[1:]); "
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), sys.exit(0))); "
+        "p.wait()"
+    )
+
+    def wrapped(name: str) -> str:
+        plain = standin_model(name, 20, load_s=0.2)
+        command = plain.split("command = '", 1)[1].split("'\n", 1)[0]
+        return plain.replace(
+            f"command = '{command}'", f"command = '{sys.executable} -c \"{slow_exit}\" {command}'"
+        )
+
+    gpus = '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 } ]\n'
+    cfg = fleet_toml(tmp_path, wrapped("one") + wrapped("two"), gpus=gpus, preload='"one"')
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        seen: list[list[str]] = []
+        got: dict[str, httpx.Response] = {}
+        t = threading.Thread(target=lambda: got.update(r=complete(server.url, "two")))
+        t.start()
+        deadline = time.monotonic() + 30
+        while t.is_alive() and time.monotonic() < deadline:
+            seen.append(sorted(p["model"] for p in engine_processes().values()))
+            time.sleep(0.02)
+        t.join(30)
+        assert got["r"].status_code == 200, got["r"].text
+    assert ["one"] in seen and ["two"] in seen, seen  # (the switch was watched)
+    assert all(len(s) <= 1 for s in seen), [s for s in seen if len(s) > 1][:3]

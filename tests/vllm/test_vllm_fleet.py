@@ -53,7 +53,9 @@ def test_laneway_starts_switches_and_stops_a_real_vllm(vllm_paths: tuple[Path, P
         ((rid, rep),) = replicas(server.url).items()
         assert body["laneway"]["worker"] == rid and rep["state"] == "ready"
         pid = int(rep["pid"])
-        assert _environ(pid)["CUDA_VISIBLE_DEVICES"] == "3"  # the GPU's declared CUDA id
+        env = _environ(pid)
+        assert env["CUDA_VISIBLE_DEVICES"] == "3"  # the GPU's declared CUDA id
+        assert (env["LANEWAY_REPLICA"], env["LANEWAY_MODEL"], env["LANEWAY_GPUS"]) == (rid, "tiny", "g0")
         engines = _group(pid)
         assert pid in engines
         # the direct answer equals laneway's (the engine is the one laneway started)

@@ -68,6 +68,9 @@ class Fleet:
         self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
         self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
         self._watches: set[asyncio.Task[None]] = set()
+        # engines being stopped, by GPU: a new engine starts on a GPU once the old one is gone
+        # (its memory is free only then)
+        self._stopping: dict[str, set[asyncio.Task[None]]] = {}
 
     # ------------------------------------------------------------ start and stop
     async def start(self) -> None:
@@ -89,7 +92,8 @@ class Fleet:
         self.engines.clear()
         for task in self._watches:
             task.cancel()
-        await asyncio.gather(*(e.stop() for e in engines), *self._watches, return_exceptions=True)
+        stopping = set().union(*self._stopping.values())
+        await asyncio.gather(*(e.stop() for e in engines), *self._watches, *stopping, return_exceptions=True)
 
     def kill_now(self) -> None:
         for e in self.engines.values():
@@ -97,6 +101,7 @@ class Fleet:
 
     # ------------------------------------------------------------ decisions
     def load(self, d: Load, now: float) -> None:
+        self.rt.metrics.model_loads.labels(d.model).inc()
         self.rt.spawn(self._load(d))
 
     async def _load(self, d: Load) -> None:
@@ -107,15 +112,22 @@ class Fleet:
         self.rt.spawn(self._remove_worker(d.replica_id))
         engine = self.engines.pop(d.replica_id, None)
         if engine is not None:
-            self.rt.spawn(engine.stop())
+            stop = asyncio.get_running_loop().create_task(engine.stop())
+            for gid in d.gpu_ids:
+                held = self._stopping.setdefault(gid, set())
+                held.add(stop)
+                stop.add_done_callback(held.discard)
 
     async def _launch(self, rid: str, model: str, *, preload: bool) -> bool:
         rt = self.rt
         launch = self.cfg.launch[model]
         replica = self.planner.replicas[rid]
         cuda = tuple(self.cfg.cuda[g] for g in replica.gpus)
-        engine = EngineProcess(rid, model, launch, cuda, self.log_dir)
+        engine = EngineProcess(rid, model, launch, cuda, self.log_dir, replica.gpus)
         self.engines[rid] = engine
+        before = set().union(*(self._stopping.get(g, set()) for g in replica.gpus))
+        if before:  # (the engines evicted for it still free their GPUs' memory)
+            await asyncio.gather(*before, return_exceptions=True)
         try:
             await engine.start()
         except LaunchFailed as exc:

@@ -66,7 +66,9 @@ class EngineProcess:
         launch: EngineLaunch,
         cuda_ids: tuple[int, ...],
         log_dir: Path,
+        gpu_ids: tuple[str, ...] = (),
     ) -> None:
+        self.gpu_ids = gpu_ids
         self.replica_id = replica_id
         self.model = model
         self.launch = launch
@@ -90,7 +92,15 @@ class EngineProcess:
         """Launch it and wait until it is ready; :class:`LaunchFailed` otherwise (stopped)."""
         self.port = free_port()
         argv = self.launch.argv(port=self.port, model=self.model, gpus=self.cuda_ids)
-        env = {**os.environ, **self.launch.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.cuda_ids))}
+        env = {
+            **os.environ,
+            **self.launch.env,
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.cuda_ids)),
+            # (which replica a process is, for people and tools reading the process table)
+            "LANEWAY_REPLICA": self.replica_id,
+            "LANEWAY_MODEL": self.model,
+            "LANEWAY_GPUS": ",".join(self.gpu_ids),
+        }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         parent = os.getpid()
         with self.log_path.open("ab") as out:

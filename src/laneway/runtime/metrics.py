@@ -160,6 +160,12 @@ class Metrics:
             buckets=BUCKETS_S,
             registry=r,
         )
+        self.model_loads = Counter(
+            "laneway_model_loads_total",
+            "Engines started for a model because placement loaded it (not the preloads)",
+            ["model"],
+            registry=r,
+        )
         self.load_failures = Counter(
             "laneway_model_load_failures_total",
             "Engine launches that exited or were not ready in time",
