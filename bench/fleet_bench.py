@@ -241,9 +241,7 @@ def live_run(policy: str, fleet: str, requests: list[dict[str, Any]], tmp: Path)
         done = asyncio.run(drive(server.url, requests))
         took = time.monotonic() - t0
         metrics = httpx.get(server.url + "/metrics", timeout=10).text
-    starts = sum(
-        float(v) for v in re.findall(r"^laneway_model_loads_total\{[^}]*\} (\S+)$", metrics, re.M)
-    )
+    starts = sum(float(v) for v in re.findall(r"^laneway_model_loads_total\{[^}]*\} (\S+)$", metrics, re.M))
     load_s = {
         m: float(v)
         for m, v in re.findall(r'^laneway_model_load_seconds_sum\{model="([^"]+)"\} (\S+)$', metrics, re.M)

@@ -2,6 +2,7 @@
 
     python -m laneway.standin [--host 127.0.0.1] [--port 8001] [--slots 4] [--ms-per-token 2]
                               [--model standin] [--refuse FIELD ...] [--load-s 0]
+                              [--enable-sleep-mode [--wake-s 0]]
 
 For benchmarks and tests of laneway in front of an engine, where a real
 engine's own cost would drown what is measured. It behaves as vLLM does
@@ -115,8 +116,16 @@ class StandIn:
         ms_per_token: float = 2.0,
         refuse: tuple[str, ...] = (),
         kv_tokens: int = 16_384,
+        sleep_mode: bool = False,
+        wake_s: float = 0.0,
     ) -> None:
         self.model = model
+        # vLLM's sleep mode (--enable-sleep-mode with VLLM_SERVER_DEV_MODE=1): POST /sleep,
+        # POST /wake_up (after wake_s), GET /is_sleeping; asleep, it serves nothing
+        self.sleep_mode = sleep_mode
+        self.wake_s = wake_s
+        self.asleep = False
+        self.sleeps = self.wakes = 0
         self.kv_tokens = kv_tokens  # (what its /metrics says its KV space is)
         self.refuse = frozenset(refuse)  # request fields answered 400 (as an engine without them)
         self.slots = slots
@@ -232,6 +241,9 @@ class StandIn:
                 "peak_prompts": self.peak_prompts,
                 "aborted": self.aborted,
                 "pid": os.getpid(),  # (which process: an engine a fleet launched)
+                "asleep": self.asleep,
+                "sleeps": self.sleeps,
+                "wakes": self.wakes,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }
             await _json(send, 200, stats)
@@ -264,6 +276,14 @@ class StandIn:
             }
             await _json(send, 200, models)
             return
+        if self.sleep_mode and path in ("/sleep", "/wake_up", "/is_sleeping"):
+            await self._sleep_mode(send, method, path)
+            return
+        if self.asleep and path != "/detokenize":
+            await _json(
+                send, 503, {"error": {"message": "the engine is asleep", "type": "ServiceUnavailable"}}
+            )
+            return
         if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions", "/detokenize"):
             await _json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "NotFound"}})
             return
@@ -295,6 +315,21 @@ class StandIn:
         finally:
             if watch is not None:
                 watch.cancel()
+
+    async def _sleep_mode(self, send: Any, method: str, path: str) -> None:
+        if method == "GET" and path == "/is_sleeping":
+            await _json(send, 200, {"is_sleeping": self.asleep})
+        elif method == "POST" and path == "/sleep":
+            self.asleep = True
+            self.sleeps += 1
+            await _json(send, 200, {})
+        elif method == "POST" and path == "/wake_up":
+            await asyncio.sleep(self.wake_s)
+            self.asleep = False
+            self.wakes += 1
+            await _json(send, 200, {})
+        else:
+            await _json(send, 405, {"error": {"message": f"{method} {path}", "type": "MethodNotAllowed"}})
 
     def _parse(self, body: dict[str, Any], *, chat: bool) -> tuple[_Seq, dict[str, Any]]:
         refused = sorted(self.refuse & body.keys())
@@ -463,11 +498,24 @@ def main(argv: list[str] | None = None) -> None:
         default=0.0,
         help="seconds before it listens, as an engine loading its model (a fleet's switch cost)",
     )
+    ap.add_argument(
+        "--enable-sleep-mode",
+        action="store_true",
+        help="vLLM's sleep mode: POST /sleep, POST /wake_up, GET /is_sleeping",
+    )
+    ap.add_argument("--wake-s", type=float, default=0.0, help="seconds a /wake_up takes")
     args = ap.parse_args(argv)
     if args.load_s > 0:
         print(f"standin: loading {args.model} for {args.load_s:g} s", flush=True)
         time.sleep(args.load_s)
-    app = StandIn(args.model, args.slots, args.ms_per_token, tuple(args.refuse))
+    app = StandIn(
+        args.model,
+        args.slots,
+        args.ms_per_token,
+        tuple(args.refuse),
+        sleep_mode=args.enable_sleep_mode,
+        wake_s=args.wake_s,
+    )
     print(f"standin: serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
 

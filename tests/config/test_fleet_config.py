@@ -62,7 +62,7 @@ def test_every_mistake_is_a_line_naming_its_key() -> None:
         )
     lines = str(info.value).splitlines()
     assert lines == [
-        "fleet.switch_wait: unknown key (expected one of: nodes, models, preload, switch_wait_s)",
+        "fleet.switch_wait: unknown key (expected one of: nodes, models, preload, switch_wait_s, max_asleep)",
         "fleet.nodes.a.gpus[0].cuda: expected a CUDA id >= 0, got -1",
         "fleet.models.a.command: must name {port}, the port its engine listens on",
         "fleet.models.b.command: unknown placeholder {weights} (known: {port}, {host}, {model}, {path}, "

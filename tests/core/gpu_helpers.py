@@ -77,6 +77,8 @@ class GpuDriver(Driver):
     evictions: list[tuple[float, Evict]] = field(default_factory=list)
     dispatches: list[tuple[float, Dispatch]] = field(default_factory=list)
     loaded_at: dict[str, float] = field(default_factory=dict)  # replica -> when ``loaded`` was said
+    asleep: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # replica -> model, GPUs
+    wakes: list[tuple[float, Load]] = field(default_factory=list)
     _queued_before: dict[str, int] = field(default_factory=dict)  # model -> queued when a step began
 
     def __post_init__(self) -> None:
@@ -227,7 +229,11 @@ class GpuDriver(Driver):
         assert d.replica_id not in self.replica_model, f"{d.replica_id} loaded twice"
         spec = self.inv.models.get(d.model)
         assert spec is not None, f"load of unknown model {d.model}"
-        assert d.load_s == spec.load_s, d
+        if d.wake:  # a replica put to sleep, woken where it slept, in its wake time
+            assert self.asleep.pop(d.replica_id, None) == (d.model, d.gpu_ids), f"{d}: not asleep there"
+            assert d.load_s == spec.wake_s, d
+        else:
+            assert d.load_s == spec.load_s, d
         assert len(d.gpu_ids) == spec.gpus == len(set(d.gpu_ids)), d
         gpus = {g.id: g for g in self.inv.gpus}
         assert len({gpus[g].node for g in d.gpu_ids}) == 1, f"{d} spans nodes"
@@ -236,7 +242,7 @@ class GpuDriver(Driver):
         loading = sum(spec.slots for r in self.loading if self.replica_model[r] == d.model)
         queued = self._queued_before.get(d.model, 0)
         assert queued > loading, f"{d}: {queued} queued, {loading} slots already loading"
-        self.loads.append((self.now, d))
+        (self.wakes if d.wake else self.loads).append((self.now, d))
         self.loading[d.replica_id] = self.now + d.load_s
         self.replica_model[d.replica_id] = d.model
         self.replica_gpus[d.replica_id] = d.gpu_ids
@@ -244,14 +250,21 @@ class GpuDriver(Driver):
 
     def _apply_evict(self, d: Evict) -> None:
         rid = d.replica_id
+        if rid in self.asleep:  # an asleep replica's engine stopped: it held no VRAM already
+            assert not d.sleep and self.asleep.pop(rid) == (d.model, d.gpu_ids), d
+            return
         assert rid in self.ready, f"{d}: not a ready replica (loading or unknown)"
         assert self.replica_model[rid] == d.model and self.replica_gpus[rid] == d.gpu_ids, d
         busy = [r for r, w in self.running.items() if w == rid]
         assert not busy, f"{d}: {busy} still run (or stop) there"
+        assert not d.sleep or self.inv.models[d.model].wake_s is not None, f"{d}: its model cannot sleep"
         self.evictions.append((self.now, d))
         self.ready.discard(rid)
         del self.replica_model[rid]
         del self.replica_gpus[rid]
+        if d.sleep:
+            self.asleep[rid] = (d.model, d.gpu_ids)
+            assert len(self.asleep) <= self.inv.max_asleep + 1, self.asleep  # (trimmed in its step)
 
     def _check_dispatch(self, d: Dispatch) -> None:
         self.dispatches.append((self.now, d))
@@ -266,6 +279,7 @@ class GpuDriver(Driver):
             assert gpus[gid].admits(cls), f"{d}: P{cls} work on {gid}, reserved for {gpus[gid].reserved_for}"
 
     def _check_vram(self) -> None:
+        assert len(self.asleep) <= self.inv.max_asleep + 1, self.asleep
         held = self.held()
         for g in self.inv.gpus:
             used = held[g.id]

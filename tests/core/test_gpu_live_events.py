@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from laneway.core import Dispatch, LanewayError
-from laneway.core.decisions import Load
+from laneway.core import ConfigError, Dispatch, LanewayError, Scheduler
+from laneway.core.decisions import Evict, Load
+from laneway.core.inventory import Inventory, ModelSpec
 
 from .gpu_helpers import gpu, gpu_sched, greq, inventory, model
 
@@ -57,3 +58,72 @@ def test_a_measured_load_time_replaces_the_configured_one() -> None:
     (second,) = _loads(sched.schedule(5.0))
     assert second.load_s == 4.5 and second.gpu_ids == ("g1",)
     sched.check_invariants()
+
+
+def _evicts(out: list[object]) -> list[Evict]:
+    return [d for d in out if type(d) is Evict]
+
+
+def _serve(sched: Scheduler, rid: str, model_name: str, now: float) -> list[object]:
+    """Submit one request for ``model_name``; schedule; load what is asked; run it to its end."""
+    sched.submit(greq(rid, 2, now, model_name), now)
+    out: list[object] = list(sched.schedule(now))
+    for ld in _loads(out):
+        sched.loaded(ld.replica_id, now + ld.load_s)
+    more = sched.schedule(now + 100)
+    assert [x for x in [*out, *more] if type(x) is Dispatch and x.request_id == rid]
+    sched.finished(rid, now + 101)
+    return [*out, *more]
+
+
+def test_a_model_with_a_sleep_mode_sleeps_when_evicted_and_wakes_where_it_was() -> None:
+    a = ModelSpec("a", 20, load_s=40.0, wake_s=2.0)
+    inv = inventory([gpu("g0", 24)], [a, model("b", 20, load_s=10.0)])
+    sched = gpu_sched(inv)
+    planner = sched.planner
+    assert planner is not None
+    (load_a,) = _loads(_serve(sched, "r0", "a", 0.0))
+    assert load_a.load_s == 40.0 and not load_a.wake
+    # b needs the GPU: a is put to sleep (its VRAM free), b loaded cold
+    out = _serve(sched, "r1", "b", 200.0)
+    assert [(e.replica_id, e.sleep) for e in _evicts(out)] == [(load_a.replica_id, True)]
+    (load_b,) = _loads(out)
+    assert planner.used["g0"] == 20 and load_a.replica_id in planner.asleep
+    # a again: b (no sleep mode) is stopped, a woken on its GPU in its wake time, as itself
+    est = sched.estimate_wait(2, "a", 400.0)
+    out = _serve(sched, "r2", "a", 400.0)
+    assert [(e.replica_id, e.sleep) for e in _evicts(out)] == [(load_b.replica_id, False)]
+    (wake,) = _loads(out)
+    assert (wake.replica_id, wake.wake, wake.load_s, wake.gpu_ids) == (load_a.replica_id, True, 2.0, ("g0",))
+    assert est < 10.0  # (the estimate counts the 2 s wake, not a 40 s cold start)
+    assert sched.snapshot().model_loads == 2  # (a wake is no load)
+    assert planner.wakes == 1 and not planner.asleep
+    sched.check_invariants()
+    planner.check()
+
+
+def test_past_max_asleep_the_oldest_asleep_replica_is_stopped() -> None:
+    specs = [ModelSpec(n, 20, load_s=30.0, wake_s=1.0) for n in ("a", "b", "c")]
+    inv = Inventory((gpu("g0", 24),), {m.name: m for m in specs}, (), max_asleep=1)
+    sched = gpu_sched(inv)
+    planner = sched.planner
+    assert planner is not None
+    (la,) = _loads(_serve(sched, "r0", "a", 0.0))
+    (lb,) = _loads(_serve(sched, "r1", "b", 200.0))  # a sleeps
+    out = _serve(sched, "r2", "c", 400.0)  # b sleeps; a, the oldest asleep, is stopped
+    assert [(e.replica_id, e.sleep) for e in _evicts(out)] == [(lb.replica_id, True), (la.replica_id, False)]
+    assert list(planner.asleep) == [lb.replica_id]
+    # a's engine is gone: a is loaded cold (c sleeps, b is stopped: the oldest asleep); c wakes
+    out = _serve(sched, "r3", "a", 600.0)
+    (cold,) = _loads(out)
+    assert not cold.wake and cold.replica_id != la.replica_id and cold.load_s == 30.0
+    assert [e.sleep for e in _evicts(out)] == [True, False] and _evicts(out)[1].replica_id == lb.replica_id
+    (woken,) = _loads(_serve(sched, "r4", "c", 800.0))
+    assert woken.wake and woken.model == "c"
+    # an engine that dies asleep is forgotten
+    sched.unloaded(next(iter(planner.asleep)), 900.0)
+    assert not planner.asleep
+    with pytest.raises(ConfigError, match="max_asleep"):
+        Inventory((gpu("g0", 24),), {}, (), max_asleep=-1)
+    with pytest.raises(ConfigError, match="wake_s"):
+        ModelSpec("x", 1, wake_s=-1.0)

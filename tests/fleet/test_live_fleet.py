@@ -254,3 +254,46 @@ def test_a_new_engine_starts_on_a_gpu_only_once_the_evicted_one_has_exited(tmp_p
         assert got["r"].status_code == 200, got["r"].text
     assert ["one"] in seen and ["two"] in seen, seen  # (the switch was watched)
     assert all(len(s) <= 1 for s in seen), [s for s in seen if len(s) > 1][:3]
+
+
+def test_an_engine_with_a_sleep_mode_sleeps_when_evicted_and_is_woken_not_restarted(tmp_path: Path) -> None:
+    """vLLM's sleep mode, spoken to the stand-in (vLLM's CPU build has none): the evicted
+    engine sleeps (same process, no VRAM held), the next switch back wakes it in its wake
+    time; an engine that cannot sleep is stopped instead, and started afresh later."""
+    sleepy = standin_model("a", 20, extra="wake_s = 0.5").replace(
+        "--load-s", "--enable-sleep-mode --wake-s 0.2 --load-s"
+    )
+    cannot = standin_model("c", 20, extra="wake_s = 0.5")  # (its engine has no sleep endpoints)
+    gpus = '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 } ]\n'
+    cfg = fleet_toml(tmp_path, sleepy + standin_model("b", 20) + cannot, gpus=gpus)
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        assert complete(server.url, "a").status_code == 200
+        ((a_id, a),) = replicas(server.url).items()
+        assert complete(server.url, "b").status_code == 200
+        reps = replicas(server.url)
+        assert reps[a_id]["state"] == "asleep" and reps[a_id]["pid"] == a["pid"] and alive(int(a["pid"]))
+        stats = _engine_stats(reps[a_id])
+        assert (stats["asleep"], stats["sleeps"]) == (True, 1)
+        metrics = httpx.get(server.url + "/metrics", timeout=5).text
+        assert 'laneway_gpu_vram_used_bytes{gpu="a0",node="a"} 2e+10' in metrics  # (b's; a holds none)
+        assert f'laneway_gpu_replica{{gpu="a0",model="a",replica="{a_id}",state="asleep"}} 1.0' in metrics
+        # back to a: b is stopped, a woken (the same process), not started again
+        got = complete(server.url, "a")
+        assert got.status_code == 200 and got.json()["laneway"]["worker"] == a_id
+        reps = replicas(server.url)
+        assert [(rid, r["state"], r["pid"]) for rid, r in reps.items()] == [(a_id, "ready", a["pid"])]
+        stats = _engine_stats(reps[a_id])
+        assert (stats["asleep"], stats["sleeps"], stats["wakes"]) == (False, 1, 1)
+        metrics = httpx.get(server.url + "/metrics", timeout=5).text
+        assert 'laneway_model_wakes_total{model="a"} 1.0' in metrics
+        assert 'laneway_model_loads_total{model="a"} 1.0' in metrics
+        # c's engine cannot sleep: evicted for a, it is stopped, and c starts afresh when asked
+        assert complete(server.url, "c").status_code == 200
+        (c,) = [v for k, v in replicas(server.url).items() if v["model"] == "c"]
+        assert complete(server.url, "a").status_code == 200
+        assert wait_gone([int(c["pid"])]) == []
+        assert complete(server.url, "c").status_code == 200
+        (c2,) = [v for k, v in replicas(server.url).items() if v["model"] == "c"]
+        assert c2["pid"] != c["pid"]
+        log = server.text()
+    assert "could not sleep" in log and "answered 404" in log, log

@@ -45,7 +45,7 @@ LAUNCH_KEYS = (
     "ready_timeout_s",
     "stop_grace_s",
 )
-FLEET_KEYS = ("nodes", "models", "preload", "switch_wait_s")
+FLEET_KEYS = ("nodes", "models", "preload", "switch_wait_s", "max_asleep")
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,7 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
                 **({"nodes": plain_nodes} if nodes is not None else {}),
                 **({"models": plain_models} if models is not None else {}),
                 **({"preload": data["preload"]} if "preload" in data else {}),
+                **({"max_asleep": data["max_asleep"]} if "max_asleep" in data else {}),
             },
             class_names,
         )

@@ -56,21 +56,30 @@ class Load(NamedTuple):
     """Load ``model`` as a new replica ``replica_id`` on ``gpu_ids`` (one node).
 
     The GPUs' VRAM is held from now on; the replica takes work once the runtime
-    answers ``Scheduler.loaded(replica_id, now)``, about ``load_s`` later.
+    answers ``Scheduler.loaded(replica_id, now)``, about ``load_s`` later. ``wake``:
+    the replica is one put to sleep before (``Evict(sleep=True)``), woken where it was
+    (its engine's sleep mode: ``load_s`` is its wake time, not a cold start).
     """
 
     replica_id: str
     model: str
     gpu_ids: tuple[str, ...]
     load_s: float
+    wake: bool = False
 
 
 class Evict(NamedTuple):
-    """Unload the idle replica ``replica_id``: its VRAM is free from now on."""
+    """Unload the idle replica ``replica_id``: its VRAM is free from now on.
+
+    ``sleep``: put its engine to sleep instead (its weights leave the GPUs for host memory;
+    a later ``Load(wake=True)`` wakes it). An ``Evict`` of a replica asleep already
+    stops its engine.
+    """
 
     replica_id: str
     model: str
     gpu_ids: tuple[str, ...]
+    sleep: bool = False
 
 
 REJECT_REASONS = (

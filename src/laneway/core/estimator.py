@@ -324,7 +324,10 @@ class Estimator:
         cold = 0.0
         if not ready:
             loading = [r.ready_at for r in reps if not r.ready]
-            cold = max(min(loading) - now, 0.0) if loading else spec.load_s
+            if loading:
+                cold = max(min(loading) - now, 0.0)
+            else:  # (one asleep wakes in its wake time, where there is room)
+                cold = spec.wake_s if spec.wake_s is not None and planner.asleep_of(model) else spec.load_s
         slots = sum(r.model.slots for r in ready) or spec.slots
         running = sum(len(r.worker.running) for r in ready)
         free = sum(r.worker.free for r in ready if not r.draining)

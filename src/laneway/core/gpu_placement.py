@@ -67,6 +67,10 @@ class GpuPlacement:
         self._seq = 0
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
         self.down: set[str] = set()  # replicas out of placement until they recover
+        # replicas of models with a sleep mode, evicted to sleep: they hold no VRAM and wake
+        # in ``wake_s`` where they were (at most ``max_asleep``; the oldest beyond is stopped)
+        self.asleep: dict[str, Replica] = {}
+        self.wakes = 0
         # which ready replica of its model a request takes: filters, then scores
         self.filters: tuple[Filter, ...] = (
             HasFreeSlot(),
@@ -174,6 +178,10 @@ class GpuPlacement:
         # Another replica of a model that has one goes only into free VRAM: evicting
         # an idle model to make a second copy of a busy one would load the idle one
         # back as soon as work for it comes (and its work would wait for that load)
+        if self.asleep and not self.naive:  # a replica asleep where there is room: woken in seconds
+            woken = self._wake(model, req.cls, demand, now, force and not serving)
+            if woken is not None:
+                return woken
         group = self._choose(model, req.cls, demand, False, False, now) or (
             None
             if serving
@@ -187,6 +195,25 @@ class GpuPlacement:
                 self._drain_for(model, req.cls, demand, now)
             return []
         return self._load(model, group, now, demand, force=force, cls=req.cls)
+
+    def _wake(
+        self, model: ModelSpec, cls: int, demand: Callable[[str], int], now: float, force: bool
+    ) -> list[Decision] | None:
+        """Wake an asleep replica of ``model`` (the most recently used first) whose GPUs admit
+        ``cls`` and have its share free, or will once unwanted idle replicas go."""
+        mine = [r for r in self.asleep.values() if r.model.name == model.name]
+        for r in sorted(mine, key=lambda r: (-r.last_used, r.id)):
+            group = [self.gpus[gid] for gid in r.gpus]
+            if all(
+                g.admits(cls) and self._room(g, demand, force, now, model, cls)[1] >= model.per_gpu_gb - _EPS
+                for g in group
+            ):
+                return self._load(model, group, now, demand, force=force, cls=cls, woken=r)
+        return None
+
+    def asleep_of(self, model: str) -> bool:
+        """Whether a replica of ``model`` sleeps (it would be woken, not loaded cold)."""
+        return any(r.model.name == model for r in self.asleep.values())
 
     def _serving(self, model: str, cls: int) -> bool:
         """Whether a replica of ``model`` that takes class ``cls`` is ready or loading."""
@@ -281,8 +308,11 @@ class GpuPlacement:
         demand: Callable[[str], int],
         force: bool,
         cls: int,
+        woken: Replica | None = None,
     ) -> list[Decision]:
         out: list[Decision] = []
+        if woken is not None:  # (awake from here on: never the one trimmed below)
+            del self.asleep[woken.id]
         for g in group:
             # evict least recently used idle replicas until the share fits
             idle = sorted(  # nobody queued for it first, then least recently used
@@ -299,19 +329,36 @@ class GpuPlacement:
             while g.usable_gb - self.used[g.id] < model.per_gpu_gb - _EPS and idle:
                 out.append(self.evict(idle.pop(0)))
             assert g.usable_gb - self.used[g.id] >= model.per_gpu_gb - _EPS, "plan over-commits VRAM"
-        self._seq += 1
-        rid = f"{model.name}#{self._seq}@{'+'.join(g.id for g in group)}"
-        r = Replica(rid, model, tuple(g.id for g in group), classes_of(group))
+        self._trim_asleep(out)
+        if woken is not None:  # back where it slept, under its model's current spec
+            r = woken
+            r.model = model
+            r.ready = False
+            r.draining = 0.0
+            rid, load_s = r.id, model.wake_s or 0.0
+            self.wakes += 1
+        else:
+            self._seq += 1
+            rid = f"{model.name}#{self._seq}@{'+'.join(g.id for g in group)}"
+            r = Replica(rid, model, tuple(g.id for g in group), classes_of(group))
+            load_s = model.load_s
+            self.loads += 1
         r.last_used = now
-        r.ready_at = now + model.load_s
+        r.ready_at = now + load_s
         self.replicas[rid] = r
         self.by_model.setdefault(model.name, []).append(r)
         for g in group:
             self.used[g.id] += model.per_gpu_gb
             self.on_gpu[g.id][rid] = r
-        self.loads += 1
-        out.append(Load(rid, model.name, r.gpus, model.load_s))
+        out.append(Load(rid, model.name, r.gpus, load_s, wake=woken is not None))
         return out
+
+    def _trim_asleep(self, out: list[Decision]) -> None:
+        """Past ``max_asleep`` asleep replicas, the least recently used are stopped."""
+        while len(self.asleep) > self.inv.max_asleep:
+            oldest = min(self.asleep.values(), key=lambda r: (r.last_used, r.id))
+            del self.asleep[oldest.id]
+            out.append(Evict(oldest.id, oldest.model.name, oldest.gpus))
 
     def evict(self, r: Replica) -> Evict:
         assert not r.worker.running, "only idle replicas are evicted"
@@ -323,12 +370,19 @@ class GpuPlacement:
                 self.used[gid] = 0.0
             del self.on_gpu[gid][r.id]
         self.evictions += 1
-        return Evict(r.id, r.model.name, r.gpus)
+        sleep = r.model.wake_s is not None and self.inv.max_asleep > 0 and not self.naive
+        if sleep:  # (its engine keeps it in host memory; it wakes where it was)
+            r.ready = False
+            r.draining = 0.0
+            self.asleep[r.id] = r
+        return Evict(r.id, r.model.name, r.gpus, sleep=sleep)
 
     def drop(self, replica_id: str) -> None:
         """Replica ``replica_id`` is gone without an eviction (its load failed, its engine
         died): its VRAM is free from now on. It runs nothing (the runtime ended or requeued
         its requests first)."""
+        if self.asleep.pop(replica_id, None) is not None:  # (its engine died asleep)
+            return
         r = self.replicas[replica_id]
         if r.worker.running:
             raise ConfigError(f"replica {replica_id} still runs {len(r.worker.running)} requests")
@@ -341,16 +395,19 @@ class GpuPlacement:
             del self.on_gpu[gid][r.id]
         self.down.discard(r.id)
 
-    def load_took(self, model: str, seconds: float) -> None:
-        """A load of ``model`` took ``seconds``: later decisions count that, not the
-        configured ``load_s`` (the spec is replaced everywhere it is held)."""
+    def load_took(self, model: str, seconds: float, *, wake: bool = False) -> None:
+        """A load (``wake``: a wake) of ``model`` took ``seconds``: later decisions count that,
+        not the configured ``load_s`` (``wake_s``); the spec is replaced everywhere it is held."""
         old = self.inv.models[model]
-        new = replace(old, load_s=max(seconds, 0.0))
+        new = replace(old, wake_s=max(seconds, 0.0)) if wake else replace(old, load_s=max(seconds, 0.0))
         models = self.inv.models
         assert isinstance(models, dict)
         models[model] = new
         for r in self.by_model.get(model, ()):
             r.model = new
+        for r in self.asleep.values():
+            if r.model.name == model:
+                r.model = new
 
     def loaded(self, replica_id: str, now: float) -> WorkerState:
         r = self.replicas[replica_id]
@@ -446,6 +503,9 @@ class GpuPlacement:
                 gid: sorted(r.model.name for r in reps.values()) for gid, reps in self.on_gpu.items()
             },
             "model_evictions": self.evictions,
+            "asleep_models": {
+                gid: sorted(r.model.name for r in self.asleep.values() if gid in r.gpus) for gid in self.used
+            },
         }
 
     def check(self) -> None:

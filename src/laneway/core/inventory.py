@@ -52,10 +52,13 @@ class ModelSpec:
     gpus: int = 1
     load_s: float = 30.0
     slots: int = 4
+    wake_s: float | None = None  # its engine has a sleep mode: evicted, it sleeps; woken in this long
 
     def __post_init__(self) -> None:
         if not self.vram_gb > 0:  # (NaN fails too)
             raise ConfigError(f"models.{self.name}.vram_gb: must be > 0")
+        if self.wake_s is not None and not self.wake_s >= 0:
+            raise ConfigError(f"models.{self.name}.wake_s: must be >= 0")
         if self.gpus < 1:
             raise ConfigError(f"models.{self.name}.gpus: must be >= 1")
         if not self.load_s >= 0:
@@ -73,6 +76,7 @@ class Inventory:
     gpus: tuple[GpuSpec, ...]
     models: Mapping[str, ModelSpec] = field(default_factory=dict)
     preload: tuple[str, ...] = ()  # models loaded at start-up, one replica each
+    max_asleep: int = 2  # replicas asleep at once (their weights in host memory); more: the oldest stops
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -88,6 +92,8 @@ class Inventory:
         for name in self.preload:
             if name not in self.models:
                 raise ConfigError(f"preload: unknown model {name!r}")
+        if self.max_asleep < 0:
+            raise ConfigError("max_asleep: must be >= 0")
 
     @property
     def nodes(self) -> dict[str, list[GpuSpec]]:
@@ -124,7 +130,7 @@ class Inventory:
         reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?}}}``;
         errors name the key."""
         gpus: list[GpuSpec] = []
-        _known(data, "", ("nodes", "models", "preload"))
+        _known(data, "", ("nodes", "models", "preload", "max_asleep"))
         nodes = data.get("nodes")
         if not isinstance(nodes, Mapping) or not nodes:
             raise ConfigError("nodes: a table of nodes, each with a list of gpus, is required")
@@ -170,7 +176,7 @@ class Inventory:
             key = f"models.{name}"
             if not isinstance(m, Mapping):
                 raise ConfigError(f"{key}: expected a table")
-            _known(m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots"))
+            _known(m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots", "wake_s"))
             try:
                 models[name] = ModelSpec(
                     name,
@@ -178,6 +184,7 @@ class Inventory:
                     int(m.get("gpus", 1)),
                     float(m.get("load_s", 30.0)),
                     int(m.get("slots", 4)),
+                    None if m.get("wake_s") is None else float(m["wake_s"]),
                 )
             except KeyError as exc:
                 raise ConfigError(f"{key}.{exc.args[0]}: required") from None
@@ -188,7 +195,10 @@ class Inventory:
         preload = data.get("preload", [])
         if not isinstance(preload, list) or not all(isinstance(p, str) for p in preload):
             raise ConfigError("preload: a list of model names is expected")
-        return cls(tuple(gpus), models, tuple(preload))
+        asleep = data.get("max_asleep", 2)
+        if isinstance(asleep, bool) or not isinstance(asleep, int):
+            raise ConfigError(f"max_asleep: a whole number is expected, got {asleep!r}")
+        return cls(tuple(gpus), models, tuple(preload), asleep)
 
 
 def _known(table: Mapping[str, Any], prefix: str, keys: tuple[str, ...]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from laneway.core.decisions import Decision, Evict
+from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.lanes import Lanes
 from laneway.core.occupancy import Occupancy
@@ -33,8 +33,9 @@ class ModelLoads:
         """Ask the GPU placement for loads (and evictions) that would serve ``req``."""
         for d in self.planner.plan(req, now, self.lanes.model_queued, now - req.arrival_s):
             if type(d) is Evict:
-                self.occ.remove(d.replica_id)
-            else:
+                if d.replica_id in self.occ.workers:  # (not one asleep already: it is stopped)
+                    self.occ.remove(d.replica_id)
+            elif isinstance(d, Load) and not d.wake:
                 self.counters.model_loads += 1
             out.append(d)
 
@@ -46,7 +47,7 @@ class ModelLoads:
         self.occ.add(self.planner.loaded(replica_id, now))
 
     def unloaded(self, replica_id: str) -> None:
-        """A replica is gone without an eviction (its load failed, its engine died)."""
+        """A replica is gone without an eviction (its load failed, its engine died, maybe asleep)."""
         if replica_id in self.occ.workers:
             self.occ.remove(replica_id)
         self.planner.drop(replica_id)

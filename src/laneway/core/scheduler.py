@@ -581,16 +581,18 @@ class Scheduler:
         and a later request may load its model again."""
         if self.loads is None:
             raise LanewayError("this scheduler's placement does not load models")
-        if replica_id not in self.loads.planner.replicas:
+        planner = self.loads.planner
+        if replica_id not in planner.replicas and replica_id not in planner.asleep:
             raise LanewayError(f"unknown replica {replica_id!r}")
         self.loads.unloaded(replica_id)
 
-    def load_took(self, model: str, seconds: float) -> None:
-        """A load of ``model`` was measured to take ``seconds``: it replaces the configured
-        ``load_s`` in later decisions (which loads are worth it, wait estimates)."""
+    def load_took(self, model: str, seconds: float, *, wake: bool = False) -> None:
+        """A load (``wake``: a wake from sleep) of ``model`` was measured to take ``seconds``:
+        it replaces the configured ``load_s`` (``wake_s``) in later decisions (which loads
+        are worth it, wait estimates)."""
         if self.loads is None:
             raise LanewayError("this scheduler's placement does not load models")
-        self.loads.planner.load_took(model, seconds)
+        self.loads.planner.load_took(model, seconds, wake=wake)
 
     # ------------------------------------------------------------------ decide
     def schedule(self, now: float) -> list[Decision]:

@@ -47,6 +47,7 @@ class Snapshot:
     vram_used_gb: dict[str, float] = field(default_factory=dict)
     vram_total_gb: dict[str, float] = field(default_factory=dict)
     loaded_models: dict[str, list[str]] = field(default_factory=dict)
+    asleep_models: dict[str, list[str]] = field(default_factory=dict)  # (their engines' sleep mode)
     # placement by prefix only, keyed by worker: the share of the prompt blocks sent there
     # that placement expected it to hold (its expected prefix-cache hit rate)
     prefix_hits: dict[str, float] = field(default_factory=dict)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from laneway.config.schema import WorkerConfig
 from laneway.core import Evict, Load, Scheduler
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.errors import Unavailable
+from laneway.runtime import engine_sleep
 from laneway.runtime.launcher import EngineProcess, LaunchFailed
 from laneway.runtime.ticket import Phase
 
@@ -65,6 +67,8 @@ class Fleet:
         self.planner = planner
         self.log_dir = data_dir / "engines"
         self.engines: dict[str, EngineProcess] = {}  # replica id -> its engine (starting or ready)
+        self.sleeping: dict[str, EngineProcess] = {}  # replica id -> its engine, asleep
+        self.wake_times: dict[str, list[float]] = {}  # model -> seconds each wake took
         self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
         self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
         self._watches: set[asyncio.Task[None]] = set()
@@ -88,19 +92,24 @@ class Fleet:
 
     async def close(self) -> None:
         """Stop every engine (each gets its stop grace)."""
-        engines = list(self.engines.values())
+        engines = [*self.engines.values(), *self.sleeping.values()]
         self.engines.clear()
+        self.sleeping.clear()
         for task in self._watches:
             task.cancel()
         stopping = set().union(*self._stopping.values())
         await asyncio.gather(*(e.stop() for e in engines), *self._watches, *stopping, return_exceptions=True)
 
     def kill_now(self) -> None:
-        for e in self.engines.values():
+        for e in [*self.engines.values(), *self.sleeping.values()]:
             e.kill_now()
 
     # ------------------------------------------------------------ decisions
     def load(self, d: Load, now: float) -> None:
+        if d.wake:
+            self.rt.metrics.model_wakes.labels(d.model).inc()
+            self.rt.spawn(self._wake(d))
+            return
         self.rt.metrics.model_loads.labels(d.model).inc()
         self.rt.spawn(self._load(d))
 
@@ -108,15 +117,64 @@ class Fleet:
         await self._launch(d.replica_id, d.model, preload=False)
 
     def evict(self, d: Evict, now: float) -> None:
-        log.info("evicting %s", d.replica_id)
-        self.rt.spawn(self._remove_worker(d.replica_id))
-        engine = self.engines.pop(d.replica_id, None)
-        if engine is not None:
-            stop = asyncio.get_running_loop().create_task(engine.stop())
-            for gid in d.gpu_ids:
-                held = self._stopping.setdefault(gid, set())
-                held.add(stop)
-                stop.add_done_callback(held.discard)
+        rid = d.replica_id
+        engine = self.sleeping.pop(rid, None)  # (one asleep: its engine stops)
+        if engine is None:
+            log.info("%s %s", "putting to sleep" if d.sleep else "evicting", rid)
+            self.rt.spawn(self._remove_worker(rid))
+            engine = self.engines.pop(rid, None)
+        if engine is None:
+            return
+        coro = self._sleep(rid, engine) if d.sleep else engine.stop()
+        task = asyncio.get_running_loop().create_task(coro)
+        for gid in d.gpu_ids:  # (what starts on these GPUs next waits for their memory)
+            held = self._stopping.setdefault(gid, set())
+            held.add(task)
+            task.add_done_callback(held.discard)
+
+    async def _after_stops(self, gpus: tuple[str, ...]) -> None:
+        """Until the engines being stopped or put to sleep on ``gpus`` have freed them."""
+        before = set().union(*(self._stopping.get(g, set()) for g in gpus))
+        if before:
+            await asyncio.gather(*before, return_exceptions=True)
+
+    async def _sleep(self, rid: str, engine: EngineProcess) -> None:
+        try:
+            await engine_sleep.sleep(engine)
+        except engine_sleep.SleepFailed as exc:
+            log.warning("%s could not sleep (%s): its engine is stopped instead", rid, exc)
+            await engine.stop()
+            if rid in self.planner.asleep:
+                self.core.unloaded(rid, self.rt.now())
+            return
+        if rid in self.planner.asleep and not self.rt.closed:
+            self.sleeping[rid] = engine
+        else:  # (told to stop it while it fell asleep)
+            await engine.stop()
+
+    async def _wake(self, d: Load) -> None:
+        rid, rt = d.replica_id, self.rt
+        await self._after_stops(d.gpu_ids)  # (its own fall asleep included)
+        engine = self.sleeping.pop(rid, None)
+        t0 = time.monotonic()
+        try:
+            if engine is None:
+                raise engine_sleep.SleepFailed("its engine is gone")
+            self.engines[rid] = engine
+            await engine_sleep.wake(engine)
+        except engine_sleep.SleepFailed as exc:
+            log.warning("%s could not be woken (%s): it will be started afresh", rid, exc)
+            self.engines.pop(rid, None)
+            if engine is not None:
+                await engine.stop()
+            if rid in self.planner.replicas and not self.planner.replicas[rid].worker.running:
+                self.core.unloaded(rid, rt.now())
+            rt.kick()
+            return
+        took = time.monotonic() - t0
+        self.wake_times.setdefault(d.model, []).append(took)
+        log.info("%s awake in %.2f s", rid, took)
+        await self._join(rid, d.model, engine, took, preload=False, wake=True)
 
     async def _launch(self, rid: str, model: str, *, preload: bool) -> bool:
         rt = self.rt
@@ -125,9 +183,7 @@ class Fleet:
         cuda = tuple(self.cfg.cuda[g] for g in replica.gpus)
         engine = EngineProcess(rid, model, launch, cuda, self.log_dir, replica.gpus)
         self.engines[rid] = engine
-        before = set().union(*(self._stopping.get(g, set()) for g in replica.gpus))
-        if before:  # (the engines evicted for it still free their GPUs' memory)
-            await asyncio.gather(*before, return_exceptions=True)
+        await self._after_stops(replica.gpus)  # (the engines evicted for it still free their memory)
         try:
             await engine.start()
         except LaunchFailed as exc:
@@ -138,8 +194,25 @@ class Fleet:
         if rt.closed or self.engines.get(rid) is not engine:  # (stopped meanwhile)
             await engine.stop()
             return False
-        spec = replica.model
+        log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
+        if not await self._join(rid, model, engine, engine.ready_s, preload=preload):
+            return False
+        self.failing.pop(model, None)
+        self.load_times.setdefault(model, []).append(engine.ready_s)
+        rt.metrics.model_load.labels(model).observe(engine.ready_s)
+        watch = asyncio.get_running_loop().create_task(self._watch(rid, engine))
+        self._watches.add(watch)
+        watch.add_done_callback(self._watches.discard)
+        return True
+
+    async def _join(
+        self, rid: str, model: str, engine: EngineProcess, took_s: float, *, preload: bool, wake: bool = False
+    ) -> bool:
+        """A started (or woken) engine becomes the replica's worker, once it serves its model."""
+        rt = self.rt
+        launch = self.cfg.launch[model]
         served = launch.engine_model or model
+        spec = self.planner.replicas[rid].model
         worker = build_upstream(
             WorkerConfig(
                 name=rid, type="upstream", model=served, served_name=model, slots=spec.slots, url=engine.url
@@ -153,21 +226,14 @@ class Fleet:
             hint = "" if launch.engine_model else " (the name it serves the model under: engine_model)"
             self._failed(rid, model, f"its engine is up but {health.detail}{hint}")
             return False
-        self.failing.pop(model, None)
-        self.load_times.setdefault(model, []).append(engine.ready_s)
-        rt.metrics.model_load.labels(model).observe(engine.ready_s)
-        log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
         core = self.core
-        core.load_took(model, engine.ready_s)
+        core.load_took(model, took_s, wake=wake)
         self._add_worker(rid, worker, model, served)
         if preload:
             core.set_available(rid, True)
         else:
             core.loaded(rid, rt.now())
         await rt.prober.add(rid)
-        watch = asyncio.get_running_loop().create_task(self._watch(rid, engine))
-        self._watches.add(watch)
-        watch.add_done_callback(self._watches.discard)
         rt.kick()
         return True
 
@@ -208,7 +274,15 @@ class Fleet:
 
     async def _watch(self, rid: str, engine: EngineProcess) -> None:
         status = await engine.wait()
-        if engine.stopping or self.engines.get(rid) is not engine or self.rt.closed:
+        if engine.stopping or self.rt.closed:
+            return
+        if self.sleeping.get(rid) is engine:  # it died asleep: a later request starts it afresh
+            del self.sleeping[rid]
+            log.error("the engine of %s exited asleep with status %s", rid, status)
+            if rid in self.planner.asleep:
+                self.core.unloaded(rid, self.rt.now())
+            return
+        if self.engines.get(rid) is not engine:
             return
         self.engines.pop(rid, None)
         log.error("the engine of %s exited with status %s%s", rid, status, engine.tail())
@@ -268,12 +342,13 @@ class Fleet:
     def gauges(self) -> dict[str, dict[str, object]]:
         """Per replica: its model, GPUs, state and process (``/readyz``)."""
         out: dict[str, dict[str, object]] = {}
-        for rid, r in self.planner.replicas.items():
-            engine = self.engines.get(rid)
+        planner = self.planner
+        for rid, r in [*planner.replicas.items(), *planner.asleep.items()]:
+            engine = self.engines.get(rid) or self.sleeping.get(rid)
             out[rid] = {
                 "model": r.model.name,
                 "gpus": list(r.gpus),
-                "state": self.state(rid),
+                "state": "asleep" if rid in planner.asleep else self.state(rid),
                 "pid": None if engine is None else engine.pid,
                 "url": None if engine is None else engine.url,
             }
@@ -294,6 +369,11 @@ class Fleet:
                     "replicas": [
                         {"id": rid, "model": r.model.name, "state": self.state(rid)}
                         for rid, r in planner.on_gpu[g.id].items()
+                    ]
+                    + [
+                        {"id": rid, "model": r.model.name, "state": "asleep"}
+                        for rid, r in planner.asleep.items()
+                        if g.id in r.gpus
                     ],
                 }
             )
@@ -311,4 +391,5 @@ class Fleet:
             for gid, on in planner.on_gpu.items()
             for rid, r in on.items()
         ]
+        replicas += [(gid, rid, r.model.name, "asleep") for rid, r in planner.asleep.items() for gid in r.gpus]
         self.rt.metrics.refresh_fleet(gpus, replicas)

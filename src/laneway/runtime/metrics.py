@@ -149,7 +149,7 @@ class Metrics:
         self.replica_info = Gauge(
             "laneway_gpu_replica",
             "1 for each replica on each GPU, with its model and its engine's state "
-            "(loading, ready, draining)",
+            "(loading, ready, draining, asleep: holding no VRAM)",
             ["gpu", "replica", "model", "state"],
             registry=r,
         )
@@ -163,6 +163,12 @@ class Metrics:
         self.model_loads = Counter(
             "laneway_model_loads_total",
             "Engines started for a model because placement loaded it (not the preloads)",
+            ["model"],
+            registry=r,
+        )
+        self.model_wakes = Counter(
+            "laneway_model_wakes_total",
+            "Engines woken from their sleep mode for a model (a switch without a cold start)",
             ["model"],
             registry=r,
         )
