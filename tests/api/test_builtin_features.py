@@ -166,6 +166,27 @@ def test_token_ids_asked_and_prompts_given_as_ids(builtin: LiveServer) -> None:
     assert whole_chat["prompt_token_ids"] == chunks[0]["prompt_token_ids"]
 
 
+def test_an_answer_ended_by_its_end_of_text_id_counts_that_id_as_vllm_does(builtin: LiveServer) -> None:
+    """The end-of-text id that ends an answer is given in ``token_ids`` and counted in
+    ``usage.completion_tokens`` (vLLM's way: a laneway in front of this one checks the two agree)."""
+    stopped = 0
+    for i in range(40):  # (random weights: some prompts end by their end-of-text id soon)
+        body = {
+            "model": MODEL,
+            "prompt": f"eos {i}",
+            "max_tokens": 48,
+            "temperature": 0,
+            "return_token_ids": True,
+        }
+        got = httpx.post(builtin.base_url + "/completions", json=body, timeout=30).json()
+        choice = got["choices"][0]
+        assert len(choice["token_ids"]) == got["usage"]["completion_tokens"], got
+        stopped += choice["finish_reason"] == "stop"
+        if stopped >= 2:
+            break
+    assert stopped >= 2, "no answer ended by its end-of-text id in 40 prompts"
+
+
 @pytest.mark.parametrize(
     ("extra", "param", "says"),
     [

@@ -470,7 +470,8 @@ class Engine:
         lp_left = seq.logprobs is not None and seq.lp_sent < len(seq.logprobs)
         if rest or lp_left or (asked and (seq.ids_sent < seq.generated or end is not None)):
             self._delta(seq, rest, end)
-        usage = Usage(seq.prompt_len, seq.generated)
+        # (the end-of-text id that ended it counts, as its id is given and vLLM counts it)
+        usage = Usage(seq.prompt_len, seq.generated + (end is not None))
         lp = tuple(seq.logprobs) if seq.logprobs is not None else None
         ids = tuple(seq.ids[seq.prompt_len :]) + ((end,) if end is not None else ()) if asked else None
         ending = Ending(0, seq.text.text, reason, lp, ids)
