@@ -78,6 +78,12 @@ def test_laneway_starts_switches_and_stops_a_real_vllm(vllm_paths: tuple[Path, P
         total = float(metrics.split('laneway_model_load_seconds_sum{model="tiny"} ', 1)[1].split()[0])
         assert 2 < total < 600, total  # (two real starts)
         log = server.text()
+        # laneway killed outright: vLLM and every process it started go with it
+        (again,) = [int(r["pid"]) for r in replicas(server.url).values() if r["model"] == "tiny"]
+        group = _group(again)
+        assert len(group) >= 2, group  # (vLLM's API server and its engine core)
+        server.kill()
+        assert wait_gone(group, 60) == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in group]
     assert "Traceback" not in log, log
     print(f"vLLM started twice through the fleet in {total:.1f} s in all", file=sys.stderr)
     assert not os.path.exists(f"/proc/{pid}")
