@@ -31,7 +31,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from laneway.api.dashboard_page import PAGE
 from laneway.api.state import runtime_of
 from laneway.errors import NotFound, Unauthorized
-from laneway.runtime import Phase, Runtime
+from laneway.runtime import Phase, Runtime, fleet_view
 
 EVERY_S = 1.0  # a snapshot a second
 STREAM_LIMIT_S = 3600.0  # a page reconnects after this (EventSource does it by itself)
@@ -141,8 +141,8 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
         "tenants": [{"name": k or "(none)", **v} for k, v in sorted(tenants.items())],
         # a fleet's GPUs: VRAM used of total, the replicas on each and their engines' state,
         # and how long each model's engine took to be ready (its last launches)
-        "gpus": runtime.fleet.gpus() if runtime.fleet is not None else None,
-        "load_s": runtime.fleet.load_seconds() if runtime.fleet is not None else None,
+        "gpus": fleet_view.gpus(runtime.fleet) if runtime.fleet is not None else None,
+        "load_s": fleet_view.load_seconds(runtime.fleet) if runtime.fleet is not None else None,
     }
 
 

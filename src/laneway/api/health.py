@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from laneway.api.state import runtime_of
+from laneway.runtime import fleet_view
 from laneway.runtime.metrics import CONTENT_TYPE
 
 
@@ -61,7 +62,7 @@ async def readyz(request: Request) -> Response:
     if fleet is not None:  # its engines, and the models whose engines fail to start
         failing = {m: f.reason for m, f in fleet.failing.items()}
         ready = ready and not failing
-        out["fleet"] = {"replicas": fleet.gauges(), "failing": failing}
+        out["fleet"] = {"replicas": fleet_view.replicas(fleet), "failing": failing}
     node = getattr(request.app.state, "node", None)
     if node is not None:  # a replica: it serves only while it reaches the cluster's Redis
         cluster = node.status()

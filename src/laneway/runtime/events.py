@@ -16,6 +16,7 @@ from laneway.core import InvalidTransition, UnknownRequest
 from laneway.errors import GenerationFailed, RequestError
 from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Stopped
 from laneway.logs import request_ended
+from laneway.runtime import fleet_view
 from laneway.runtime.ticket import Phase, Ticket
 
 if TYPE_CHECKING:
@@ -198,4 +199,4 @@ class WorkerEvents:
             slots[name] = (cap.slots, cap.busy)
         self.metrics.refresh(snap.queue_depth, snap.running, oldest, slots, self._held, snap.prefix_hits)
         if self.fleet is not None:
-            self.fleet.refresh_metrics()
+            fleet_view.refresh_metrics(self.fleet)

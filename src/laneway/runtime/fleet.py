@@ -31,10 +31,13 @@ from typing import TYPE_CHECKING
 from laneway.backends.base import Worker
 from laneway.backends.factory import build_upstream
 from laneway.config.fleet import FleetConfig
-from laneway.config.schema import WorkerConfig
+from laneway.config.schema import ServerConfig, WorkerConfig
 from laneway.core import Evict, Load, Scheduler
 from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.policies import policy as policy_spec
 from laneway.errors import Unavailable
+from laneway.generation import CHAT, COMPLETION, EMBEDDING
+from laneway.protocol.requests import Support
 from laneway.runtime import engine_sleep
 from laneway.runtime.launcher import EngineProcess, LaunchFailed
 from laneway.runtime.ticket import Phase
@@ -75,6 +78,24 @@ class Fleet:
         # engines being stopped, by GPU: a new engine starts on a GPU once the old one is gone
         # (its memory is free only then)
         self._stopping: dict[str, set[asyncio.Task[None]]] = {}
+
+    @classmethod
+    def of(cls, runtime: Runtime, config: ServerConfig) -> Fleet:
+        """The fleet of ``config`` (its ``[fleet]``), with the core that places its models."""
+        fleet = config.fleet
+        assert fleet is not None
+        planner = GpuPlacement(
+            fleet.inventory,
+            naive=policy_spec(config.policy).placement == "naive",
+            switch_wait_s=fleet.switch_wait_s,
+        )
+        core = Scheduler([], config.scheduler, config.policy, placement=planner)
+        return cls(runtime, core, fleet, planner, config.data_dir)
+
+    def support(self) -> dict[str, Support]:
+        """What serves each model: an upstream's engine, passed through."""
+        kinds = frozenset({CHAT, COMPLETION, EMBEDDING})
+        return {m: Support(True, kinds=kinds) for m in self.cfg.inventory.models}
 
     # ------------------------------------------------------------ start and stop
     async def start(self) -> None:
@@ -331,65 +352,3 @@ class Fleet:
         """Whether some request runs (or is being stopped) on worker ``name``."""
         busy = (Phase.RUNNING, Phase.STOPPING)
         return any(t.worker == name and t.phase in busy for t in self.rt.tickets.values())
-
-    def state(self, rid: str) -> str:
-        """Its engine's state: loading, ready or draining."""
-        r = self.planner.replicas[rid]
-        if rid not in self.rt.workers:
-            return "loading"
-        return "draining" if r.draining > self.rt.now() else "ready"
-
-    def gauges(self) -> dict[str, dict[str, object]]:
-        """Per replica: its model, GPUs, state and process (``/readyz``)."""
-        out: dict[str, dict[str, object]] = {}
-        planner = self.planner
-        for rid, r in [*planner.replicas.items(), *planner.asleep.items()]:
-            engine = self.engines.get(rid) or self.sleeping.get(rid)
-            out[rid] = {
-                "model": r.model.name,
-                "gpus": list(r.gpus),
-                "state": "asleep" if rid in planner.asleep else self.state(rid),
-                "pid": None if engine is None else engine.pid,
-                "url": None if engine is None else engine.url,
-            }
-        return out
-
-    def gpus(self) -> list[dict[str, object]]:
-        """Per GPU: its VRAM used of total, and the replicas on it (the dashboard)."""
-        planner = self.planner
-        out: list[dict[str, object]] = []
-        for g in planner.inv.gpus:
-            out.append(
-                {
-                    "id": g.id,
-                    "node": g.node,
-                    "vram_used_gb": round(planner.used[g.id], 3),
-                    "vram_total_gb": g.vram_gb,
-                    "reserved_for": sorted(g.reserved_for) if g.reserved_for is not None else None,
-                    "replicas": [
-                        {"id": rid, "model": r.model.name, "state": self.state(rid)}
-                        for rid, r in planner.on_gpu[g.id].items()
-                    ]
-                    + [
-                        {"id": rid, "model": r.model.name, "state": "asleep"}
-                        for rid, r in planner.asleep.items()
-                        if g.id in r.gpus
-                    ],
-                }
-            )
-        return out
-
-    def load_seconds(self) -> dict[str, list[float]]:
-        """Per model: the seconds its last launches took to be ready (at most 5)."""
-        return {m: [round(t, 2) for t in ts[-5:]] for m, ts in self.load_times.items()}
-
-    def refresh_metrics(self) -> None:
-        planner = self.planner
-        gpus = [(g.id, g.node, planner.used[g.id], g.vram_gb) for g in planner.inv.gpus]
-        replicas = [
-            (gid, rid, r.model.name, self.state(rid))
-            for gid, on in planner.on_gpu.items()
-            for rid, r in on.items()
-        ]
-        replicas += [(gid, rid, r.model.name, "asleep") for rid, r in planner.asleep.items() for gid in r.gpus]
-        self.rt.metrics.refresh_fleet(gpus, replicas)

@@ -44,12 +44,9 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.decisions import apply
-from laneway.core.gpu_placement import GpuPlacement
-from laneway.core.policies import policy as policy_spec
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
-from laneway.generation import CHAT, COMPLETION, EMBEDDING, Job, ResumeMethod
-from laneway.protocol.requests import Support
+from laneway.generation import Job, ResumeMethod
 from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.engine_watch import EngineWatch
@@ -63,6 +60,7 @@ from laneway.runtime.rejections import error_for, shutting_down
 from laneway.runtime.saturation import Saturation, Window
 from laneway.runtime.scheduling import SchedulerPort
 from laneway.runtime.sizing import Sizing
+from laneway.runtime.support import support_of
 from laneway.runtime.ticket import Phase, Ticket
 
 log = logging.getLogger("laneway.runtime")
@@ -71,7 +69,6 @@ log = logging.getLogger("laneway.runtime")
 class Runtime(WorkerEvents):
     def __init__(self, config: ServerConfig, workers: Mapping[str, Worker]) -> None:
         self.config = config
-        self.sched: SchedulerPort
         self.workers = dict(workers)
         self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
@@ -94,23 +91,15 @@ class Runtime(WorkerEvents):
             {m for m, n in counts.items() if n > 1} if config.scheduler.placement == "prefix" else set()
         )
         self.specs = specs
-        self.fleet: Fleet | None = None
-        if config.fleet is not None:  # GPUs: the core loads and evicts models, the fleet acts
-            planner = GpuPlacement(
-                config.fleet.inventory,
-                naive=policy_spec(config.policy).placement == "naive",
-                switch_wait_s=config.fleet.switch_wait_s,
-            )
-            core = Scheduler([], config.scheduler, config.policy, placement=planner)
-            self.sched = core
-            self.fleet = Fleet(self, core, config.fleet, planner, config.data_dir)
-        else:
-            # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
-            self.sched = Scheduler(specs, config.scheduler, config.policy)
+        # a fleet's core places models on GPUs (its engines come and go as workers)
+        self.fleet = Fleet.of(self, config) if config.fleet is not None else None
+        # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
+        self.sched: SchedulerPort = (
+            self.fleet.core if self.fleet is not None else Scheduler(specs, config.scheduler, config.policy)
+        )
         self.support = support_of(self.workers, self.served)
-        if config.fleet is not None:  # (every engine of a fleet is an upstream's)
-            for model in config.fleet.inventory.models:
-                self.support[model] = Support(True, kinds=frozenset({CHAT, COMPLETION, EMBEDDING}))
+        if self.fleet is not None:
+            self.support.update(self.fleet.support())
         self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
         self.classes = config.scheduler.classes
         self.stoppable = stoppable_classes(self.classes, config.policy)
@@ -427,21 +416,3 @@ class Runtime(WorkerEvents):
                 log.exception("closing worker %s failed", worker.name)
         if self.fleet is not None:
             await fleet_closing
-
-
-def support_of(workers: Mapping[str, Worker], served: Mapping[str, str]) -> dict[str, Support]:
-    """What serves each model: forwarded when every worker for it is an upstream, else the
-    features all its engines implement."""
-    by_model: dict[str, list[Worker]] = {}
-    for name, worker in workers.items():
-        by_model.setdefault(served.get(name, name), []).append(worker)
-    out = {}
-    for model, group in by_model.items():
-        feats = [w.features for w in group]
-        if all("passthrough" in f for f in feats):
-            out[model] = Support(True, kinds=frozenset({CHAT, COMPLETION, EMBEDDING}))
-        else:
-            common = frozenset.intersection(*feats) - {"passthrough"}
-            names = {w.engine_name for w in group}
-            out[model] = Support(False, common, " or ".join(sorted(names)))
-    return out
