@@ -127,3 +127,24 @@ def test_past_max_asleep_the_oldest_asleep_replica_is_stopped() -> None:
         Inventory((gpu("g0", 24),), {}, (), max_asleep=-1)
     with pytest.raises(ConfigError, match="wake_s"):
         ModelSpec("x", 1, wake_s=-1.0)
+
+
+def test_a_preloaded_model_that_lost_its_replica_is_loaded_again_into_free_vram() -> None:
+    inv = inventory([gpu("g0", 24), gpu("g1", 24)], [model("p", 20), model("q", 40, gpus=2)], ("p",))
+    sched = gpu_sched(inv)
+    planner = sched.planner
+    assert planner is not None
+    (rid,) = planner.replicas
+    assert sched.reload("p", 1.0) == []  # (it has its replica)
+    sched.unloaded(rid, 1.0)  # its engine died
+    (again,) = sched.reload("p", 2.0)
+    assert type(again) is Load and again.model == "p" and not again.wake
+    assert sched.reload("p", 3.0) == []  # (one is loading)
+    sched.loaded(again.replica_id, 4.0)
+    # no room without evicting: nothing (the next request for it loads it the usual way)
+    sched.unloaded(again.replica_id, 5.0)
+    sched.submit(greq("r0", 2, 5.0, "q"), 5.0)
+    loads = _loads(sched.schedule(5.0))
+    assert [(ld.model, ld.gpu_ids) for ld in loads] == [("q", ("g0", "g1"))]  # q takes both GPUs
+    assert sched.reload("p", 6.0) == []
+    assert sched.snapshot().model_loads == 2  # (p again, then q; the preload was none)

@@ -143,8 +143,19 @@ def test_an_engine_that_dies_mid_stream_is_replaced_and_the_stream_goes_on(tmp_p
         assert "".join(chunks) == reference  # resumed on the new engine where it stopped
         ((second_id, second),) = replicas(server.url).items()
         assert second_id != first_id and int(second["pid"]) != pid  # type: ignore[call-overload]
+        # idle, it dies again: a preloaded model is started again with no request asking
+        os.kill(int(second["pid"]), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        third: dict[str, dict[str, object]] = {}
+        while time.monotonic() < deadline:
+            third = {k: v for k, v in replicas(server.url).items() if k not in (first_id, second_id)}
+            if any(v["state"] == "ready" for v in third.values()):
+                break
+            time.sleep(0.1)
+        assert [v["state"] for v in third.values()] == ["ready"], third
+        assert complete(server.url, "m").status_code == 200
         log = server.text()
-    assert "exited with status -9" in log, log
+    assert "exited with status -9" in log and "starting preloaded m again" in log, log
 
 
 def test_metrics_and_the_dashboard_show_each_gpu(tmp_path: Path) -> None:
@@ -297,3 +308,19 @@ def test_an_engine_with_a_sleep_mode_sleeps_when_evicted_and_is_woken_not_restar
         assert c2["pid"] != c["pid"]
         log = server.text()
     assert "could not sleep" in log and "answered 404" in log, log
+
+
+def test_a_preloaded_engine_that_fails_to_start_is_retried_with_a_back_off(tmp_path: Path) -> None:
+    failing = (
+        "[fleet.models.flaky]\nvram_gb = 5\n"
+        f"command = ['{sys.executable}', '-c', 'import sys; sys.exit(4)', '{{port}}']\n"
+    )
+    cfg = fleet_toml(tmp_path, failing, preload='"flaky"')
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log", ready=False) as server:
+        deadline = time.monotonic() + 30
+        while server.text().count("could not be started") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        log = server.text()
+        ready = httpx.get(server.url + "/readyz", timeout=5)
+    assert "retried after 5 s" in log and "retried after 10 s" in log, log  # (the back-off doubles)
+    assert ready.status_code == 503 and "exited with status 4" in ready.json()["fleet"]["failing"]["flaky"]

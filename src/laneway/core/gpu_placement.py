@@ -211,6 +211,18 @@ class GpuPlacement:
                 return self._load(model, group, now, demand, force=force, cls=cls, woken=r)
         return None
 
+    def reload(self, model: str, now: float) -> list[Decision]:
+        """A replica of preloaded ``model`` again (its start failed, or its engine died),
+        into free VRAM only (best fit, nothing evicted, no GPU reserved for other classes);
+        [] if one is loading or ready, or none fits now."""
+        spec = self.inv.models[model]
+        if self.by_model.get(model) or self.naive:
+            return []
+        group = self._choose(spec, 0, lambda _m: 0, False, False, now)
+        if group is None:
+            return []
+        return self._load(spec, group, now, lambda _m: 0, force=False, cls=0)
+
     def asleep_of(self, model: str) -> bool:
         """Whether a replica of ``model`` sleeps (it would be woken, not loaded cold)."""
         return any(r.model.name == model for r in self.asleep.values())

@@ -35,7 +35,7 @@ from dataclasses import replace
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.costs import CostModel
-from laneway.core.decisions import Decision, Reject
+from laneway.core.decisions import Decision, Load, Reject
 from laneway.core.dispatching import Dispatcher
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
 from laneway.core.estimator import Estimator
@@ -585,6 +585,16 @@ class Scheduler:
         if replica_id not in planner.replicas and replica_id not in planner.asleep:
             raise LanewayError(f"unknown replica {replica_id!r}")
         self.loads.unloaded(replica_id)
+
+    def reload(self, model: str, now: float) -> list[Decision]:
+        """Decisions that load preloaded ``model`` again with no request waiting for it (its
+        start failed or its engine died: the runtime retries after a back-off), into free
+        VRAM only; [] if a replica of it is loading or ready, or none fits now."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        out = self.loads.planner.reload(model, now)
+        self.counters.model_loads += sum(1 for d in out if type(d) is Load)
+        return out
 
     def load_took(self, model: str, seconds: float, *, wake: bool = False) -> None:
         """A load (``wake``: a wake from sleep) of ``model`` was measured to take ``seconds``:

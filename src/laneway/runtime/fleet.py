@@ -33,6 +33,7 @@ from laneway.backends.factory import build_upstream
 from laneway.config.fleet import FleetConfig
 from laneway.config.schema import ServerConfig, WorkerConfig
 from laneway.core import Evict, Load, Scheduler
+from laneway.core.decisions import apply
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.policies import policy as policy_spec
 from laneway.errors import Unavailable
@@ -274,7 +275,26 @@ class Fleet:
         for ticket in list(rt.tickets.values()):
             if ticket.job.model == model and ticket.phase is Phase.QUEUED:
                 rt.withdraw(ticket, err)
+        self._preload_again(model, backoff)
         rt.kick()
+
+    def _preload_again(self, model: str, after_s: float) -> None:
+        """A preloaded model lost its replica: start one again after ``after_s`` (the core
+        places it in free VRAM; if none is free then, it comes with the next request)."""
+        if model not in self.cfg.inventory.preload or self.rt.closed:
+            return
+
+        def again() -> None:
+            rt = self.rt
+            if rt.closed:
+                return
+            now = rt.now()
+            decisions = self.core.reload(model, now)
+            if decisions:
+                log.info("starting preloaded %s again", model)
+            apply(decisions, rt, now)
+
+        self.rt.loop.call_later(after_s, again)
 
     def refusal(self, model: str) -> Unavailable | None:
         """Why a new request for ``model`` is refused now (its launches fail), or ``None``."""
@@ -319,6 +339,7 @@ class Fleet:
         replica = self.planner.replicas.get(rid)
         if replica is not None and not replica.worker.running:
             self.core.unloaded(rid, rt.now())
+        self._preload_again(replica.model.name if replica is not None else engine.model, 0.0)
         rt.kick()
 
     # ------------------------------------------------------------ the runtime's workers
