@@ -7,15 +7,19 @@ simulator's placement); this part acts:
   (:class:`~laneway.runtime.launcher.EngineProcess`); once ready it becomes an upstream
   worker named by the replica's id, serving the model, and the core is told
   (``loaded``), with the load time measured (``load_took``: later decisions use it);
-- ``Evict``: the replica's worker leaves and its engine is stopped;
+- ``Evict``: the replica's worker leaves and its engine is stopped, or put to sleep
+  (``Evict(sleep=True)``, :mod:`laneway.runtime.engine_sleep`) and later woken where it
+  was (``Load(wake=True)``); a new engine starts on GPUs only once what was stopped or put
+  to sleep there is done (its memory free);
 - models in ``preload`` are started with the server, which is ready once they are;
 - a launch that fails is logged with the end of its engine's log, the core frees its
   GPUs (``unloaded``), the model's queued requests get 503 ``model_unavailable``
   naming the reason, and new ones get it at once for a back-off (5 s, doubling to
-  5 minutes while launches keep failing); the next request after it tries again;
+  5 minutes while launches keep failing); after it the next request tries again, and
+  a preloaded model is tried again by itself (``Scheduler.reload``);
 - an engine that exits by itself is taken out at once: its requests fail over as any
-  upstream's do (run elsewhere, or queued again and a new replica loaded), and its
-  GPUs are freed.
+  upstream's do (run elsewhere, or queued again and a new replica loaded), its GPUs are
+  freed, and a preloaded model's engine is started again.
 """
 
 from __future__ import annotations
@@ -72,7 +76,6 @@ class Fleet:
         self.log_dir = data_dir / "engines"
         self.engines: dict[str, EngineProcess] = {}  # replica id -> its engine (starting or ready)
         self.sleeping: dict[str, EngineProcess] = {}  # replica id -> its engine, asleep
-        self.wake_times: dict[str, list[float]] = {}  # model -> seconds each wake took
         self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
         self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
         self._watches: set[asyncio.Task[None]] = set()
@@ -121,10 +124,6 @@ class Fleet:
             task.cancel()
         stopping = set().union(*self._stopping.values())
         await asyncio.gather(*(e.stop() for e in engines), *self._watches, *stopping, return_exceptions=True)
-
-    def kill_now(self) -> None:
-        for e in [*self.engines.values(), *self.sleeping.values()]:
-            e.kill_now()
 
     # ------------------------------------------------------------ decisions
     def load(self, d: Load, now: float) -> None:
@@ -177,6 +176,8 @@ class Fleet:
     async def _wake(self, d: Load) -> None:
         rid, rt = d.replica_id, self.rt
         await self._after_stops(d.gpu_ids)  # (its own fall asleep included)
+        if rt.closed:
+            return
         engine = self.sleeping.pop(rid, None)
         t0 = time.monotonic()
         try:
@@ -194,7 +195,6 @@ class Fleet:
             rt.kick()
             return
         took = time.monotonic() - t0
-        self.wake_times.setdefault(d.model, []).append(took)
         log.info("%s awake in %.2f s", rid, took)
         await self._join(rid, d.model, engine, took, preload=False, wake=True)
 
@@ -206,6 +206,8 @@ class Fleet:
         engine = EngineProcess(rid, model, launch, cuda, self.log_dir, replica.gpus)
         self.engines[rid] = engine
         await self._after_stops(replica.gpus)  # (the engines evicted for it still free their memory)
+        if rt.closed or self.engines.get(rid) is not engine:  # (laneway stops meanwhile)
+            return False
         try:
             await engine.start()
         except LaunchFailed as exc:

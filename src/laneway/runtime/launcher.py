@@ -185,11 +185,6 @@ class EngineProcess:
             await proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)  # (what it left behind in its group)
 
-    def kill_now(self) -> None:
-        """SIGKILL to its group at once (laneway exits without a loop to wait on)."""
-        if self.proc is not None and self.proc.returncode is None:
-            _signal_group(self.proc.pid, signal.SIGKILL)
-
 
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
