@@ -114,7 +114,11 @@ class GpuDriver(Driver):
     def step(self) -> list[Decision]:
         lanes = self.sched.lanes
         self._queued_before = {m: lanes.model_queued(m) for m in self.inv.models}
-        return super().step()
+        out = super().step()
+        # (within a step a sleeper past the bound is stopped, a woken one leaves the sleepers)
+        assert len(self.asleep) <= self.inv.max_asleep, f"asleep past max_asleep: {self.asleep}"
+        assert set(self.asleep) == set(self.placement.asleep), (self.asleep, self.placement.asleep)
+        return out
 
     def apply(self, d: Decision) -> None:
         if type(d) is Load:
@@ -264,7 +268,6 @@ class GpuDriver(Driver):
         del self.replica_gpus[rid]
         if d.sleep:
             self.asleep[rid] = (d.model, d.gpu_ids)
-            assert len(self.asleep) <= self.inv.max_asleep + 1, self.asleep  # (trimmed in its step)
 
     def _check_dispatch(self, d: Dispatch) -> None:
         self.dispatches.append((self.now, d))
@@ -279,7 +282,6 @@ class GpuDriver(Driver):
             assert gpus[gid].admits(cls), f"{d}: P{cls} work on {gid}, reserved for {gpus[gid].reserved_for}"
 
     def _check_vram(self) -> None:
-        assert len(self.asleep) <= self.inv.max_asleep + 1, self.asleep
         held = self.held()
         for g in self.inv.gpus:
             used = held[g.id]

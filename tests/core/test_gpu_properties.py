@@ -84,7 +84,7 @@ def fleets(draw: st.DrawFn, tight: bool = False) -> Fleet:
             gpus.append(GpuSpec(f"n{n}g{i}", f"n{n}", vram, round(vram * kv, 3), reserved))
     models = {}
     for i, (k, per_gpu, load_s, slots) in enumerate(draw(tight_models_st if tight else models_st)):
-        wake_s = draw(st.sampled_from([None, None, 0.0, 2.0]))  # (a sleep mode: evicted, it sleeps)
+        wake_s = draw(st.sampled_from([None, 0.0, 2.0]))  # (a sleep mode: evicted, it sleeps)
         models[f"m{i}"] = ModelSpec(f"m{i}", per_gpu * k, k, load_s, slots, wake_s)
     preload = tuple(f"m{i}" for i in draw(st.lists(st.integers(0, len(models) - 1), max_size=3)))
     asleep = draw(st.sampled_from([0, 1, 2]))

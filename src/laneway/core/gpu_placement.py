@@ -340,8 +340,9 @@ class GpuPlacement:
             )
             while g.usable_gb - self.used[g.id] < model.per_gpu_gb - _EPS and idle:
                 out.append(self.evict(idle.pop(0)))
+                self._trim_asleep(out)  # (each sleeper past max_asleep stopped at once)
             assert g.usable_gb - self.used[g.id] >= model.per_gpu_gb - _EPS, "plan over-commits VRAM"
-        self._trim_asleep(out)
+
         if woken is not None:  # back where it slept, under its model's current spec
             r = woken
             r.model = model
