@@ -2,7 +2,7 @@
 
     python -m laneway.standin [--host 127.0.0.1] [--port 8001] [--slots 4] [--ms-per-token 2]
                               [--model standin] [--refuse FIELD ...] [--load-s 0]
-                              [--enable-sleep-mode [--wake-s 0]]
+                              [--enable-sleep-mode [--wake-s 0]] [--enable-lora [--lora-load-s 0]]
 
 For benchmarks and tests of laneway in front of an engine, where a real
 engine's own cost would drown what is measured. It behaves as vLLM does
@@ -24,7 +24,7 @@ would have written in one go. It writes until ``max_tokens`` (default 16).
 For tests it counts (``/stats``) the most requests it had open at once, and
 keeps when each request marked with a ``#KEY#`` in its prompt was open
 (``/spans``): a request run twice at once shows as two spans of one key that
-overlap.
+overlap. LoRA adapters loaded at run time: :mod:`laneway.standin_adapters`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from laneway.standin_adapters import Adapters, runtime_updating
 
 WORDS = (
     "the", "lane", "way", "queue", "token", "batch", "chat", "slot", "wait", "run", "fast", "slow",
@@ -118,8 +120,10 @@ class StandIn:
         kv_tokens: int = 16_384,
         sleep_mode: bool = False,
         wake_s: float = 0.0,
+        adapters: Adapters | None = None,
     ) -> None:
         self.model = model
+        self.adapters = adapters  # (LoRA adapters it may load at run time; None: it loads none)
         # vLLM's sleep mode (--enable-sleep-mode with VLLM_SERVER_DEV_MODE=1): POST /sleep,
         # POST /wake_up (after wake_s), GET /is_sleeping; asleep, it serves nothing
         self.sleep_mode = sleep_mode
@@ -245,6 +249,7 @@ class StandIn:
                 "sleeps": self.sleeps,
                 "wakes": self.wakes,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                **(self.adapters.stats() if self.adapters is not None else {}),
             }
             await _json(send, 200, stats)
             return
@@ -272,7 +277,10 @@ class StandIn:
             models = {
                 "object": "list",
                 # (vLLM says its context length here)
-                "data": [{"id": self.model, "object": "model", "owned_by": "standin", "max_model_len": 4096}],
+                "data": [
+                    {"id": self.model, "object": "model", "owned_by": "standin", "max_model_len": 4096},
+                    *(self.adapters.models() if self.adapters is not None else ()),
+                ],
             }
             await _json(send, 200, models)
             return
@@ -284,7 +292,10 @@ class StandIn:
                 send, 503, {"error": {"message": "the engine is asleep", "type": "ServiceUnavailable"}}
             )
             return
-        if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions", "/detokenize"):
+        lora = path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter") and self.adapters is not None
+        if method != "POST" or not (
+            lora or path in ("/v1/completions", "/v1/chat/completions", "/detokenize")
+        ):
             await _json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "NotFound"}})
             return
         raw = b""
@@ -297,6 +308,11 @@ class StandIn:
             body = json.loads(raw)
             if path == "/detokenize":
                 await _json(send, 200, {"prompt": decode(list(body["tokens"]))})
+                return
+            if lora:
+                assert self.adapters is not None
+                status, said = await self.adapters.call(path, body)
+                await (_text(send, status, said) if isinstance(said, str) else _json(send, status, said))
                 return
             seq, meta = self._parse(body, chat=path.endswith("chat/completions"))
         except (ValueError, KeyError, TypeError) as exc:
@@ -337,8 +353,10 @@ class StandIn:
             raise ValueError(f"{refused[0]} is not supported")
         if not isinstance(body.get("prompt", ""), str) and "prompt_ids" in self.refuse:
             raise ValueError("a prompt of token ids is not supported")
-        if body.get("model") != self.model:
-            raise ValueError(f"model {body.get('model')!r} is not served (try {self.model!r})")
+        model = body.get("model")
+        adapter = self.adapters is not None and self.adapters.serves(model)
+        if model != self.model and not adapter:
+            raise ValueError(f"model {model!r} is not served (try {self.model!r})")
         if chat:
             text = chat_prompt(body["messages"], not body.get("continue_final_message"))
             ids = encode(text)
@@ -347,6 +365,8 @@ class StandIn:
         else:
             ids = [int(t) for t in body["prompt"]]
         seed = zlib.crc32(bytes(t - BYTE_BASE for t in ids if t >= BYTE_BASE))
+        if adapter:  # (an adapter writes other words than its base)
+            seed = zlib.crc32(str(model).encode(), seed)
         self._look_up(ids)
         target = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
         options = body.get("stream_options") or {}
@@ -358,6 +378,7 @@ class StandIn:
             "ids": bool(body.get("return_token_ids")),
             "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
             "created": int(time.time()),
+            "model": model,
         }
         return _Seq(ids, target, seed), meta
 
@@ -379,7 +400,7 @@ class StandIn:
             cache.popitem(last=False)
 
     def _head(self, meta: dict[str, Any], obj: str) -> dict[str, Any]:
-        return {"id": meta["id"], "object": obj, "created": meta["created"], "model": self.model}
+        return {"id": meta["id"], "object": obj, "created": meta["created"], "model": meta["model"]}
 
     def _usage(self, seq: _Seq) -> dict[str, int]:
         return {
@@ -504,6 +525,13 @@ def main(argv: list[str] | None = None) -> None:
         help="vLLM's sleep mode: POST /sleep, POST /wake_up, GET /is_sleeping",
     )
     ap.add_argument("--wake-s", type=float, default=0.0, help="seconds a /wake_up takes")
+    ap.add_argument(
+        "--enable-lora",
+        action="store_true",
+        help="LoRA adapters loaded at run time (with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, as vLLM): "
+        "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter",
+    )
+    ap.add_argument("--lora-load-s", type=float, default=0.0, help="seconds loading an adapter takes")
     args = ap.parse_args(argv)
     if args.load_s > 0:
         print(f"standin: loading {args.model} for {args.load_s:g} s", flush=True)
@@ -515,6 +543,7 @@ def main(argv: list[str] | None = None) -> None:
         tuple(args.refuse),
         sleep_mode=args.enable_sleep_mode,
         wake_s=args.wake_s,
+        adapters=Adapters(args.model, args.lora_load_s) if args.enable_lora and runtime_updating() else None,
     )
     print(f"standin: serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")

@@ -3,6 +3,7 @@ each model's engine; every mistake found at start, a line each."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,30 @@ def test_every_mistake_is_a_line_naming_its_key() -> None:
     ]
 
 
+def test_a_lora_adapter_is_a_model_loaded_into_its_bases_engine() -> None:
+    cfg = parse_config(
+        fleet(
+            chat={"vram_gb": 14, "command": "vllm serve x --port {port} --enable-lora", "max_adapters": 2},
+            sql={"adapter_of": "chat", "path": "/adapters/sql", "load_s": 2},
+            poem={"adapter_of": "chat", "path": "/adapters/poem", "engine_model": "poem-v2"},
+        )
+    )
+    assert cfg.fleet is not None
+    assert cfg.models == ("chat", "sql", "poem")  # (each is asked for by its own name)
+    assert set(cfg.fleet.launch) == {"chat"}  # (an adapter has no engine of its own)
+    assert {n: (a.path, a.lora_name) for n, a in cfg.fleet.adapters.items()} == {
+        "sql": ("/adapters/sql", "sql"),
+        "poem": ("/adapters/poem", "poem-v2"),
+    }
+    inv = cfg.fleet.inventory
+    assert (inv.models["sql"].adapter_of, inv.models["sql"].load_s, inv.models["poem"].load_s) == (
+        "chat",
+        2,
+        1,
+    )
+    assert inv.models["chat"].max_adapters == 2 and inv.adapters == {"chat": ("sql", "poem")}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -110,13 +135,57 @@ def test_every_mistake_is_a_line_naming_its_key() -> None:
             "GPUs g and h have the same CUDA id 0",
         ),
         ({**fleet(m={"vram_gb": 1, "command": "x {port}"}), "models": {"m": {"aliases": ["mm"]}}}, None),
+        (
+            fleet(m={"vram_gb": 1, "command": "x {port}"}, a={"adapter_of": "m"}),
+            "fleet.models.a.path: required, the directory of the adapter's weights",
+        ),
+        (
+            fleet(
+                m={"vram_gb": 1, "command": "x {port}"}, a={"adapter_of": "m", "path": "p", "command": "y"}
+            ),
+            "fleet.models.a.command: an adapter has no engine of its own",
+        ),
+        (
+            fleet(m={"vram_gb": 1, "command": "x {port}"}, a={"adapter_of": "n", "path": "p"}),
+            "fleet.models.a.adapter_of: unknown model 'n'",
+        ),
+        (
+            fleet(
+                m={"vram_gb": 1, "command": "x {port}"},
+                a={"adapter_of": "m", "path": "p"},
+                b={"adapter_of": "a", "path": "p"},
+            ),
+            "fleet.models.b.adapter_of: 'a' is an adapter itself, not a base model",
+        ),
+        (
+            fleet(m={"vram_gb": 1, "command": "x {port}"}, a={"adapter_of": "m", "path": "p", "vram_gb": 1}),
+            "fleet.models.a.vram_gb: an adapter runs in its base's engine, in the room its base holds for "
+            "adapters (set max_adapters on 'm')",
+        ),
+        (
+            fleet(m={"vram_gb": 1, "command": "x {port}", "max_adapters": 0}),
+            "fleet.models.m.max_adapters: must be >= 1",
+        ),
+        (
+            {
+                "fleet": {
+                    "nodes": NODE,
+                    "models": {
+                        "m": {"vram_gb": 1, "command": "x {port}"},
+                        "a": {"adapter_of": "m", "path": "p"},
+                    },
+                    "preload": ["a"],
+                }
+            },
+            "fleet.preload: 'a' is an adapter (loaded with its first request)",
+        ),
     ],
 )
 def test_fleet_mistakes(data: dict[str, Any], message: str | None) -> None:
     if message is None:  # (aliases of a fleet's models are fine)
         assert parse_config(data).aliases == {"mm": "m"}
         return
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("{", r"\{")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse_config(data)
 
 

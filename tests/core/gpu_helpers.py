@@ -9,8 +9,11 @@ checks every decision against them, independently of ``check_invariants``:
   model that the replicas already loading will not take; the driver answers
   ``loaded`` once the clock passes ``load_s`` (or when told to);
 - an ``Evict`` names a ready replica with nothing running (or stopping) on it;
-- a ``Dispatch`` goes to a ready replica of the request's model whose GPUs all
-  admit the request's class.
+- a ``Dispatch`` goes to a ready replica of the request's model (an adapter's: of its
+  base, holding the adapter) whose GPUs all admit the request's class;
+- a ``LoadAdapter`` names a ready replica of the adapter's base that does not hold it and
+  has room for it (fewer than ``max_adapters``, after the unloads before it); an
+  ``UnloadAdapter`` an adapter the replica holds and runs nothing of.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laneway.core import Decision, Dispatch, Request, Scheduler, SchedulerConfig
-from laneway.core.decisions import Evict, Load
+from laneway.core.decisions import Evict, Load, LoadAdapter, UnloadAdapter
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 
@@ -79,6 +82,9 @@ class GpuDriver(Driver):
     loaded_at: dict[str, float] = field(default_factory=dict)  # replica -> when ``loaded`` was said
     asleep: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # replica -> model, GPUs
     wakes: list[tuple[float, Load]] = field(default_factory=list)
+    adapters: dict[str, set[str]] = field(default_factory=dict)  # replica -> the adapters it holds
+    adapter_loads: list[tuple[float, LoadAdapter]] = field(default_factory=list)
+    adapter_unloads: list[tuple[float, UnloadAdapter]] = field(default_factory=list)
     _queued_before: dict[str, int] = field(default_factory=dict)  # model -> queued when a step began
 
     def __post_init__(self) -> None:
@@ -113,7 +119,10 @@ class GpuDriver(Driver):
 
     def step(self) -> list[Decision]:
         lanes = self.sched.lanes
-        self._queued_before = {m: lanes.model_queued(m) for m in self.inv.models}
+        inv = self.inv
+        self._queued_before = {m: lanes.model_queued(m) for m in inv.models}
+        for base, adapters in inv.adapters.items():  # (an adapter's requests are its base's demand)
+            self._queued_before[base] += sum(lanes.model_queued(a) for a in adapters)
         out = super().step()
         # (within a step a sleeper past the bound is stopped, a woken one leaves the sleepers)
         assert len(self.asleep) <= self.inv.max_asleep, f"asleep past max_asleep: {self.asleep}"
@@ -125,6 +134,10 @@ class GpuDriver(Driver):
             self._apply_load(d)
         elif type(d) is Evict:
             self._apply_evict(d)
+        elif type(d) is LoadAdapter:
+            self._apply_load_adapter(d)
+        elif type(d) is UnloadAdapter:
+            self._apply_unload_adapter(d)
         else:
             super().apply(d)
             if type(d) is Dispatch:
@@ -263,6 +276,7 @@ class GpuDriver(Driver):
         assert not busy, f"{d}: {busy} still run (or stop) there"
         assert not d.sleep or self.inv.models[d.model].wake_s is not None, f"{d}: its model cannot sleep"
         self.evictions.append((self.now, d))
+        self.adapters.pop(rid, None)
         self.ready.discard(rid)
         del self.replica_model[rid]
         del self.replica_gpus[rid]
@@ -273,13 +287,39 @@ class GpuDriver(Driver):
         self.dispatches.append((self.now, d))
         w = d.worker_id
         assert w in self.ready, f"{d}: to a replica that is not ready"
-        assert self.replica_model[w] == self.model_of[d.request_id], (
-            f"{d}: replica of {self.replica_model[w]}, request for {self.model_of[d.request_id]}"
+        model = self.model_of[d.request_id]
+        assert model is not None
+        spec = self.inv.models[model]
+        assert self.replica_model[w] == (spec.adapter_of or model), (
+            f"{d}: replica of {self.replica_model[w]}, request for {model}"
         )
+        if spec.adapter_of is not None:
+            assert model in self.adapters.get(w, ()), f"{d}: adapter {model} not loaded there"
         cls = self.class_of[d.request_id]
         gpus = {g.id: g for g in self.inv.gpus}
         for gid in self.replica_gpus[w]:
             assert gpus[gid].admits(cls), f"{d}: P{cls} work on {gid}, reserved for {gpus[gid].reserved_for}"
+
+    def _apply_load_adapter(self, d: LoadAdapter) -> None:
+        self.adapter_loads.append((self.now, d))
+        rid = d.replica_id
+        spec = self.inv.models[d.adapter]
+        assert rid in self.ready, f"{d}: not a ready replica"
+        assert spec.adapter_of == self.replica_model[rid], f"{d}: not an adapter of {self.replica_model[rid]}"
+        assert d.load_s == spec.load_s, d
+        held = self.adapters.setdefault(rid, set())
+        assert d.adapter not in held, f"{d}: held there already"
+        held.add(d.adapter)
+        limit = self.inv.models[self.replica_model[rid]].max_adapters
+        assert len(held) <= limit, f"{d}: {sorted(held)} held, at most {limit}"
+
+    def _apply_unload_adapter(self, d: UnloadAdapter) -> None:
+        self.adapter_unloads.append((self.now, d))
+        held = self.adapters.get(d.replica_id, set())
+        assert d.adapter in held, f"{d}: not held there"
+        busy = [r for r, w in self.running.items() if w == d.replica_id and self.model_of[r] == d.adapter]
+        assert not busy, f"{d}: {busy} still run it there"
+        held.discard(d.adapter)
 
     def _check_vram(self) -> None:
         held = self.held()

@@ -1,6 +1,7 @@
 """Property tests on GPU fleets: random inventories (1-3 nodes of 1-4 GPUs,
 16-80 GB, random KV reserves and class reservations), random models (1-4 GPUs,
-sizes that sometimes fit nowhere) and random request streams, under the
+sizes that sometimes fit nowhere), LoRA adapters of some of them, and random
+request streams, under the
 ``laneway`` and ``naive`` placements.
 
 After every step: ``check_invariants`` (VRAM never over-committed, the KV
@@ -85,8 +86,15 @@ def fleets(draw: st.DrawFn, tight: bool = False) -> Fleet:
     models = {}
     for i, (k, per_gpu, load_s, slots) in enumerate(draw(tight_models_st if tight else models_st)):
         wake_s = draw(st.sampled_from([None, 0.0, 2.0]))  # (a sleep mode: evicted, it sleeps)
-        models[f"m{i}"] = ModelSpec(f"m{i}", per_gpu * k, k, load_s, slots, wake_s)
-    preload = tuple(f"m{i}" for i in draw(st.lists(st.integers(0, len(models) - 1), max_size=3)))
+        most = draw(st.sampled_from([1, 1, 2]))  # adapters one replica holds at once
+        models[f"m{i}"] = ModelSpec(f"m{i}", per_gpu * k, k, load_s, slots, wake_s, max_adapters=most)
+    n_bases = len(models)
+    for j in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):  # LoRA adapters of drawn bases
+        base = f"m{draw(st.integers(0, n_bases - 1))}"
+        load_s = draw(st.sampled_from([0.0, 0.5, 2.0]))
+        models[f"a{j}"] = ModelSpec(f"a{j}", 0.0, load_s=load_s, adapter_of=base)
+    bases = [m for m in models if m.startswith("m")]
+    preload = tuple(bases[i] for i in draw(st.lists(st.integers(0, len(bases) - 1), max_size=3)))
     asleep = draw(st.sampled_from([0, 1, 2]))
     inv = Inventory(tuple(gpus), models, preload, asleep)
     try:
@@ -115,7 +123,7 @@ def decode(n: int) -> tuple[object, ...]:
     n //= len(_KINDS)
     if kind == "submit":
         cls, n = n % 4, n // 4
-        m, n = n % 5, n // 5  # one of the fleet's models, or (4) one it does not know
+        m, n = n % 8, n // 8  # one of the fleet's models (or adapters), or (7) one it does not know
         timeout, n = _TIMEOUTS[n % len(_TIMEOUTS)], n // len(_TIMEOUTS)
         hint, n = _HINTS[n % len(_HINTS)], n // len(_HINTS)
         return ("submit", cls, m, timeout, hint, n % 4 != 3)
@@ -141,7 +149,13 @@ def agree(d: GpuDriver) -> None:
     for gid, used in p.used.items():
         assert abs(used - held[gid]) < 1e-6, (gid, used, held[gid])
     for rid, w in d.running.items():
-        assert p.replicas[w].model.name == d.model_of[rid], f"{rid} runs on a replica of another model"
+        model = d.model_of[rid]
+        assert model is not None
+        assert p.replicas[w].model.name == p.inv.base(model).name, f"{rid} runs on a replica of another model"
+        if model != p.replicas[w].model.name:  # (an adapter: held where it runs)
+            assert model in p.resident.get(w, {}) and model in d.adapters.get(w, ()), (rid, w, model)
+    for rid, held in d.adapters.items():  # (the placement holds what the driver saw loaded)
+        assert set(p.resident.get(rid, {})) == held, (rid, p.resident.get(rid), held)
 
 
 def run(fleet: Fleet, cfg: SchedulerConfig, policy: str, events: list[tuple[object, ...]]) -> GpuDriver:
@@ -156,7 +170,7 @@ def run(fleet: Fleet, cfg: SchedulerConfig, policy: str, events: list[tuple[obje
         kind = ev[0]
         if kind == "submit":
             _, cls, m, timeout, hint, preemptible = ev
-            name = names[m % len(names)] if m < 4 else "unknown"  # type: ignore[operator]
+            name = names[m % len(names)] if m < 7 else "unknown"  # type: ignore[operator]
             rid = f"r{len(d.submitted)}"
             r = greq(rid, cls, d.now, name, timeout_s=timeout, est_service_s=hint, preemptible=preemptible)  # type: ignore[arg-type]
             rej = d.submit(r)

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from laneway.core import ClassTable
-from laneway.core.inventory import Inventory
+from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.sim.scenarios import scenario
 from laneway.sim.simulation import SimResult, simulate
 from laneway.sim.workload import SimRequest, TraceError, parse_trace
@@ -160,3 +160,27 @@ def test_grouping_holds_on_every_seed(seeds: dict[int, dict[str, SimResult]], se
     big = [o for o in lane.outcomes if o.spec.model == "big-70b"]
     assert big and all(o.status == "finished" for o in big)
     assert lane.makespan_s <= naive.makespan_s
+
+
+@pytest.mark.parametrize("policy", ["laneway", "naive"])
+def test_an_adapters_load_time_is_paid_by_the_first_of_its_requests_on_a_replica(policy: str) -> None:
+    models = {
+        "base": ModelSpec("base", 16, load_s=30.0, slots=2, max_adapters=1),
+        "sql": ModelSpec("sql", 0.0, load_s=3.0, adapter_of="base"),
+        "poem": ModelSpec("poem", 0.0, load_s=1.5, adapter_of="base"),
+    }
+    inv = Inventory((GpuSpec("g0", "n", 24),), models, ("base",))
+    reqs = [
+        SimRequest("s1", 0.0, 2, 10.0, model="sql"),
+        SimRequest("s2", 20.0, 2, 10.0, model="sql"),
+        SimRequest("p1", 40.0, 2, 10.0, model="poem"),
+    ]
+    res = simulate(reqs, slots=1, policy=policy, inventory=inv, check=True)
+    out = {o.spec.id: o for o in res.outcomes}
+    assert all(o.status == "finished" for o in out.values())
+    # s1 waits for sql's load, s2 finds it there, p1 waits for poem's (after sql is unloaded)
+    assert out["s1"].end_s == pytest.approx(0.0 + 3.0 + 10.0)
+    assert out["s2"].end_s == pytest.approx(20.0 + 10.0)
+    assert out["p1"].end_s == pytest.approx(40.0 + 1.5 + 10.0)
+    planner = res.scheduler.planner
+    assert planner is not None and (planner.adapter_loads, planner.adapter_unloads) == (2, 1)

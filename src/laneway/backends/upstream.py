@@ -34,6 +34,7 @@ import html
 import json
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -109,6 +110,9 @@ class UpstreamWorker:
         self.model = model
         self.slots = slots
         self.forward_priority = forward_priority
+        # awaited before each call with the model it names (a fleet: until the LoRA adapter
+        # it names is loaded into this engine; what it raises ends the run)
+        self.gate: Callable[[str], Awaitable[None]] | None = None
         self.base = url.rstrip("/")
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
@@ -365,6 +369,8 @@ class UpstreamWorker:
     async def _go(self, run: Run) -> None:
         me = asyncio.current_task()
         try:
+            if self.gate is not None:
+                await self.gate(run.job.model)
             if run.job.kind == EMBEDDING:
                 await self._embed(run)
             else:

@@ -73,7 +73,7 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.config import SchedulerConfig
-from laneway.core.decisions import apply
+from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
 from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
@@ -682,3 +682,9 @@ class Relay:
 
     def evict(self, d: Evict, now: float) -> None:
         """(Nor evicts them.)"""
+
+    def load_adapter(self, d: LoadAdapter, now: float) -> None:
+        """(Nor loads adapters.)"""
+
+    def unload_adapter(self, d: UnloadAdapter, now: float) -> None:
+        """(Nor unloads them.)"""

@@ -20,6 +20,16 @@ else its place in its node. The engine is ready once ``ready_path`` answers 200
 (``ready_timeout_s`` at most); it is stopped with SIGTERM, then SIGKILL after
 ``stop_grace_s``.
 
+A LoRA adapter is a model with ``adapter_of`` (its base) and ``path`` (its weights); it
+has no command of its own: it is loaded into a running engine of its base (vLLM's
+``/v1/load_lora_adapter``; the base's engine runs with ``--enable-lora`` and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), as ``engine_model`` or its own name::
+
+    [fleet.models.chat-sql]
+    adapter_of = "chat"
+    path = "/adapters/sql"
+    load_s = 2
+
 Every mistake is found at start: :func:`parse_fleet` raises one
 :class:`~laneway.core.ConfigError` with a line per mistake, each naming its key.
 """
@@ -73,11 +83,20 @@ class EngineLaunch:
 
 
 @dataclass(frozen=True)
+class AdapterSource:
+    """Where a LoRA adapter's weights are, and the name its base's engine serves it under."""
+
+    path: str
+    lora_name: str
+
+
+@dataclass(frozen=True)
 class FleetConfig:
     inventory: Inventory
-    launch: Mapping[str, EngineLaunch]  # per model
+    launch: Mapping[str, EngineLaunch]  # per model (not adapters)
     cuda: Mapping[str, int]  # per GPU id: its CUDA id on its node
     switch_wait_s: float = 60.0  # a request waits this long before replicas are drained for its model
+    adapters: Mapping[str, AdapterSource] = field(default_factory=dict)  # per LoRA adapter
 
 
 def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
@@ -111,12 +130,18 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
     models = data.get("models")
     plain_models: dict[str, Any] = {}
     launch: dict[str, EngineLaunch] = {}
+    adapters: dict[str, AdapterSource] = {}
     if isinstance(models, Mapping):
         for name, body in models.items():
             if not isinstance(body, Mapping):
                 plain_models[name] = body
                 continue
             plain_models[name] = {k: v for k, v in body.items() if k not in LAUNCH_KEYS}
+            if "adapter_of" in body:
+                source = _adapter(f"fleet.models.{name}", name, body, errors)
+                if source is not None:
+                    adapters[name] = source
+                continue
             try:
                 launch[name] = _launch(f"fleet.models.{name}", body)
             except ConfigError as exc:
@@ -151,7 +176,24 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
     if errors:
         raise ConfigError("\n".join(dict.fromkeys(errors)))
     assert inventory is not None
-    return FleetConfig(inventory, launch, cuda, float(wait))
+    return FleetConfig(inventory, launch, cuda, float(wait), adapters)
+
+
+def _adapter(key: str, name: str, body: Mapping[str, Any], errors: list[str]) -> AdapterSource | None:
+    """A LoRA adapter's source (``path``, ``engine_model``); its mistakes go to ``errors``."""
+    bad = len(errors)
+    for k in LAUNCH_KEYS:
+        if k in body and k not in ("path", "engine_model"):
+            errors.append(f"{key}.{k}: an adapter has no engine of its own (it is loaded into its base's)")
+    path = body.get("path")
+    if not isinstance(path, str) or not path:
+        errors.append(f"{key}.path: required, the directory of the adapter's weights (got {path!r})")
+    lora = body.get("engine_model", name)
+    if not isinstance(lora, str) or not lora:
+        errors.append(f"{key}.engine_model: expected a non-empty string, got {lora!r}")
+    if len(errors) > bad:
+        return None
+    return AdapterSource(str(path), str(lora))
 
 
 def _launch(key: str, body: Mapping[str, Any]) -> EngineLaunch:

@@ -8,7 +8,16 @@ from laneway.core.admission import Quota, TenantPolicy
 from laneway.core.classes import ClassTable, PriorityClass
 from laneway.core.config import SchedulerConfig
 from laneway.core.costs import CostModel
-from laneway.core.decisions import Decision, Dispatch, Evict, Load, Preempt, Reject
+from laneway.core.decisions import (
+    Decision,
+    Dispatch,
+    Evict,
+    Load,
+    LoadAdapter,
+    Preempt,
+    Reject,
+    UnloadAdapter,
+)
 from laneway.core.errors import ConfigError, InvalidTransition, LanewayError, UnknownRequest
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
@@ -35,6 +44,7 @@ __all__ = [
     "Inventory",
     "LanewayError",
     "Load",
+    "LoadAdapter",
     "ModelSpec",
     "PolicySpec",
     "Preempt",
@@ -49,6 +59,7 @@ __all__ = [
     "StopMode",
     "TenantPolicy",
     "UnknownRequest",
+    "UnloadAdapter",
     "WaitRange",
     "WorkerSpec",
 ]

@@ -82,6 +82,22 @@ class Evict(NamedTuple):
     sleep: bool = False
 
 
+class LoadAdapter(NamedTuple):
+    """Load LoRA ``adapter`` (of the model replica ``replica_id`` serves) into that replica's
+    engine, about ``load_s``; the ``Dispatch`` that follows at once runs once it is in."""
+
+    replica_id: str
+    adapter: str
+    load_s: float
+
+
+class UnloadAdapter(NamedTuple):
+    """Unload LoRA ``adapter`` from replica ``replica_id``'s engine (it runs nothing of it)."""
+
+    replica_id: str
+    adapter: str
+
+
 REJECT_REASONS = (
     "queue_timeout",  # waited past its class timeout (503)
     "queue_full",  # its class queue is at its bound (503)
@@ -94,7 +110,7 @@ REJECT_REASONS = (
     "unavailable",  # no worker for its model is up now, nor came back while it was held (503)
 )
 
-Decision = Dispatch | Preempt | Reject | Load | Evict
+Decision = Dispatch | Preempt | Reject | Load | Evict | LoadAdapter | UnloadAdapter
 
 
 class Actuator(Protocol):
@@ -113,6 +129,10 @@ class Actuator(Protocol):
 
     def evict(self, d: Evict, now: float) -> None: ...
 
+    def load_adapter(self, d: LoadAdapter, now: float) -> None: ...
+
+    def unload_adapter(self, d: UnloadAdapter, now: float) -> None: ...
+
 
 def apply(decisions: Iterable[Decision], to: Actuator, now: float) -> None:
     """Carry out ``decisions``, in order, with ``to``."""
@@ -128,5 +148,9 @@ def apply(decisions: Iterable[Decision], to: Actuator, now: float) -> None:
             to.load(d, now)  # type: ignore[arg-type]
         elif kind is Evict:
             to.evict(d, now)  # type: ignore[arg-type]
+        elif kind is LoadAdapter:
+            to.load_adapter(d, now)  # type: ignore[arg-type]
+        elif kind is UnloadAdapter:
+            to.unload_adapter(d, now)  # type: ignore[arg-type]
         else:
             raise TypeError(f"not a decision: {d!r}")

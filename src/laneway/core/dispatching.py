@@ -118,8 +118,8 @@ class Dispatcher:
             if req.tenant is not None and self.fair is not None:  # (others' tags are arrivals)
                 self.fair.dispatched(req)
             occ.start(req, w, now)
-            if loads is not None:
-                loads.touch(w.id, now)
+            if loads is not None:  # (and the LoRA adapter loads it needs: before its dispatch)
+                loads.touch(w.id, now, out)
             counters.dispatched += 1
             out.append(_new_tuple(Dispatch, (req.id, w.id, req.resume)))  # Dispatch(rid, wid, req.resume)
             if self.feedback and self.preemptible[req.cls]:

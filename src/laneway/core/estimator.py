@@ -319,15 +319,21 @@ class Estimator:
         spec = planner.inv.models.get(model)
         if spec is None:
             return 0.0
-        reps = planner.by_model.get(model, [])
-        ready = [r for r in reps if r.ready]
         cold = 0.0
+        if spec.adapter_of is not None:  # (its base's replicas serve it, once it is loaded there)
+            held = planner.resident
+            if not any(model in held.get(r.id, ()) for r in planner.by_model.get(spec.adapter_of, ())):
+                cold = spec.load_s
+            spec = planner.inv.models[spec.adapter_of]
+        reps = planner.by_model.get(spec.name, [])
+        ready = [r for r in reps if r.ready]
         if not ready:
             loading = [r.ready_at for r in reps if not r.ready]
             if loading:
-                cold = max(min(loading) - now, 0.0)
+                cold += max(min(loading) - now, 0.0)
             else:  # (one asleep wakes in its wake time, where there is room)
-                cold = spec.wake_s if spec.wake_s is not None and planner.asleep_of(model) else spec.load_s
+                asleep = spec.wake_s is not None and planner.asleep_of(spec.name)
+                cold += spec.wake_s if asleep and spec.wake_s is not None else spec.load_s
         slots = sum(r.model.slots for r in ready) or spec.slots
         running = sum(len(r.worker.running) for r in ready)
         free = sum(r.worker.free for r in ready if not r.draining)

@@ -27,6 +27,13 @@ queued for are evicted. After ``switch_wait_s`` it stops waiting politely:
 replicas in its way are *drained* (no new work) so they become idle and can be
 evicted — overtaking is bounded, nobody starves.
 
+LoRA adapters (``ModelSpec.adapter_of``) run inside replicas of their base: a request
+for an adapter takes a slot of a ready replica of its base that holds the adapter, else of
+one with room for it (fewer than ``max_adapters`` held, or one held that runs nothing,
+the least recently used, unloaded); taking it there emits ``LoadAdapter`` (and
+``UnloadAdapter``) before its ``Dispatch``. An adapter's queued requests count as demand
+for its base (it is loaded, and kept, for them).
+
 The ``naive`` mode is the baseline: one request per GPU, on the first idle GPU
 (group) in configuration order that can hold the model, resident there or not
 (no affinity), evicting whatever is in the way (no grouping).
@@ -38,11 +45,21 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from laneway.core.decisions import Decision, Evict, Load
+from laneway.core.decisions import Decision, Evict, Load, LoadAdapter, UnloadAdapter
 from laneway.core.errors import ConfigError
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
-from laneway.core.replicas import HasFreeSlot, InService, LeastLoaded, NotDraining, Replica, classes_of
+from laneway.core.replicas import (
+    AdapterResident,
+    AdapterRoom,
+    HasFreeSlot,
+    InService,
+    LeastLoaded,
+    NotDraining,
+    Replica,
+    adapters_running,
+    classes_of,
+)
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
 
@@ -79,6 +96,15 @@ class GpuPlacement:
             NotDraining(self.replicas),
         )
         self.scorers: tuple[Scorer, ...] = (LeastLoaded(),)
+        # LoRA adapters: which each replica holds (adapter -> when last dispatched), and the
+        # adapter loads (unloads) the last slot taken needs, handed out before its dispatch
+        self.adapters_of = inventory.adapters
+        self.resident: dict[str, dict[str, float]] = {}
+        self.pending: list[Decision] = []
+        self.adapter_loads = 0
+        self.adapter_unloads = 0
+        self.adapter_filters: tuple[Filter, ...] = (*self.filters, AdapterRoom(self.replicas, self.resident))
+        self.adapter_scorers: tuple[Scorer, ...] = (AdapterResident(self.resident), LeastLoaded())
         # preloads are placed best-fit next to each other, in naive mode too (its
         # "first idle GPU, evict what is there" would evict the preloads before)
         self.naive = False
@@ -97,7 +123,30 @@ class GpuPlacement:
         w = self._place(req, now)
         if w is not None:
             w.free -= 1
+            if self.adapters_of:
+                spec = self.inv.models[req.model]  # type: ignore[index]
+                if spec.adapter_of is not None:
+                    self._hold_adapter(self.replicas[w.id], spec, now)
         return w
+
+    def _hold_adapter(self, r: Replica, adapter: ModelSpec, now: float) -> None:
+        """Replica ``r`` runs a request of ``adapter`` next: it holds it from now on (loaded
+        there, after the least recently used adapter it holds that runs nothing, if full)."""
+        held = self.resident.setdefault(r.id, {})
+        if adapter.name not in held:
+            if len(held) >= r.model.max_adapters:
+                busy = adapters_running(r)
+                victim = min((a for a in held if a not in busy), key=lambda a: (held[a], a))
+                del held[victim]
+                self.adapter_unloads += 1
+                self.pending.append(UnloadAdapter(r.id, victim))
+            self.adapter_loads += 1
+            self.pending.append(LoadAdapter(r.id, adapter.name, adapter.load_s))
+        held[adapter.name] = now
+
+    def adapter_gone(self, replica_id: str, adapter: str) -> None:
+        """``adapter`` is not in replica ``replica_id``'s engine after all (its load failed)."""
+        self.resident.get(replica_id, {}).pop(adapter, None)
 
     def take(self, worker: WorkerState) -> None:
         raise ConfigError("a replica's slots are taken by placement only")
@@ -105,14 +154,33 @@ class GpuPlacement:
     def _place(self, req: Request, now: float) -> WorkerState | None:
         if self.naive:
             return self._place_naive(req)
+        if self.adapters_of:
+            spec = self.inv.models.get(req.model)  # type: ignore[arg-type]
+            if spec is not None and spec.adapter_of is not None:
+                ready = (r.worker for r in self.by_model.get(spec.adapter_of, ()) if r.ready)
+                return choose(req, ready, self.adapter_filters, self.adapter_scorers, now)
         ready = (r.worker for r in self.by_model.get(req.model, ()) if r.ready)  # type: ignore[arg-type]
         return choose(req, ready, self.filters, self.scorers, now)
+
+    def _spec(self, model: str | None) -> ModelSpec | None:
+        """The spec of the model whose replicas serve ``model`` (an adapter's base)."""
+        spec = self.inv.models.get(model)  # type: ignore[arg-type]
+        if spec is not None and spec.adapter_of is not None:
+            return self.inv.models[spec.adapter_of]
+        return spec
+
+    def _demand(self, demand: Callable[[str], int]) -> Callable[[str], int]:
+        """``demand`` with each adapter's queued requests counted for its base too."""
+        if not self.adapters_of:
+            return demand
+        adapters = self.adapters_of
+        return lambda m: demand(m) + sum(demand(a) for a in adapters.get(m, ()))
 
     def _place_naive(self, req: Request) -> WorkerState | None:
         """One request per GPU: the first idle GPU (configuration order) that fits.
         If the model happens to be resident there it runs at once; else it is
         loaded there (``plan``), whatever other GPU holds it already."""
-        model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        model = self._spec(req.model)
         if model is None:
             return None
         for g in self.inv.gpus:
@@ -161,9 +229,10 @@ class GpuPlacement:
     def plan(self, req: Request, now: float, demand: Callable[[str], int], waited_s: float) -> list[Decision]:
         """Loads (after evictions) that would serve ``req``; [] if none is possible
         or useful now. ``demand(model)`` counts the queued requests of a model."""
-        model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        model = self._spec(req.model)
         if model is None:
             return []
+        demand = self._demand(demand)
         if self.loading_slots(model.name) >= demand(model.name):
             return []  # what is already loading will serve the queue
         # it waited long enough to displace others — unless its model has a replica for
@@ -353,7 +422,13 @@ class GpuPlacement:
         else:
             self._seq += 1
             rid = f"{model.name}#{self._seq}@{'+'.join(g.id for g in group)}"
-            r = Replica(rid, model, tuple(g.id for g in group), classes_of(group))
+            r = Replica(
+                rid,
+                model,
+                tuple(g.id for g in group),
+                classes_of(group),
+                self.adapters_of.get(model.name, ()),
+            )
             load_s = model.load_s
             self.loads += 1
         r.last_used = now
@@ -375,6 +450,7 @@ class GpuPlacement:
 
     def evict(self, r: Replica) -> Evict:
         assert not r.worker.running, "only idle replicas are evicted"
+        self.resident.pop(r.id, None)  # (asleep or stopped, its engine holds no adapter for us)
         del self.replicas[r.id]
         self.by_model[r.model.name].remove(r)
         for gid in r.gpus:
@@ -399,6 +475,7 @@ class GpuPlacement:
         r = self.replicas[replica_id]
         if r.worker.running:
             raise ConfigError(f"replica {replica_id} still runs {len(r.worker.running)} requests")
+        self.resident.pop(r.id, None)
         del self.replicas[r.id]
         self.by_model[r.model.name].remove(r)
         for gid in r.gpus:
@@ -442,7 +519,7 @@ class GpuPlacement:
         load. ``None`` when there is no such choice, or a replica of the model
         is already loading.
         """
-        model = self.inv.models.get(req.model)  # type: ignore[arg-type]
+        model = self._spec(req.model)
         if model is None or any(not r.ready for r in self.by_model.get(model.name, ())):
             return None
         need = model.per_gpu_gb - _EPS
@@ -522,7 +599,8 @@ class GpuPlacement:
         }
 
     def check(self) -> None:
-        """VRAM never over-committed, the KV reserve held, multi-GPU replicas on one node."""
+        """VRAM never over-committed, the KV reserve held, multi-GPU replicas on one node, no
+        more adapters in a replica than its ``max_adapters``."""
         for gid, reps in self.on_gpu.items():
             g = self.gpus[gid]
             held = sum(r.model.per_gpu_gb for r in reps.values())
@@ -531,3 +609,6 @@ class GpuPlacement:
         for r in self.replicas.values():
             assert len({self.gpus[gid].node for gid in r.gpus}) == 1, f"{r.id} spans nodes"
             assert len(r.gpus) == r.model.gpus
+            n = len(self.resident.get(r.id, ()))
+            assert n <= r.model.max_adapters, f"{r.id} holds {n} adapters"
+        assert self.resident.keys() <= self.replicas.keys(), "adapters held by a replica that is gone"

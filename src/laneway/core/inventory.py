@@ -4,7 +4,10 @@
   KV cache (``kv_reserve_gb``) and, optionally, the classes it is reserved for.
 - :class:`ModelSpec`: one model — the VRAM of one replica (``vram_gb``),
   spread evenly over ``gpus`` GPUs of one node (tensor parallel), its load
-  time and how many sequences a replica runs at once (``slots``).
+  time and how many sequences a replica runs at once (``slots``); or a LoRA
+  adapter (``adapter_of``: its base model), which runs inside a replica of its
+  base (at most the base's ``max_adapters`` at once in one replica) and whose
+  ``load_s`` is the time to load it there.
 - :class:`Inventory`: both, validated, with :meth:`Inventory.never` answering
   "could any GPU group of this fleet ever hold this model?".
 
@@ -53,10 +56,14 @@ class ModelSpec:
     load_s: float = 30.0
     slots: int = 4
     wake_s: float | None = None  # its engine has a sleep mode: evicted, it sleeps; woken in this long
+    adapter_of: str | None = None  # a LoRA adapter of this base model (it runs in the base's engine)
+    max_adapters: int = 1  # (a base) adapters one replica holds at once (vLLM's --max-loras)
 
     def __post_init__(self) -> None:
-        if not self.vram_gb > 0:  # (NaN fails too)
+        if self.adapter_of is None and not self.vram_gb > 0:  # (NaN fails too)
             raise ConfigError(f"models.{self.name}.vram_gb: must be > 0")
+        if self.max_adapters < 1:
+            raise ConfigError(f"models.{self.name}.max_adapters: must be >= 1")
         if self.wake_s is not None and not self.wake_s >= 0:
             raise ConfigError(f"models.{self.name}.wake_s: must be >= 0")
         if self.gpus < 1:
@@ -89,11 +96,35 @@ class Inventory:
         for name, m in self.models.items():
             if name != m.name:
                 raise ConfigError(f"models.{name}: name mismatch ({m.name!r})")
+            if m.adapter_of is not None:
+                base = self.models.get(m.adapter_of)
+                if base is None:
+                    raise ConfigError(f"models.{name}.adapter_of: unknown model {m.adapter_of!r}")
+                if base.adapter_of is not None:
+                    raise ConfigError(
+                        f"models.{name}.adapter_of: {m.adapter_of!r} is an adapter itself, not a base model"
+                    )
         for name in self.preload:
             if name not in self.models:
                 raise ConfigError(f"preload: unknown model {name!r}")
+            if self.models[name].adapter_of is not None:
+                raise ConfigError(f"preload: {name!r} is an adapter (loaded with its first request)")
         if self.max_asleep < 0:
             raise ConfigError("max_asleep: must be >= 0")
+
+    def base(self, model: str) -> ModelSpec:
+        """The model whose replicas serve ``model``: itself, or an adapter's base."""
+        spec = self.models[model]
+        return spec if spec.adapter_of is None else self.models[spec.adapter_of]
+
+    @property
+    def adapters(self) -> dict[str, tuple[str, ...]]:
+        """Each base model's adapters (bases without any are left out)."""
+        out: dict[str, list[str]] = {}
+        for m in self.models.values():
+            if m.adapter_of is not None:
+                out.setdefault(m.adapter_of, []).append(m.name)
+        return {k: tuple(v) for k, v in out.items()}
 
     @property
     def nodes(self) -> dict[str, list[GpuSpec]]:
@@ -110,6 +141,9 @@ class Inventory:
         if spec is None:
             known = ", ".join(sorted(self.models)) or "none"
             return f"unknown model {model!r} (known: {known})"
+        if spec.adapter_of is not None:
+            why = self.never(spec.adapter_of, cls)
+            return None if why is None else f"adapter {model!r} of {spec.adapter_of!r}: {why}"
         for gpus in self.nodes.values():
             fit = [g for g in gpus if g.usable_gb >= spec.per_gpu_gb and g.admits(cls)]
             if len(fit) >= spec.gpus:
@@ -127,7 +161,8 @@ class Inventory:
         cls, data: Mapping[str, Any], class_names: tuple[str, ...] = ("P0", "P1", "P2", "P3")
     ) -> Inventory:
         """Build from ``{"nodes": {NODE: {"gpus": [{id, vram_gb, kv_reserve_gb?,
-        reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?}}}``;
+        reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?, wake_s?,
+        max_adapters?} or {adapter_of, load_s?}}}``;
         errors name the key."""
         gpus: list[GpuSpec] = []
         _known(data, "", ("nodes", "models", "preload", "max_asleep"))
@@ -176,15 +211,29 @@ class Inventory:
             key = f"models.{name}"
             if not isinstance(m, Mapping):
                 raise ConfigError(f"{key}: expected a table")
-            _known(m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots", "wake_s"))
+            base = m.get("adapter_of")
+            if base is not None:
+                if not isinstance(base, str):
+                    raise ConfigError(f"{key}.adapter_of: the name of its base model is expected")
+                for k in ("vram_gb", "gpus", "slots", "wake_s", "max_adapters"):
+                    if k in m:
+                        raise ConfigError(
+                            f"{key}.{k}: an adapter runs in its base's engine, in the room its base "
+                            f"holds for adapters (set {'max_adapters' if k == 'vram_gb' else k} on {base!r})"
+                        )
+            _known(
+                m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots", "wake_s", "adapter_of", "max_adapters")
+            )
             try:
                 models[name] = ModelSpec(
                     name,
-                    float(m["vram_gb"]),
+                    float(m["vram_gb"]) if base is None else 0.0,
                     int(m.get("gpus", 1)),
-                    float(m.get("load_s", 30.0)),
+                    float(m.get("load_s", 30.0 if base is None else 1.0)),
                     int(m.get("slots", 4)),
                     None if m.get("wake_s") is None else float(m["wake_s"]),
+                    base,
+                    int(m.get("max_adapters", 1)),
                 )
             except KeyError as exc:
                 raise ConfigError(f"{key}.{exc.args[0]}: required") from None

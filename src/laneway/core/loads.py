@@ -39,8 +39,13 @@ class ModelLoads:
                 self.counters.model_loads += 1
             out.append(d)
 
-    def touch(self, worker_id: str, now: float) -> None:
-        self.planner.touch(worker_id, now)
+    def touch(self, worker_id: str, now: float, out: list[Decision]) -> None:
+        """A request was placed on ``worker_id``: the adapter loads it needs go out first."""
+        planner = self.planner
+        planner.touch(worker_id, now)
+        if planner.pending:
+            out.extend(planner.pending)
+            planner.pending.clear()
 
     def loaded(self, replica_id: str, now: float) -> None:
         """A replica finished loading: its slots take work from now on."""

@@ -225,7 +225,7 @@ class Preemptor:
         victims = planner.make_room(head, now, lambda r: r.cls in victims_of and self.may_stop(r, now))
         if victims is None:
             return False
-        load_s = planner.inv.models[head.model].load_s
+        load_s = planner.inv.base(head.model).load_s
         if self.tables.preemption is PreemptionMode.DRAIN and not drained:
             # graceful: let the victims end if they do so within the drain cap and
             # in time for the load to finish before the request's queue timeout

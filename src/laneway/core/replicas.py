@@ -14,7 +14,14 @@ from laneway.core.workers import WorkerSpec, WorkerState
 class Replica:
     __slots__ = ("classes", "draining", "gpus", "id", "last_used", "model", "ready", "ready_at", "worker")
 
-    def __init__(self, rid: str, model: ModelSpec, gpus: tuple[str, ...], classes: frozenset[int] | None):
+    def __init__(
+        self,
+        rid: str,
+        model: ModelSpec,
+        gpus: tuple[str, ...],
+        classes: frozenset[int] | None,
+        adapters: tuple[str, ...] = (),  # the model's LoRA adapters: it serves them too
+    ):
         self.id = rid
         self.model = model
         self.gpus = gpus
@@ -23,7 +30,9 @@ class Replica:
         self.ready_at = 0.0  # when its load is expected to end
         self.draining = 0.0  # until when no new work is placed here (0: not draining)
         self.last_used = 0.0
-        self.worker = WorkerState(WorkerSpec(rid, model.slots, frozenset({model.name}), True, classes))
+        self.worker = WorkerState(
+            WorkerSpec(rid, model.slots, frozenset({model.name, *adapters}), True, classes)
+        )
 
     @property
     def idle(self) -> bool:
@@ -95,3 +104,42 @@ class LeastLoaded:
 
     def score(self, req: Request, w: WorkerState, now: float) -> float:
         return -w.free
+
+
+def adapters_running(r: Replica) -> set[str]:
+    """The adapters that requests running on replica ``r`` use (the base's own are left out)."""
+    base = r.model.name
+    return {m for m in (x.model for x in r.worker.running.values()) if m is not None and m != base}
+
+
+class AdapterRoom:
+    """(A request for a LoRA adapter.) The replica holds the adapter, or has room for it:
+    fewer adapters than ``max_adapters``, or one that runs nothing (it would be unloaded)."""
+
+    def __init__(self, replicas: dict[str, Replica], resident: dict[str, dict[str, float]]) -> None:
+        self.replicas = replicas
+        self.resident = resident
+
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        held = self.resident.get(w.id)
+        if held is None or req.model in held or len(held) < self.replicas[w.id].model.max_adapters:
+            return True
+        busy = {x.model for x in w.running.values()}
+        return any(a not in busy for a in held)
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return True
+
+    def why_never(self, req: Request) -> str:
+        return "no replica has room for the adapter"
+
+
+class AdapterResident:
+    """(A request for a LoRA adapter.) A replica that holds it already first (no load)."""
+
+    def __init__(self, resident: dict[str, dict[str, float]]) -> None:
+        self.resident = resident
+
+    def score(self, req: Request, w: WorkerState, now: float) -> float:
+        held = self.resident.get(w.id)
+        return 0.0 if held is not None and req.model in held else 1.0

@@ -586,6 +586,13 @@ class Scheduler:
             raise LanewayError(f"unknown replica {replica_id!r}")
         self.loads.unloaded(replica_id)
 
+    def adapter_failed(self, replica_id: str, adapter: str, now: float) -> None:
+        """LoRA ``adapter`` could not be loaded into replica ``replica_id`` (a ``LoadAdapter``
+        failed): it is not held there; a later request of it loads it again."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        self.loads.planner.adapter_gone(replica_id, adapter)
+
     def reload(self, model: str, now: float) -> list[Decision]:
         """Decisions that load preloaded ``model`` again with no request waiting for it (its
         start failed or its engine died: the runtime retries after a back-off), into free

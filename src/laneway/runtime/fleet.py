@@ -19,7 +19,12 @@ simulator's placement); this part acts:
   a preloaded model is tried again by itself (``Scheduler.reload``);
 - an engine that exits by itself is taken out at once: its requests fail over as any
   upstream's do (run elsewhere, or queued again and a new replica loaded), its GPUs are
-  freed, and a preloaded model's engine is started again.
+  freed, and a preloaded model's engine is started again;
+- ``LoadAdapter`` / ``UnloadAdapter``: a LoRA adapter is loaded into (unloaded from) a
+  running engine of its base (:mod:`laneway.runtime.engine_adapters`), one call at a time
+  per engine; a request placed there with it waits for its load (the worker's gate), and
+  a load that fails ends the requests waiting for it with 503 ``model_unavailable`` and
+  backs off as a failed launch does.
 """
 
 from __future__ import annotations
@@ -28,22 +33,24 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from laneway.backends.base import Worker
 from laneway.backends.factory import build_upstream
+from laneway.backends.upstream import UpstreamWorker
 from laneway.config.fleet import FleetConfig
 from laneway.config.schema import ServerConfig, WorkerConfig
-from laneway.core import Evict, Load, Scheduler
+from laneway.core import Evict, Load, LoadAdapter, Scheduler, UnloadAdapter
 from laneway.core.decisions import apply
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.policies import policy as policy_spec
 from laneway.errors import Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING
 from laneway.protocol.requests import Support
-from laneway.runtime import engine_sleep
+from laneway.runtime import engine_adapters, engine_sleep
 from laneway.runtime.launcher import EngineProcess, LaunchFailed
 from laneway.runtime.ticket import Phase
 
@@ -82,6 +89,12 @@ class Fleet:
         # engines being stopped, by GPU: a new engine starts on a GPU once the old one is gone
         # (its memory is free only then)
         self._stopping: dict[str, set[asyncio.Task[None]]] = {}
+        # LoRA adapters: the name each is served under, the adapter calls of each engine (one at
+        # a time, in order) and each (replica, served name)'s last load
+        self.lora_names = {name: a.lora_name for name, a in config.adapters.items()}
+        self._adapter_model = {a.lora_name: name for name, a in config.adapters.items()}
+        self._adapter_calls: dict[str, asyncio.Lock] = {}
+        self._adapter_in: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     @classmethod
     def of(cls, runtime: Runtime, config: ServerConfig) -> Fleet:
@@ -152,6 +165,58 @@ class Fleet:
             held = self._stopping.setdefault(gid, set())
             held.add(task)
             task.add_done_callback(held.discard)
+
+    def load_adapter(self, d: LoadAdapter) -> None:
+        lora = self.lora_names[d.adapter]
+        task = asyncio.get_running_loop().create_task(self._load_adapter(d.replica_id, d.adapter, lora))
+        task.add_done_callback(_retrieved)  # (its failure is told to the runs waiting for it)
+        self._adapter_in[d.replica_id, lora] = task
+
+    def unload_adapter(self, d: UnloadAdapter) -> None:
+        lora = self.lora_names[d.adapter]
+        self._adapter_in.pop((d.replica_id, lora), None)  # (its next load is a new one)
+        self.rt.metrics.adapter_unloads.labels(d.adapter).inc()
+        self.rt.spawn(self._unload_adapter(d.replica_id, d.adapter, lora))
+
+    async def _load_adapter(self, rid: str, adapter: str, lora: str) -> None:
+        async with self._adapter_calls.setdefault(rid, asyncio.Lock()):
+            engine = self.engines.get(rid)
+            t0 = time.monotonic()
+            try:
+                if engine is None or rid not in self.rt.workers:
+                    raise engine_adapters.AdapterFailed("its base's engine is gone")
+                await engine_adapters.load(engine.url, lora, self.cfg.adapters[adapter].path)
+            except engine_adapters.AdapterFailed as exc:
+                self.rt.metrics.adapter_loads.labels(adapter, "failed").inc()
+                if rid in self.planner.replicas:
+                    self.core.adapter_failed(rid, adapter, self.rt.now())
+                self._back_off(adapter, f"{rid}: adapter {adapter!r} could not be loaded", str(exc))
+                raise self.unavailable(adapter) from None
+        took = time.monotonic() - t0
+        log.info("adapter %s loaded into %s in %.2f s", adapter, rid, took)
+        self.failing.pop(adapter, None)
+        self.rt.metrics.adapter_loads.labels(adapter, "loaded").inc()
+        self.core.load_took(adapter, took)
+
+    async def _unload_adapter(self, rid: str, adapter: str, lora: str) -> None:
+        async with self._adapter_calls.setdefault(rid, asyncio.Lock()):
+            engine = self.engines.get(rid)
+            if engine is None:
+                return
+            try:
+                await engine_adapters.unload(engine.url, lora)
+            except engine_adapters.AdapterFailed as exc:
+                log.warning("adapter %s could not be unloaded from %s: %s", adapter, rid, exc)
+
+    def _gate(self, rid: str) -> Callable[[str], Awaitable[None]]:
+        """What replica ``rid``'s worker awaits before a call: the load of the adapter it names."""
+
+        async def gate(model: str) -> None:
+            task = self._adapter_in.get((rid, model))
+            if task is not None:
+                await asyncio.shield(task)
+
+        return gate
 
     async def _after_stops(self, gpus: tuple[str, ...]) -> None:
         """Until the engines being stopped or put to sleep on ``gpus`` have freed them."""
@@ -252,6 +317,8 @@ class Fleet:
             return False
         core = self.core
         core.load_took(model, took_s, wake=wake)
+        if self.planner.adapters_of.get(model) and isinstance(worker, UpstreamWorker):
+            worker.gate = self._gate(rid)
         self._add_worker(rid, worker, model, served)
         if preload:
             core.set_available(rid, True)
@@ -264,21 +331,28 @@ class Fleet:
     # ------------------------------------------------------------ failures
     def _failed(self, rid: str, model: str, reason: str) -> None:
         rt = self.rt
+        rt.metrics.load_failures.labels(model).inc()
+        replica = self.planner.replicas.get(rid)
+        if replica is not None and not replica.worker.running:
+            self.core.unloaded(rid, rt.now())
+        backoff = self._back_off(model, f"{rid} could not be started", reason)
+        self._preload_again(model, backoff)
+        rt.kick()
+
+    def _back_off(self, model: str, what: str, reason: str) -> float:
+        """``model`` failed to load (``what``, ``reason``): its new requests are refused for a
+        back-off (doubling while it keeps failing), its queued ones now; the back-off."""
+        rt = self.rt
         now = rt.now()
         last = self.failing.get(model)
         backoff = BACKOFF_S if last is None else min(last.backoff_s * 2, BACKOFF_MAX_S)
         self.failing[model] = Failing(reason, now + backoff, backoff)
-        rt.metrics.load_failures.labels(model).inc()
-        log.error("%s could not be started (retried after %g s): %s", rid, backoff, reason)
-        replica = self.planner.replicas.get(rid)
-        if replica is not None and not replica.worker.running:
-            self.core.unloaded(rid, now)
+        log.error("%s (retried after %g s): %s", what, backoff, reason)
         err = self.unavailable(model)
         for ticket in list(rt.tickets.values()):
             if ticket.job.model == model and ticket.phase is Phase.QUEUED:
                 rt.withdraw(ticket, err)
-        self._preload_again(model, backoff)
-        rt.kick()
+        return backoff
 
     def _preload_again(self, model: str, after_s: float) -> None:
         """A preloaded model lost its replica: start one again after ``after_s`` (the core
@@ -357,6 +431,9 @@ class Fleet:
         """Worker ``name`` leaves (its replica was evicted, or its engine died and what it
         ran has failed over)."""
         rt = self.rt
+        for key in [k for k in self._adapter_in if k[0] == name]:
+            del self._adapter_in[key]
+        self._adapter_calls.pop(name, None)
         worker = rt.workers.get(name)
         if worker is None:
             return
@@ -371,7 +448,17 @@ class Fleet:
             log.exception("closing worker %s failed", name)
         rt.workers.pop(name, None)
 
+    def adapters(self) -> dict[str, list[str]]:
+        """The LoRA adapters each replica's engine holds (replicas holding none left out)."""
+        return {rid: sorted(held) for rid, held in self.planner.resident.items() if held}
+
     def _runs_on(self, name: str) -> bool:
         """Whether some request runs (or is being stopped) on worker ``name``."""
         busy = (Phase.RUNNING, Phase.STOPPING)
         return any(t.worker == name and t.phase in busy for t in self.rt.tickets.values())
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """(A failed adapter load that no run waited for is not reported as never retrieved.)"""
+    if not task.cancelled():
+        task.exception()

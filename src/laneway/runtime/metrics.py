@@ -178,6 +178,18 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.adapter_loads = Counter(
+            "laneway_adapter_loads_total",
+            "LoRA adapters loaded into a running engine of their base, by outcome (loaded, failed)",
+            ["adapter", "outcome"],
+            registry=r,
+        )
+        self.adapter_unloads = Counter(
+            "laneway_adapter_unloads_total",
+            "LoRA adapters unloaded from an engine to make room for another",
+            ["adapter"],
+            registry=r,
+        )
         # the children of every series, made once: every series shows up from the
         # first scrape, and the request path looks them up in a plain dict
         self.rejected = {reason: self.rejections.labels(reason) for reason in REJECT_REASONS}

@@ -43,7 +43,7 @@ from laneway.core import (
     WaitRange,
     WorkerSpec,
 )
-from laneway.core.decisions import apply
+from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import Job, ResumeMethod
@@ -329,6 +329,8 @@ class Runtime(WorkerEvents):
             if ticket.resume is not ResumeMethod.NONE:
                 ticket.resume = worker.resume_method(job)
             model = self.upstream_model.get(d.worker_id, job.model)
+            if self.fleet is not None and job.model in self.fleet.lora_names:  # (an adapter of its model)
+                model = self.fleet.lora_names[job.model]
             if d.worker_id in self.ranked:  # its engine orders its own queue by laneway's class
                 job = replace(job, model=model, rank=ticket.priority)
             elif model != job.model:
@@ -373,6 +375,18 @@ class Runtime(WorkerEvents):
             log.error("ignoring a decision to evict %s: this server has no fleet", d.model)
             return
         self.fleet.evict(d, now)
+
+    def load_adapter(self, d: LoadAdapter, now: float) -> None:
+        if self.fleet is None:
+            log.error("ignoring a decision to load adapter %s: this server has no fleet", d.adapter)
+            return
+        self.fleet.load_adapter(d)
+
+    def unload_adapter(self, d: UnloadAdapter, now: float) -> None:
+        if self.fleet is None:
+            log.error("ignoring a decision to unload adapter %s: this server has no fleet", d.adapter)
+            return
+        self.fleet.unload_adapter(d)
 
     def withdraw(self, ticket: Ticket, err: Unavailable) -> None:
         """Refuse queued ``ticket`` now with ``err`` (it cannot be served for a while)."""

@@ -37,7 +37,7 @@ from laneway.core import (
     WaitRange,
     WorkerSpec,
 )
-from laneway.core.decisions import Evict, Load, apply
+from laneway.core.decisions import Evict, Load, LoadAdapter, UnloadAdapter, apply
 from laneway.core.errors import LanewayError
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import Inventory
@@ -163,6 +163,9 @@ class Simulation:
         # upstreams with prefix caches: their engines' caches and prefill
         self.engines = Engines(self.workers, self.costs.prefill_tokens_s) if caches else None
         self.timeline: list[tuple[Any, ...]] = []
+        # LoRA adapters loading into replicas: (replica, adapter) -> when it is in (its
+        # requests dispatched before then start then)
+        self._adapter_ready: dict[tuple[str, str], float] = {}
         self.policy = policy
         self.scenario = scenario
         self.seed = seed
@@ -328,14 +331,27 @@ class Simulation:
     def evict(self, decision: Evict, now: float) -> None:
         self.timeline.append(("evict", decision.gpu_ids, now, decision.model))
 
+    def load_adapter(self, decision: LoadAdapter, now: float) -> None:
+        key = (decision.replica_id, decision.adapter)
+        # (loads into one replica's engine run one after another)
+        start = max([now, *(t for (rid, _), t in self._adapter_ready.items() if rid == key[0])])
+        self._adapter_ready[key] = start + decision.load_s
+
+    def unload_adapter(self, decision: UnloadAdapter, now: float) -> None:
+        self._adapter_ready.pop((decision.replica_id, decision.adapter), None)
+
     def dispatch(self, decision: Dispatch, now: float) -> None:
         out = self._outcomes[decision.request_id]
         req = out.req
         costs = self.costs
         overhead = 0.0
+        if self._adapter_ready:  # its adapter is still loading there: it starts once it is in
+            ready = self._adapter_ready.get((decision.worker_id, req.model))  # type: ignore[arg-type]
+            if ready is not None and ready > now:
+                overhead = ready - now
         if decision.resume is not None:
             held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
-            overhead = (
+            overhead += (
                 costs.restore_s(held) if decision.resume is StopMode.CHECKPOINT else costs.recompute_s(held)
             )
         elif self.engines is not None and math.isnan(out.ttft_s):  # its first run: prefill
