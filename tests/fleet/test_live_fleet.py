@@ -179,7 +179,9 @@ def test_metrics_and_the_dashboard_show_each_gpu(tmp_path: Path) -> None:
             ("a0", 10.0, 24.0),
             ("a1", 0.0, 24.0),
         ]
-        assert snap["gpus"][0]["replicas"] == [{"id": rid, "model": "small", "state": "ready"}]
+        assert snap["gpus"][0]["replicas"] == [
+            {"id": rid, "model": "small", "state": "ready", "adapters": []}
+        ]
         assert len(snap["load_s"]["small"]) == 1
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

@@ -87,3 +87,51 @@ def test_laneway_starts_switches_and_stops_a_real_vllm(vllm_paths: tuple[Path, P
     assert "Traceback" not in log, log
     print(f"vLLM started twice through the fleet in {total:.1f} s in all", file=sys.stderr)
     assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_lora_adapters_are_loaded_into_a_real_vllm_and_swapped_when_it_is_full(
+    vllm_paths: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from lora_util import make_adapter
+
+    venv, model = vllm_paths
+    sql = make_adapter(model, tmp_path / "sql", seed=1)
+    poem = make_adapter(model, tmp_path / "poem", seed=2)
+    vllm = (
+        "[fleet.models.tiny]\nvram_gb = 10\nslots = 4\nload_s = 30\nmax_adapters = 1\n"
+        f"path = '{model}'\n"
+        f"command = '{venv}/bin/vllm serve {{path}} --host {{host}} --port {{port}} --dtype float32 "
+        "--max-model-len 2048 --max-num-seqs 4 --enforce-eager --served-model-name {model} "
+        "--enable-lora --max-loras 1 --max-lora-rank 8'\n"
+        "env = { VLLM_CPU_KVCACHE_SPACE = '1', HF_HUB_OFFLINE = '1', VLLM_NO_USAGE_STATS = '1', "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True' }\n"
+        "ready_timeout_s = 300\nstop_grace_s = 20\n"
+        f"[fleet.models.sql]\nadapter_of = 'tiny'\npath = '{sql}'\n"
+        f"[fleet.models.poem]\nadapter_of = 'tiny'\npath = '{poem}'\n"
+    )
+    gpus = '[fleet.nodes.n]\ngpus = [ { id = "g0", vram_gb = 24 } ]\n'
+    cfg = fleet_toml(tmp_path, vllm, gpus=gpus, preload='"tiny"')
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        ((rid, rep),) = replicas(server.url).items()
+        texts = {}
+        # (asked for, then the adapters the engine holds: sql stays while only the base runs;
+        # poem takes the one adapter room once sql runs nothing)
+        for name, held in (("tiny", []), ("sql", ["sql"]), ("tiny", ["sql"]), ("poem", ["poem"])):
+            got = complete(server.url, name, max_tokens=8, temperature=0)
+            assert got.status_code == 200, got.text
+            assert got.json()["model"] == name and got.json()["laneway"]["worker"] == rid
+            texts.setdefault(name, got.json()["choices"][0]["text"])
+            served = httpx.get(str(rep["url"]) + "/models", timeout=10).json()["data"]
+            assert sorted(m["id"] for m in served if m.get("parent") == "tiny") == held, (name, served)
+        # each adapter changes the answer, and laneway's is the engine's own for that adapter
+        assert len(set(texts.values())) == 3, texts
+        direct = httpx.post(
+            str(rep["url"]) + "/completions",
+            json={"model": "poem", "prompt": "hello fleet", "max_tokens": 8, "temperature": 0},
+            timeout=60,
+        ).json()
+        assert direct["choices"][0]["text"] == texts["poem"]
+        metrics = httpx.get(server.url + "/metrics", timeout=5).text
+        assert 'laneway_adapter_unloads_total{adapter="sql"} 1.0' in metrics
+        log = server.text()
+    assert "Traceback" not in log, log

@@ -125,7 +125,9 @@ function render(snap) {
                     g.vram_used_gb + " / " + g.vram_total_gb + " GB", bar(g.vram_used_gb, g.vram_total_gb)];
       if (!g.replicas.length) gpuRows.push([...head, "", "", "", ""]);
       g.replicas.forEach((r, i) => gpuRows.push([...(i ? ["", "", "", ""] : head),
-                                                  r.id, r.model, r.state, took(r.model)]));
+                                                  r.id, r.model + (r.adapters && r.adapters.length ?
+                                                  " + " + r.adapters.join(", ") : ""),
+                                                  r.state, took(r.model)]));
     }
     fill("gpus", gpuRows);
   }

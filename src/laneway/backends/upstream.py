@@ -113,6 +113,7 @@ class UpstreamWorker:
         # awaited before each call with the model it names (a fleet: until the LoRA adapter
         # it names is loaded into this engine; what it raises ends the run)
         self.gate: Callable[[str], Awaitable[None]] | None = None
+        self.adapters: frozenset[str] = frozenset()  # LoRA adapters a job may name as its model
         self.base = url.rstrip("/")
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
@@ -274,8 +275,9 @@ class UpstreamWorker:
         body: dict[str, Any] = {**self.options, **(job.body or {})}
         kind = job.kind
         run.continued = run.runs > 0 and (run.tokens > 0 or run.out_ids is not None)
+        model = job.model if job.model in self.adapters else self.model
         if kind == EMBEDDING:
-            body["model"] = self.model
+            body["model"] = model
             return PATHS[kind], body
         via = kind
         run.by = ""
@@ -286,7 +288,7 @@ class UpstreamWorker:
             else:
                 body = by_text(body, kind, run.text, run.tokens)
                 run.by = "text"
-        body["model"] = self.model
+        body["model"] = model
         body["stream"] = True
         if self.forward_priority:  # (vLLM: lower runs first; laneway's P0 is 0)
             body["priority"] = job.rank

@@ -317,7 +317,9 @@ class Fleet:
             return False
         core = self.core
         core.load_took(model, took_s, wake=wake)
-        if self.planner.adapters_of.get(model) and isinstance(worker, UpstreamWorker):
+        adapters = self.planner.adapters_of.get(model)
+        if adapters and isinstance(worker, UpstreamWorker):  # (its requests may name its adapters)
+            worker.adapters = frozenset(self.lora_names[a] for a in adapters)
             worker.gate = self._gate(rid)
         self._add_worker(rid, worker, model, served)
         if preload:
@@ -447,10 +449,6 @@ class Fleet:
         except Exception:
             log.exception("closing worker %s failed", name)
         rt.workers.pop(name, None)
-
-    def adapters(self) -> dict[str, list[str]]:
-        """The LoRA adapters each replica's engine holds (replicas holding none left out)."""
-        return {rid: sorted(held) for rid, held in self.planner.resident.items() if held}
 
     def _runs_on(self, name: str) -> bool:
         """Whether some request runs (or is being stopped) on worker ``name``."""

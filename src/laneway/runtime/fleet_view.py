@@ -31,6 +31,7 @@ def replicas(fleet: Fleet) -> dict[str, dict[str, object]]:
             "state": state(fleet, rid),
             "pid": None if engine is None else engine.pid,
             "url": None if engine is None else engine.url,
+            "adapters": sorted(planner.resident.get(rid, ())),  # (LoRA adapters loaded into it)
         }
     return out
 
@@ -43,8 +44,9 @@ def _on(fleet: Fleet, gid: str) -> list[tuple[str, str]]:
 
 
 def gpus(fleet: Fleet) -> list[dict[str, object]]:
-    """Per GPU: its VRAM used of total, and the replicas on it."""
+    """Per GPU: its VRAM used of total, and the replicas on it (with the adapters they hold)."""
     planner = fleet.planner
+    held = planner.resident
     return [
         {
             "id": g.id,
@@ -52,7 +54,10 @@ def gpus(fleet: Fleet) -> list[dict[str, object]]:
             "vram_used_gb": round(planner.used[g.id], 3),
             "vram_total_gb": g.vram_gb,
             "reserved_for": sorted(g.reserved_for) if g.reserved_for is not None else None,
-            "replicas": [{"id": rid, "model": m, "state": state(fleet, rid)} for rid, m in _on(fleet, g.id)],
+            "replicas": [
+                {"id": rid, "model": m, "state": state(fleet, rid), "adapters": sorted(held.get(rid, ()))}
+                for rid, m in _on(fleet, g.id)
+            ],
         }
         for g in planner.inv.gpus
     ]
