@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from laneway.backends.base import EngineState
-from laneway.backends.capabilities import STATE_GAUGES, state_in
+from laneway.backends.capabilities import STATE_GAUGES, sglang_kv_tokens_in, state_in
 from laneway.config import load_config
 from laneway.core import ConfigError
 from laneway.runtime.engine_watch import HitCount
@@ -61,6 +61,18 @@ def test_an_engines_state_has_its_load_and_its_prefix_cache_counters() -> None:
     assert state_in(VLLM_METRICS, "m", STATE_GAUGES["vllm"]) == EngineState(3, 1, 0.25, 1200.0, 800.0)
     sglang = "sglang:num_running_reqs 2\nsglang:num_queue_reqs 0\n"
     assert state_in(sglang, "m", STATE_GAUGES["sglang"]) == EngineState(2, 0)  # (no counters said)
+    # SGLang's prefix counters: every prompt token, and those found cached (by where)
+    sglang = (
+        'sglang:num_running_reqs{model_name="m"} 1.0\nsglang:num_queue_reqs{model_name="m"} 4.0\n'
+        'sglang:token_usage{model_name="m"} 0.5\n'
+        'sglang:prompt_tokens_total{model_name="m",is_streaming="true"} 900.0\n'
+        'sglang:prompt_tokens_total{model_name="m",is_streaming="false"} 100.0\n'
+        'sglang:cached_tokens_total{model_name="m",cache_source="device"} 600.0\n'
+        'sglang:cached_tokens_total{model_name="m",cache_source="host"} 50.0\n'
+        'sglang:max_total_num_tokens{model_name="m"} 262144.0\n'
+    )
+    assert state_in(sglang, "m", STATE_GAUGES["sglang"]) == EngineState(1, 4, 0.5, 1000.0, 650.0)
+    assert sglang_kv_tokens_in(sglang) == 262144 and sglang_kv_tokens_in("sglang:x 1\n") is None
     assert state_in("# nothing\n", "m", STATE_GAUGES["vllm"]) is None
 
 

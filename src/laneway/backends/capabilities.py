@@ -70,7 +70,20 @@ async def metrics_of(pool: Pool) -> tuple[str | None, int | None]:
         return None, None
     text = got.body.decode("utf-8", "replace") if got.status == 200 else ""
     kind = "vllm" if "vllm:" in text else "sglang" if "sglang:" in text else ""
-    return kind, kv_tokens_in(text) if kind == "vllm" else None
+    return kind, kv_tokens_in(text) if kind == "vllm" else sglang_kv_tokens_in(text) if kind else None
+
+
+_SGLANG_KV = re.compile(r"^sglang:max_total_num_tokens(?:\{[^}]*\})? (\S+)$", re.M)
+
+
+def sglang_kv_tokens_in(text: str) -> int | None:
+    """The KV space in tokens that SGLang's ``sglang:max_total_num_tokens`` gives."""
+    m = _SGLANG_KV.search(text)
+    try:
+        size = int(float(m.group(1))) if m is not None else 0
+    except ValueError:
+        return None
+    return size if size > 0 else None
 
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
@@ -104,7 +117,14 @@ STATE_GAUGES: dict[str, tuple[str | None, ...]] = {
         "vllm:prefix_cache_queries_total",
         "vllm:prefix_cache_hits_total",
     ),
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", None, None),
+    # (SGLang: every prompt token counted, and those its radix cache held, by where it held them)
+    "sglang": (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:prompt_tokens_total",
+        "sglang:cached_tokens_total",
+    ),
 }
 
 
