@@ -132,3 +132,27 @@ def test_an_adapter_and_its_base_are_unplaceable_together_with_a_clear_reason() 
     rej = sched.submit(greq("q1", 2, 0.0, "big-sql"), 0.0)
     assert rej is not None and rej.reason == "unplaceable"
     assert "adapter 'big-sql' of 'big'" in rej.message and "90 GB" in rej.message
+
+
+def test_an_urgent_adapter_request_preempts_only_the_adapter_in_its_way() -> None:
+    sched = gpu_sched(_fleet(max_adapters=1))
+    d = GpuDriver(sched)
+    (rid,) = d.placement.replicas
+    d.submit(greq("q1", 3, 0.0, "sql"))  # batch work: sql holds the one adapter room
+    d.submit(greq("b1", 3, 0.0, "base"))  # and the base's own, beside it
+    d.step()
+    d.submit(greq("p1", 0, 1.0, "poem"))  # P0 for another adapter: a slot is free, the room is not
+    d.now = 1.0
+    out = d.step()
+    # stopping b1 would free a slot p1 has already: only the sql request is preempted
+    assert [(type(x).__name__, x.request_id) for x in out] == [("Preempt", "q1")]
+    d.now = 1.5
+    d.ack("q1")
+    assert _kinds(d.step()) == [
+        ("UnloadAdapter", rid, "sql"),
+        ("LoadAdapter", rid, "poem"),
+        ("Dispatch", "p1", rid),
+    ]
+    assert d.running.get("b1") == rid  # (never stopped)
+    d.drain()
+    assert set(d.ended) == {"q1", "b1", "p1"}

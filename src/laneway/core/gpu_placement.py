@@ -57,6 +57,7 @@ from laneway.core.replicas import (
     LeastLoaded,
     NotDraining,
     Replica,
+    adapter_room,
     adapters_running,
     classes_of,
 )
@@ -143,6 +144,27 @@ class GpuPlacement:
             self.adapter_loads += 1
             self.pending.append(LoadAdapter(r.id, adapter.name, adapter.load_s))
         held[adapter.name] = now
+
+    def helps(self, model: str | None) -> Callable[[Request, str], bool] | None:
+        """For a waiting request of ``model``: whether stopping a running request on a worker
+        would let it start there — ``None`` (any would: the slot is what it waits for) but for
+        an adapter, which may wait for room in its base's engine instead: then only a request
+        of an adapter held there helps (stopping a base request frees a slot it has)."""
+        spec = self.inv.models.get(model)  # type: ignore[arg-type]
+        if spec is None or spec.adapter_of is None:
+            return None
+        resident = self.resident
+
+        def helps(victim: Request, worker_id: str) -> bool:
+            r = self.replicas.get(worker_id)
+            if r is None:
+                return False
+            held = resident.get(worker_id)
+            if adapter_room(r, held, model):
+                return r.worker.free == 0  # (only a slot is wanted)
+            return held is not None and victim.model in held
+
+        return helps
 
     def adapter_gone(self, replica_id: str, adapter: str) -> None:
         """``adapter`` is not in replica ``replica_id``'s engine after all (its load failed)."""

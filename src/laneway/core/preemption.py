@@ -154,6 +154,7 @@ class Preemptor:
             cfg.max_preempt_loss,
             cfg.max_preemptions,
             cls,
+            self.planner.helps(model) if self.planner is not None else None,
         )
 
     def stop(self, victim: Request, mode: StopMode, for_class: int, now: float, out: list[Decision]) -> None:

@@ -112,6 +112,15 @@ def adapters_running(r: Replica) -> set[str]:
     return {m for m in (x.model for x in r.worker.running.values()) if m is not None and m != base}
 
 
+def adapter_room(r: Replica, held: dict[str, float] | None, adapter: str | None) -> bool:
+    """Whether replica ``r`` (holding ``held``) holds ``adapter`` or has room for it: fewer
+    adapters than its ``max_adapters``, or one that runs nothing (it would be unloaded)."""
+    if held is None or adapter in held or len(held) < r.model.max_adapters:
+        return True
+    busy = {x.model for x in r.worker.running.values()}
+    return any(a not in busy for a in held)
+
+
 class AdapterRoom:
     """(A request for a LoRA adapter.) The replica holds the adapter, or has room for it:
     fewer adapters than ``max_adapters``, or one that runs nothing (it would be unloaded)."""
@@ -121,11 +130,7 @@ class AdapterRoom:
         self.resident = resident
 
     def fits(self, req: Request, w: WorkerState, now: float) -> bool:
-        held = self.resident.get(w.id)
-        if held is None or req.model in held or len(held) < self.replicas[w.id].model.max_adapters:
-            return True
-        busy = {x.model for x in w.running.values()}
-        return any(a not in busy for a in held)
+        return adapter_room(self.replicas[w.id], self.resident.get(w.id), req.model)
 
     def ever(self, req: Request, w: WorkerState) -> bool:
         return True

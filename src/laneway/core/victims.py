@@ -8,7 +8,7 @@ recompute. Nothing here looks at queues.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from laneway.core.costs import CostModel
@@ -150,6 +150,7 @@ def gather_candidates(
     max_loss: float | None,
     max_count: int | None,
     for_class: int | None = None,
+    helps: Callable[[Request, str], bool] | None = None,
 ) -> list[Candidate]:
     """Running requests of the ``victims`` classes that may be preempted.
 
@@ -186,6 +187,8 @@ def gather_candidates(
                     for_class is not None and not spec.admits(for_class)
                 ):
                     continue  # its slot could not serve the waiting request
+                if helps is not None and not helps(r, spec.id):
+                    continue  # stopping it would not let the waiting request start (GPU fleets)
                 seen.add(r.id)
                 taken += 1
                 checkpoint_s, recompute_s = costs.round_trips(
