@@ -32,14 +32,16 @@ class ServeProcess:
     run's first line, ``url`` its base URL.
     """
 
-    def __init__(self, args: list[str], log: Path, *, ready: bool = True) -> None:
+    def __init__(
+        self, args: list[str], log: Path, *, ready: bool = True, python: str = sys.executable
+    ) -> None:
         self.args = list(args)
         self.ready = ready
         self.log = log
         self.start = log.stat().st_size if log.exists() else 0  # this run's lines come after
         self.out = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "laneway.cli", "serve", "--port", "0", *args],
+            [python, "-m", "laneway.cli", "serve", "--port", "0", *args],
             stdout=subprocess.DEVNULL,
             stderr=self.out,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -110,8 +112,11 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def serve_process(*args: str, log: Path, ready: bool = True) -> Iterator[ServeProcess]:
-    server = ServeProcess(list(args), log, ready=ready)
+def serve_process(
+    *args: str, log: Path, ready: bool = True, python: str = sys.executable
+) -> Iterator[ServeProcess]:
+    """``laneway serve`` (run by ``python``: another virtual environment's) while in the block."""
+    server = ServeProcess(list(args), log, ready=ready, python=python)
     try:
         yield server
     finally:
@@ -129,12 +134,14 @@ class StandInProcess:
     """``python -m laneway.standin --port PORT ARGS...`` (the stand-in engine), ready once
     ``/v1/models`` answers; its output in ``log``."""
 
-    def __init__(self, log: Path, args: tuple[str, ...] = (), port: int | None = None) -> None:
+    def __init__(
+        self, log: Path, args: tuple[str, ...] = (), port: int | None = None, python: str = sys.executable
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.out = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "laneway.standin", "--port", str(self.port), *args],
+            [python, "-m", "laneway.standin", "--port", str(self.port), *args],
             stdout=self.out,
             stderr=subprocess.STDOUT,
         )
@@ -160,8 +167,8 @@ class StandInProcess:
 
 
 @contextlib.contextmanager
-def standin_process(log: Path, *args: str) -> Iterator[StandInProcess]:
-    engine = StandInProcess(log, tuple(args))
+def standin_process(log: Path, *args: str, python: str = sys.executable) -> Iterator[StandInProcess]:
+    engine = StandInProcess(log, tuple(args), python=python)
     try:
         yield engine
     finally:

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from laneway.backends.http import Connect
 
 
+ENGINE_MODULES = ("torch", "transformers", "safetensors", "tokenizers", "huggingface_hub")
+
+
 async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
     if cfg.type == "simulated":
         return SimulatedWorker(
@@ -27,7 +30,15 @@ async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
             first_token_s=cfg.first_token_s,
         )
     if cfg.type == "local":
-        from laneway.backends.local import LocalWorker  # imports torch: only when asked
+        try:
+            from laneway.backends.local import LocalWorker  # imports torch: only when asked
+        except ModuleNotFoundError as exc:
+            if exc.name not in ENGINE_MODULES:
+                raise
+            raise ConfigError(
+                f"workers.{cfg.name}: the built-in engine needs {exc.name}, which is not installed: "
+                "pip install 'laneway[engine]' (a gateway in front of upstream engines needs neither)"
+            ) from None
 
         return await LocalWorker.create(
             cfg.name, cfg.model, cfg.slots, device=cfg.device, data_dir=data_dir / cfg.name
