@@ -44,6 +44,22 @@ def _a_working_dir_of_its_own(
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs ``laneway serve`` in this process (``cli.main``) configures logging
+    as the server does (a handler on the stderr of that moment, at INFO): undone after it,
+    so that later tests' output holds only their own lines."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):  # (pytest's own capture handlers come and go by themselves)
+        if h not in handlers and type(h).__module__ != "_pytest.logging":
+            root.removeHandler(h)
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``redis-server`` on 127.0.0.1 for the session (``.ci/run`` installs it); each

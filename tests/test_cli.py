@@ -219,6 +219,11 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
         (["simulate"], "--scenario"),
         (["simulate", "--scenario", "mixed", "--trace", "x.jsonl"], "not allowed"),
         (["frobnicate"], "frobnicate"),
+        # a misspelt option is named (not "--scenario is required"), with the closest one
+        (["simulate", "--scenaro", "mixed"], "unknown option --scenaro (did you mean --scenario?)"),
+        (["batch", "submit", "x.jsonl", "--wiat"], "unknown option --wiat (did you mean --wait?)"),
+        (["serve", "--prot", "1"], "unknown option --prot (did you mean --port?)"),
+        (["simulate", "--zzz", "--scenario", "mixed"], "unknown option --zzz"),
     ],
 )
 def test_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], words: str) -> None:

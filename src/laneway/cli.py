@@ -15,6 +15,7 @@ file, bad numbers) print one line, ``laneway: error: ...``, and exit with 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -308,11 +309,38 @@ def _fail(message: str) -> int:
     return USAGE_ERROR
 
 
+def unknown_option(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first ``--option`` in ``argv`` that the (sub)command it follows does not have, as
+    an error naming it (and the closest it has); ``None``: none. (argparse would first say
+    that a required option is missing, when the unknown one is a misspelling of it.)"""
+    p = parser
+    for token in argv:
+        if token == "--":
+            return None
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            p = subs[0].choices[token]
+            continue
+        if not token.startswith("--") or token == "--":
+            continue
+        name = token.split("=", 1)[0]
+        known = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+        if name in known or (p.allow_abbrev and any(o.startswith(name) for o in known)):
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        return f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else "")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):  # bare `laneway`: what it can do
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # bare `laneway`: what it can do
         parser.print_help()
         return USAGE_ERROR
+    bad = unknown_option(parser, argv)
+    if bad is not None:
+        return _fail(bad)
     try:
         args = parser.parse_args(argv)
         run: Any = args.run
