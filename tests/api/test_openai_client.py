@@ -40,6 +40,21 @@ def test_completion_and_priority_sources(sim_server: LiveServer) -> None:
         model="sim", messages=[{"role": "user", "content": "x"}], max_tokens=1, service_tier="flex"
     )
     assert r.model_extra["laneway"]["priority"] == "P2"
+    assert r.service_tier == "flex"  # (said back, as OpenAI does: the tier it ran in)
+    r = c.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": "x"}], max_tokens=1, service_tier="auto"
+    )
+    assert r.service_tier == "default"
+    stream = c.chat.completions.create(
+        model="sim",
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=2,
+        service_tier="flex",
+        stream=True,
+    )
+    assert {chunk.service_tier for chunk in stream} == {"flex"}
+    plain = c.chat.completions.create(model="sim", messages=[{"role": "user", "content": "x"}], max_tokens=1)
+    assert plain.service_tier is None  # (none asked for)
     r = c.chat.completions.create(
         model="sim",
         messages=[{"role": "user", "content": "x"}],

@@ -165,3 +165,31 @@ def test_list_and_cancel(cli: LiveServer, tmp_path: Path, capsys: pytest.Capture
     assert json.loads(out)["status"] in ("cancelling", "cancelled")
     assert "404" in one_line(capsys, ["batch", "cancel", "batch_nope"])
     assert "--limit" in one_line(capsys, ["batch", "list", "--limit", "0"])
+
+
+def test_a_missing_or_refused_api_key_names_where_a_key_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from laneway.config import hash_key, parse_config
+    from live_server import live_server
+
+    cfg = parse_config(
+        {
+            "server": {"data_dir": str(tmp_path / "data")},
+            "workers": [{"name": "sim0", "type": "simulated", "model": "sim", "slots": 1}],
+            "tenants": {"team": {"key_sha256": [hash_key("right-key")]}},
+        }
+    )
+    for name in ("LANEWAY_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with live_server(cfg) as server:
+        monkeypatch.setenv("LANEWAY_BASE_URL", server.base_url)
+        line = one_line(capsys, ["batch", "list"])
+        assert (
+            line == "laneway: error: the server wants an API key: give --api-key KEY, or set LANEWAY_API_KEY"
+        )
+        line = one_line(capsys, ["batch", "list", "--api-key", "wrong-key"])
+        assert line.startswith("laneway: error: the server refused the API key (--api-key): "), line
+        monkeypatch.setenv("LANEWAY_API_KEY", "right-key")
+        code, out, err = run(capsys, ["batch", "list"])
+        assert code == 0, err

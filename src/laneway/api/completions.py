@@ -69,7 +69,7 @@ async def _complete(request: Request, kind: str) -> Response:
         deltas=parsed.stream,  # a whole answer needs only the Done, which holds all of it
         size=size,
     )
-    shape = Shape(kind, job.id, job.model, int(time.time()))
+    shape = Shape(kind, job.id, job.model, int(time.time()), body.get("service_tier"))
     watch = DisconnectWatch(request.receive, lambda: runtime.cancel(ticket))
     try:
         try:

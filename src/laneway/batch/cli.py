@@ -118,6 +118,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
     try:
         return commands[args.batch_command](client, args)
     except openai.APIStatusError as exc:
+        if exc.status_code == 401 and client.api_key == "none":  # (none was given)
+            raise BatchCliError(
+                "the server wants an API key: give --api-key KEY, or set LANEWAY_API_KEY"
+            ) from None
+        if exc.status_code == 401:
+            where = "--api-key" if args.api_key else "LANEWAY_API_KEY / OPENAI_API_KEY"
+            raise BatchCliError(f"the server refused the API key ({where}): {_message(exc)}") from None
         raise BatchCliError(f"the server answered {exc.status_code}: {_message(exc)}") from None
     except openai.APIConnectionError:
         raise BatchCliError(f"cannot reach the server at {client.base_url}") from None

@@ -348,7 +348,8 @@ class BatchRunner:
         kind = ENDPOINTS[b.endpoint]
         rid = ""
         try:
-            parsed = parse_request(json.loads(line.body), kind, self.rt.config, self.rt.support)
+            asked = json.loads(line.body)
+            parsed = parse_request(asked, kind, self.rt.config, self.rt.support)
             rid = parsed.job.id
             ticket = self.rt.submit(
                 parsed.job,
@@ -377,7 +378,8 @@ class BatchRunner:
             else:
                 await self._write(line, False, results.refused(cid, rid, exc))
             return
-        shape = Shape(kind, rid, parsed.job.model, int(self.clock()))
+        tier = asked.get("service_tier") if isinstance(asked, dict) else None
+        shape = Shape(kind, rid, parsed.job.model, int(self.clock()), tier)
         body = shape.final(done, extension(ticket))
         tokens = (done.usage.prompt_tokens, done.usage.completion_tokens)
         await self._write(line, True, results.answered(cid, rid, 200, body), tokens)

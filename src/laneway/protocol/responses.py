@@ -62,16 +62,24 @@ def chat_logprobs(items: tuple[TokenLogprob, ...]) -> dict[str, Any]:
 class Shape:
     """Builds the objects of one response (``kind``: chat, completion or embedding)."""
 
-    def __init__(self, kind: str, rid: str, model: str, created: int) -> None:
+    def __init__(self, kind: str, rid: str, model: str, created: int, service_tier: object = None) -> None:
         self.kind = kind
         self.chat = kind == CHAT
         self.id = rid
         self.model = model
         self.created = created
+        # the service_tier the client asked for, as OpenAI says it back ("auto": "default");
+        # None: none asked for, none said
+        self.tier = (
+            ("default" if service_tier == "auto" else service_tier) if isinstance(service_tier, str) else None
+        )
         self._offsets: dict[int, int] = {}  # completions logprobs: text offset per choice
 
     def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+        head = {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+        if self.tier is not None:
+            head["service_tier"] = self.tier
+        return head
 
     def own(self, obj: dict[str, Any]) -> dict[str, Any]:
         """An upstream's object with laneway's id, model name and creation time
@@ -80,6 +88,8 @@ class Shape:
         if obj.get("object") != "list":
             obj["id"] = self.id
             obj["created"] = self.created
+            if self.tier is not None:
+                obj["service_tier"] = self.tier
         return obj
 
     # ------------------------------------------------------------ logprobs
