@@ -191,5 +191,5 @@ def test_a_missing_or_refused_api_key_names_where_a_key_is_given(
         line = one_line(capsys, ["batch", "list", "--api-key", "wrong-key"])
         assert line.startswith("laneway: error: the server refused the API key (--api-key): "), line
         monkeypatch.setenv("LANEWAY_API_KEY", "right-key")
-        code, out, err = run(capsys, ["batch", "list"])
+        code, _, err = run(capsys, ["batch", "list"])
         assert code == 0, err
