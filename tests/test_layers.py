@@ -56,7 +56,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         "cli": ("__version__", "batch", "cluster", "config", "core", "serve", "sim"),
         "entry": ("cli",),
         # shipped for tests and benchmarks: real processes on loopback
-        "standin": (),
+        "standin_adapters": (),
+        "standin": ("standin_adapters",),
         "testing": (),
         "fault_harness": ("testing",),
     }.items()

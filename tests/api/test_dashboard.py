@@ -123,6 +123,34 @@ def test_the_page_shows_live_numbers_in_a_browser(server: LiveServer, tmp_path: 
     print(f"dashboard screenshot: {shot}")
 
 
+def test_the_page_comes_with_its_figures_and_the_last_minutes_before_any_event(server: LiveServer) -> None:
+    from playwright.sync_api import sync_playwright
+
+    headers = {"Authorization": f"Bearer {KEY}"}
+    for i in range(3):  # (done since the server started: the last 5 minutes count them)
+        body = {"model": "sim", "prompt": f"y{i}", "max_tokens": 2, "priority": "P1"}
+        assert httpx.post(server.base_url + "/completions", json=body, headers=headers, timeout=60).is_success
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.route("**/dashboard/events*", lambda route: route.abort())  # no event ever comes
+            page.goto(server.url + "/dashboard", wait_until="load")
+            got = page.evaluate(
+                """() => ({
+                  classes: [...document.querySelectorAll('#classes tbody tr')].map(
+                    r => r.cells[0].textContent),
+                  recent: [...document.querySelectorAll('#recent tbody tr')].map(
+                    r => [...r.cells].map(c => c.textContent)),
+                })"""
+            )
+        finally:
+            browser.close()
+    assert got["classes"] == ["P0", "P1", "P2", "P3"], got
+    recent = {row[0]: int(row[1]) for row in got["recent"]}
+    assert recent["P1"] >= 3, got  # (from the server's own history, not from 0 at page open)
+
+
 def test_the_stream_has_the_figures(server: LiveServer) -> None:
     with httpx.stream("GET", server.url + "/dashboard/events", timeout=10) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")

@@ -8,6 +8,7 @@ closes at shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 
@@ -18,6 +19,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from laneway.api import batches, completions, dashboard, files, health, models, queue
+from laneway.api.dashboard import History
 from laneway.api.errors import on_http_error, on_request_error, on_store_unavailable
 from laneway.api.guard import Guard
 from laneway.backends.base import Worker
@@ -64,9 +66,12 @@ def create_app(
         app.state.node = server.node
         app.state.store = server.store
         app.state.batches = server.batches
+        app.state.history = history = History()  # (the dashboard's last minutes)
+        keeping = asyncio.get_running_loop().create_task(history.keep(server.runtime))
         try:
             yield
         finally:
+            keeping.cancel()
             await server.close()
 
     app = Starlette(

@@ -22,6 +22,7 @@ import asyncio
 import json
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +35,8 @@ from laneway.errors import NotFound, Unauthorized
 from laneway.runtime import Phase, Runtime, fleet_view
 
 EVERY_S = 1.0  # a snapshot a second
+HISTORY_S = 300.0  # the counters the server keeps for a page that opens (its "last 5 minutes")
+HISTORY_EVERY_S = 10.0
 STREAM_LIMIT_S = 3600.0  # a page reconnects after this (EventSource does it by itself)
 
 
@@ -86,11 +89,7 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
                     "preemptions": t.preemptions,
                 }
             )
-    reg = runtime.metrics.registry
-
-    def count(name: str, labels: dict[str, str]) -> int:
-        return int(reg.get_sample_value(name, labels) or 0)
-
+    counts = counters(runtime)
     classes = [
         {
             "name": n,
@@ -98,10 +97,9 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
             "running": running[n],
             "oldest_wait_s": round(oldest[n], 1),
             "estimate_s": _seconds(runtime.estimate_wait(i, None)),
-            "completed": count("laneway_requests_total", {"class": n, "outcome": "completed"}),
-            "preemptions": count("laneway_preemptions_total", {"class": n}),
+            **counted,
         }
-        for i, n in enumerate(names)
+        for i, (n, counted) in enumerate(zip(names, counts["classes"], strict=True))
     ]
     workers = []
     expected = runtime.sched.snapshot().prefix_hits
@@ -123,21 +121,14 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
                 "running": on_worker.get(name, []),
             }
         )
-    rejections = {
-        s.labels["reason"]: int(s.value)
-        for metric in reg.collect()
-        if metric.name == "laneway_rejections"
-        for s in metric.samples
-        if s.name == "laneway_rejections_total" and s.value
-    }
     for tenant, (done, prompt, completion) in runtime.usage.items():
         row = tenants.setdefault(tenant, {"queued": 0, "running": 0})
         row.update(completed=done, prompt_tokens=prompt, completion_tokens=completion)
     return {
-        "time": time.time(),
+        "time": counts["time"],
         "classes": classes,
         "workers": workers,
-        "rejections": rejections,
+        "rejections": counts["rejections"],
         "tenants": [{"name": k or "(none)", **v} for k, v in sorted(tenants.items())],
         # a fleet's GPUs: VRAM used of total, the replicas on each and their engines' state,
         # and how long each model's engine took to be ready (its last launches)
@@ -146,11 +137,61 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
     }
 
 
+def counters(runtime: Runtime) -> dict[str, Any]:
+    """The counters the "last 5 minutes" table subtracts: per class completed and
+    preempted, rejections by reason; with the time they were read."""
+    reg = runtime.metrics.registry
+
+    def count(name: str, labels: dict[str, str]) -> int:
+        return int(reg.get_sample_value(name, labels) or 0)
+
+    rejections = {
+        s.labels["reason"]: int(s.value)
+        for metric in reg.collect()
+        if metric.name == "laneway_rejections"
+        for s in metric.samples
+        if s.name == "laneway_rejections_total" and s.value
+    }
+    return {
+        "time": time.time(),
+        "classes": [
+            {
+                "name": n,
+                "completed": count("laneway_requests_total", {"class": n, "outcome": "completed"}),
+                "preemptions": count("laneway_preemptions_total", {"class": n}),
+            }
+            for n in runtime.classes.names
+        ],
+        "rejections": rejections,
+    }
+
+
+class History:
+    """The counters every ``every_s`` for the last ``window_s``, kept by the server, so that a
+    page opened now shows the last minutes at once (not from 0)."""
+
+    def __init__(self, window_s: float = HISTORY_S, every_s: float = HISTORY_EVERY_S) -> None:
+        self.every_s = every_s
+        self.samples: deque[dict[str, Any]] = deque(maxlen=int(window_s / every_s) + 1)
+
+    async def keep(self, runtime: Runtime) -> None:
+        """Sample until cancelled (the app's lifespan runs it)."""
+        while True:
+            self.samples.append(counters(runtime))
+            await asyncio.sleep(self.every_s)
+
+
 async def page(request: Request) -> Response:
-    if not runtime_of(request).config.dashboard:
+    runtime = runtime_of(request)
+    if not runtime.config.dashboard:
         raise NotFound("the dashboard is off ([server] dashboard = false)")
     check_ops(request)
-    return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+    history: History | None = getattr(request.app.state, "history", None)
+    first = {"past": list(history.samples) if history is not None else [], "now": snapshot(runtime)}
+    # (in a script element: no "</" may end it early)
+    data = json.dumps(first, separators=(",", ":")).replace("<", "\\u003c")
+    html = PAGE.replace("/*FIRST*/null", data, 1)
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
 
 async def events(request: Request) -> Response:

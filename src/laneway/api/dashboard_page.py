@@ -1,6 +1,8 @@
 """The dashboard's page: one HTML document, its style and a small script (no build step).
 
-The script opens ``/dashboard/events`` (with the page's own query, so a ``?key=``
+The page comes with the server's figures of its moment and the counters of the last 5
+minutes (which the server keeps), so it shows them at once; the script then opens
+``/dashboard/events`` (with the page's own query, so a ``?key=``
 goes along), keeps the last few minutes of snapshots and redraws the tables:
 per class, per worker (each running request with its class and progress), what
 happened in the last 5 minutes (completions, preemptions, rejections by reason,
@@ -137,6 +139,9 @@ function render(snap) {
     "live: " + new Date(snap.time * 1000).toLocaleTimeString();
 }
 
+// the server's figures of this moment and of the last minutes, sent with the page
+const FIRST = /*FIRST*/null;
+if (FIRST) { history.push(...FIRST.past); render(FIRST.now); }
 const source = new EventSource("dashboard/events" + location.search);
 source.onmessage = e => render(JSON.parse(e.data));
 source.onerror = () => { document.getElementById("status").textContent = "reconnecting…"; };
