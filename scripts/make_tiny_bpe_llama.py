@@ -89,7 +89,9 @@ def model(tok: PreTrainedTokenizerFast, hidden: int, layers: int) -> LlamaForCau
         for special in (UNK, BOS, START):
             rows[ids[special]].zero_()
         rows[ids[END]].mul_(3.0)
-    m.generation_config = GenerationConfig(bos_token_id=ids[BOS], eos_token_id=[ids[END]], pad_token_id=ids[BOS])
+    m.generation_config = GenerationConfig(
+        bos_token_id=ids[BOS], eos_token_id=[ids[END]], pad_token_id=ids[BOS]
+    )
     return m
 
 

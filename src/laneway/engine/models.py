@@ -1,12 +1,14 @@
 """Model specs and loading.
 
 A spec is ``builtin:tiny`` / ``builtin:small`` (a small Llama made locally from
-a fixed seed with a byte tokenizer: no download) or the path of a local
-Hugging Face model directory, loaded offline.
+a fixed seed with a byte tokenizer: no download), ``builtin:smollm2`` (a real model,
+SmolLM2-135M-Instruct, prepared once into the cache: :mod:`laneway.engine.prepared`) or the
+path of a local Hugging Face model directory, loaded offline.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +16,11 @@ from typing import Any
 
 import torch
 
+from laneway.engine.prepared import PREPARED, PrepareError, prepared
 from laneway.engine.tokenizer import BOS_ID, BYTE_VOCAB, EOS_ID, PAD_ID, ByteTokenizer, HFTokenizer, Tokenizer
 from laneway.errors import ModelLoadError, ModelNotFound
+
+log = logging.getLogger("laneway.engine")
 
 BUILTIN_SEED = 1234
 
@@ -24,6 +29,8 @@ BUILTINS: dict[str, tuple[int, int, int, int, int, int]] = {
     "tiny": (64, 2, 4, 2, 128, 2048),  # ~0.1M parameters: tests
     "small": (768, 8, 12, 4, 2048, 2048),  # ~50M parameters: benchmarks
 }
+
+NAMES = (*BUILTINS, *PREPARED)  # every built-in name
 
 
 @dataclass
@@ -53,12 +60,18 @@ def resolve_device(device: str | None) -> torch.device:
 def load_model(spec: str, device: str | None = None) -> LoadedModel:
     """Load ``spec`` onto ``device``; raise :class:`ModelNotFound` / :class:`ModelLoadError`."""
     dev = resolve_device(device)
+    if spec.removeprefix("builtin:") in PREPARED and spec.startswith("builtin:"):
+        try:
+            directory = prepared(spec.removeprefix("builtin:"), say=log.info)
+        except PrepareError as exc:
+            raise ModelLoadError(f"cannot load model {spec!r}: {exc}") from None
+        return _from_directory(spec, directory, dev)
     if spec.startswith("builtin:"):
         return _builtin(spec, dev)
     path = Path(spec).expanduser()
     if not path.exists():
         raise ModelNotFound(
-            f"unknown model {spec!r}: not a built-in model ({', '.join('builtin:' + n for n in BUILTINS)}) "
+            f"unknown model {spec!r}: not a built-in model ({', '.join('builtin:' + n for n in NAMES)}) "
             "and no such directory"
         )
     return _from_directory(spec, path, dev)
@@ -69,7 +82,7 @@ def _builtin(spec: str, dev: torch.device) -> LoadedModel:
 
     name = spec.removeprefix("builtin:")
     if name not in BUILTINS:
-        raise ModelNotFound(f"unknown built-in model {spec!r}; built-in: {', '.join(BUILTINS)}")
+        raise ModelNotFound(f"unknown built-in model {spec!r}; built-in: {', '.join(NAMES)}")
     hidden, layers, heads, kv_heads, inter, context = BUILTINS[name]
     cfg = LlamaConfig(
         vocab_size=BYTE_VOCAB,
