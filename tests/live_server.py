@@ -41,6 +41,11 @@ class LiveServer:
         return self.app.state.runtime  # type: ignore[attr-defined,no-any-return]
 
 
+def tiny(slots: int = 4, name: str = "w0") -> WorkerConfig:
+    """An in-process worker on ``builtin:tiny`` (fast; the default model is SmolLM2)."""
+    return WorkerConfig(name, model="builtin:tiny", served_name="builtin:tiny", slots=slots)
+
+
 def simulated(slots: int = 2, tokens_per_s: float | None = 200.0, name: str = "sim0") -> WorkerConfig:
     return WorkerConfig(
         name, type="simulated", model="sim", served_name="sim", slots=slots, tokens_per_s=tokens_per_s

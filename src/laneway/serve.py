@@ -39,7 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         metavar="SPEC",
-        help="serve this model on one in-process worker: builtin:tiny (default) or a model directory",
+        help=(
+            "serve this model on one in-process worker: builtin:smollm2 (default; SmolLM2-135M-Instruct,"
+            " prepared once into the cache), builtin:tiny, builtin:small or a model directory"
+        ),
     )
     p.add_argument("--slots", type=int, metavar="N", help="slots of each worker (default 4)")
     p.add_argument("--data-dir", type=Path, metavar="DIR", help="where state is kept (default ./.laneway)")

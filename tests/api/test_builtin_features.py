@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from laneway.config import ServerConfig, WorkerConfig
-from live_server import LiveServer, live_server
+from laneway.config import ServerConfig
+from live_server import LiveServer, live_server, tiny
 
 MODEL = "builtin:tiny"
 HI = [{"role": "user", "content": "Hi"}]
@@ -22,7 +22,7 @@ HI = [{"role": "user", "content": "Hi"}]
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data: Path = tmp_path_factory.mktemp("builtin")
-    cfg = replace(ServerConfig(), workers=(WorkerConfig("w0", slots=2),), data_dir=data)
+    cfg = replace(ServerConfig(), workers=(tiny(2),), data_dir=data)
     with live_server(cfg) as server:
         yield server
 

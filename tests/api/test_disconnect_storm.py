@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from laneway.config import ServerConfig, WorkerConfig
-from live_server import LiveServer, live_server, sim_config
+from laneway.config import ServerConfig
+from live_server import LiveServer, live_server, sim_config, tiny
 
 
 def _stream_then_leave(server: LiveServer, model: str, n: int, reset: bool) -> socket.socket:
@@ -59,7 +59,7 @@ def test_a_hundred_clients_leaving_mid_stream_leak_no_slot(tmp_path: Path, engin
         config = sim_config(tmp_path, slots=4, tokens_per_s=500.0)
         model, waves = "sim", 25
     else:
-        config = replace(ServerConfig(), workers=(WorkerConfig("w0", slots=4),), data_dir=tmp_path)
+        config = replace(ServerConfig(), workers=(tiny(4),), data_dir=tmp_path)
         model, waves = "builtin:tiny", 25
     with live_server(config) as server:
         name = config.workers[0].name

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from laneway.config import ServerConfig, WorkerConfig
-from live_server import LiveServer, live_server
+from laneway.config import ServerConfig
+from live_server import LiveServer, live_server, tiny
 
 TINY = "builtin:tiny"
 HUGE = 10**18
@@ -53,7 +53,7 @@ HOSTILE: dict[str, list[Any]] = {
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     cfg = replace(
         ServerConfig(),
-        workers=(WorkerConfig("w0", slots=4),),
+        workers=(tiny(4),),
         data_dir=tmp_path_factory.mktemp("hostile"),
     )
     with live_server(cfg) as server:

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import openai
 
-from laneway.config import ServerConfig, WorkerConfig
-from live_server import live_server
+from laneway.config import ServerConfig
+from live_server import live_server, tiny
 
 P3_PROMPT = "long"  # greedy on builtin:tiny: hundreds of tokens before it stops
 P3_TOKENS = 100
 
 
 def test_p0_preempts_p3_and_p3_text_is_unchanged(tmp_path: Path) -> None:
-    cfg = replace(ServerConfig(), workers=(WorkerConfig("w0", slots=1),), data_dir=tmp_path)
+    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path)
     with live_server(cfg) as server:
         c = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
 

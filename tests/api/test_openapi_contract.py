@@ -47,7 +47,7 @@ import openapi_subset
 from laneway.backends.simulated import SimulatedWorker
 from laneway.config import ServerConfig, WorkerConfig
 from laneway.standin import StandIn
-from live_server import LiveServer, live_server, sim_config
+from live_server import LiveServer, live_server, sim_config, tiny
 
 # per operation and generation mode; more for a deeper search: LANEWAY_CONTRACT_EXAMPLES=500
 MAX_EXAMPLES = int(os.environ.get("LANEWAY_CONTRACT_EXAMPLES", "25"))
@@ -651,9 +651,7 @@ def test_the_check_catches_a_failing_server(schema: schemathesis.BaseSchema, tmp
 @pytest.fixture(scope="module")
 def builtin_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, ErrorRecords]]:
     """The in-process engine (builtin:tiny): log-probabilities, several choices, token ids."""
-    config = replace(
-        ServerConfig(), workers=(WorkerConfig("w0", slots=2),), data_dir=tmp_path_factory.mktemp("b")
-    )
+    config = replace(ServerConfig(), workers=(tiny(2),), data_dir=tmp_path_factory.mktemp("b"))
     with watched(config) as served:
         yield served
 

@@ -31,7 +31,9 @@ CHAT = ({"role": "user", "content": "tell me a story"},)
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A laneway server with the in-process engine (2 slots): its ``/v1`` URL."""
     data: Path = tmp_path_factory.mktemp("upstream")
-    with serve_process("--slots", "2", "--data-dir", str(data), log=data / "serve.log") as server:
+    with serve_process(
+        "--model", MODEL, "--slots", "2", "--data-dir", str(data), log=data / "serve.log"
+    ) as server:
         yield server.url + "/v1"
 
 

@@ -16,9 +16,9 @@ def test_defaults() -> None:
     cfg = parse_config({})
     assert (cfg.host, cfg.port, str(cfg.data_dir)) == ("127.0.0.1", 8000, ".laneway")
     [w] = cfg.workers
-    assert (w.type, w.model, w.slots) == ("local", "builtin:tiny", 4)
+    assert (w.type, w.model, w.slots) == ("local", "builtin:smollm2", 4)
     assert cfg.alert_wait_s == (10.0, 60.0, 300.0, None)
-    assert not cfg.auth and cfg.models == ("builtin:tiny",)
+    assert not cfg.auth and cfg.models == ("builtin:smollm2",)
     assert cfg.shutdown_grace_s == 30.0
     assert parse_config({"server": {"shutdown_grace_s": "none"}}).shutdown_grace_s is None
     assert parse_config({"server": {"shutdown_grace_s": 0}}).shutdown_grace_s == 0

@@ -11,6 +11,7 @@ from laneway.backends.simulated import SimulatedWorker
 from laneway.config import ServerConfig, WorkerConfig
 from laneway.core import CostModel, SchedulerConfig
 from laneway.runtime import Runtime
+from live_server import tiny
 
 TIMEOUT_S = 60.0
 
@@ -18,7 +19,7 @@ TIMEOUT_S = 60.0
 def test_builtin_engine_costs_replace_the_7b_defaults(tmp_path: Path) -> None:
     async def main() -> None:
         worker = await LocalWorker.create("w0", "builtin:tiny", 2, data_dir=tmp_path)
-        rt = Runtime(replace(ServerConfig(), workers=(WorkerConfig("w0"),)), {"w0": worker})
+        rt = Runtime(replace(ServerConfig(), workers=(tiny(),)), {"w0": worker})
         try:
             costs = await asyncio.wait_for(rt.calibrate(), TIMEOUT_S)
             assert costs is not None
@@ -51,7 +52,7 @@ def test_configured_costs_or_other_workers_are_left_alone(tmp_path: Path) -> Non
             await rt.close()
         worker = await LocalWorker.create("w0", "builtin:tiny", 1, data_dir=tmp_path)
         mine = CostModel(step_s=0.5)
-        cfg = replace(ServerConfig(), workers=(WorkerConfig("w0"),), scheduler=SchedulerConfig(costs=mine))
+        cfg = replace(ServerConfig(), workers=(tiny(),), scheduler=SchedulerConfig(costs=mine))
         rt = Runtime(cfg, {"w0": worker})
         try:
             assert await rt.calibrate() is None

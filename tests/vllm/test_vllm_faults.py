@@ -120,7 +120,13 @@ def test_a_hung_upstream_is_taken_out_and_new_work_goes_to_the_other(
     with (
         vllm_process(venv, model, tmp_path / "vllm.log") as vllm,
         serve_process(
-            "--slots", "4", "--data-dir", str(tmp_path / "other"), log=tmp_path / "other.log"
+            "--model",
+            "builtin:tiny",
+            "--slots",
+            "4",
+            "--data-dir",
+            str(tmp_path / "other"),
+            log=tmp_path / "other.log",
         ) as other,
     ):
         cfg = upstream_config(tmp_path, vllm.url, slots=2, stall_timeout_s=2.0)

@@ -19,6 +19,7 @@ from laneway.config.fields import REQUIRED, Table
 from laneway.config.fleet import parse_fleet
 from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
+    DEFAULT_MODEL,
     DEFAULT_SERVICE_TIERS,
     SERVER_SCHEDULER,
     TOKEN_ID_DIALECTS,
@@ -291,7 +292,7 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
             raise ConfigError(
                 f"{t.key('type')}: unknown worker type {kind!r}; choose from {', '.join(WORKER_TYPES)}"
             )
-        default_model = {"local": "builtin:tiny", "simulated": "simulated"}.get(kind)
+        default_model = {"local": DEFAULT_MODEL, "simulated": "simulated"}.get(kind)
         model = t.str("model", default_model) if default_model else t.str("model")
         url = t.str("url", None)
         if kind == "upstream" and url is None:

@@ -1,7 +1,7 @@
 """The server's configuration as typed, frozen objects (built by :mod:`laneway.config.parse`).
 
 Defaults describe ``laneway serve`` with no flags: one in-process worker
-running ``builtin:tiny`` with 4 slots on 127.0.0.1:8000, data in ``./.laneway``.
+running ``builtin:smollm2`` (SmolLM2-135M-Instruct, prepared once into the cache) with 4 slots on 127.0.0.1:8000, data in ``./.laneway``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from laneway.core import SchedulerConfig, TenantPolicy
 
 WORKER_TYPES = ("local", "simulated", "upstream")
 TOKEN_ID_DIALECTS = ("vllm", "none")  # how an upstream gives token ids (vLLM and SGLang: "vllm")
-DEFAULT_MODEL = "builtin:tiny"
+DEFAULT_MODEL = "builtin:smollm2"
 DEFAULT_ALERT_WAIT_S: tuple[float | None, ...] = (10.0, 60.0, 300.0, None)
 # OpenAI's service_tier values -> class names (None: the tenant's default)
 DEFAULT_SERVICE_TIERS: dict[str, str | None] = {
