@@ -50,6 +50,15 @@ def test_example_files_load() -> None:
     assert {w.type for w in cluster.workers} == {"upstream"}
     [upstream] = load_config(EXAMPLE.with_name("vllm.toml")).workers
     assert (upstream.type, upstream.served_name, upstream.api_key_env) == ("upstream", "llama-3.1-8b", None)
+    cpu = load_config(EXAMPLE.with_name("vllm-cpu.toml"))
+    [vllm] = cpu.workers
+    assert (vllm.url, vllm.model, vllm.served_name, vllm.slots) == (
+        "http://127.0.0.1:8001/v1",
+        "smollm2",
+        "smollm2",
+        4,
+    )
+    assert cpu.unavailable_hold_s == 60
 
 
 def test_tenants_store_hashes_and_find_keys() -> None:

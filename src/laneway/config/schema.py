@@ -1,7 +1,8 @@
 """The server's configuration as typed, frozen objects (built by :mod:`laneway.config.parse`).
 
 Defaults describe ``laneway serve`` with no flags: one in-process worker
-running ``builtin:smollm2`` (SmolLM2-135M-Instruct, prepared once into the cache) with 4 slots on 127.0.0.1:8000, data in ``./.laneway``.
+running ``builtin:smollm2`` (SmolLM2-135M-Instruct, prepared once into the cache)
+with 4 slots on 127.0.0.1:8000, data in ``./.laneway``.
 """
 
 from __future__ import annotations
