@@ -48,6 +48,9 @@ SERVED: dict[str, tuple[str, ...]] = {
     "/batches": ("post", "get"),
     "/batches/{batch_id}": ("get",),
     "/batches/{batch_id}/cancel": ("post",),
+    "/responses": ("post",),
+    "/responses/{response_id}": ("get", "delete"),
+    "/responses/{response_id}/input_items": ("get",),
 }
 DROPPED_KEYS = frozenset({"x-oaiMeta"})  # documentation only (code samples), the bulk of an operation
 

@@ -84,6 +84,36 @@ def test_completions_endpoint_priority_and_list_pages(batch_server: LiveServer) 
     assert raw["first_id"] == ids[2] and raw["last_id"] == ids[1] and raw["has_more"] is True
 
 
+def test_responses_lines(batch_server: LiveServer) -> None:
+    """Lines may target the Responses API: each answered with a response object (not stored);
+    one that would continue a stored response is refused at validation, naming the field."""
+    c = client(batch_server.base_url)
+
+    def line(cid: str, **body: object) -> dict[str, object]:
+        return {
+            "custom_id": cid,
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "sim", "input": cid, "max_output_tokens": 3, **body},
+        }
+
+    b = wait(c, submit(c, [line("a"), line("b", instructions="short")], endpoint="/v1/responses").id)
+    assert b.status == "completed" and b.request_counts.completed == 2
+    out = lines_of(c, b.output_file_id)
+    bodies = [o["response"]["body"] for o in out]
+    assert [o["response"]["request_id"] for o in out] == [x["id"] for x in bodies]
+    assert all(x["object"] == "response" and x["id"].startswith("resp_") for x in bodies)
+    assert [x["usage"]["output_tokens"] for x in bodies] == [3, 3] and bodies[1]["instructions"] == "short"
+    assert all(x["output"][0]["content"][0]["text"] and x["store"] is False for x in bodies)
+    assert bodies[0]["laneway"]["priority"] == "P2"
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(bodies[0]["id"])
+    bad = wait(c, submit(c, [line("c", previous_response_id="resp_x")], endpoint="/v1/responses").id)
+    assert bad.status == "failed" and bad.errors is not None
+    [error] = bad.errors.data
+    assert error.param == "body.previous_response_id" and error.line == 1
+
+
 def test_cancel_keeps_results_so_far(batch_server: LiveServer) -> None:
     c = client(batch_server.base_url)
     b = submit(c, [chat_line(f"c{i}", max_tokens=200) for i in range(60)])  # ~0.4 s a line, 4 at a time

@@ -114,7 +114,7 @@ def test_missing_fields_are_named(batch_server: LiveServer) -> None:
     without = {k: v for k, v in body.items() if k != "endpoint"}
     assert error(httpx.post(url + "/batches", json=without)) == (
         "endpoint",
-        "endpoint is required (one of: /v1/chat/completions, /v1/completions, /v1/embeddings)",
+        "endpoint is required (one of: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses)",
     )
     without = {k: v for k, v in body.items() if k != "input_file_id"}
     assert error(httpx.post(url + "/batches", json=without)) == ("input_file_id", "input_file_id is required")

@@ -24,6 +24,7 @@ from laneway.store import (
     StoreError,
 )
 from laneway.store.redis_db import RedisDB
+from laneway.store.schema import SCHEMA_VERSION
 
 LEASE = 30.0
 
@@ -235,6 +236,7 @@ def test_a_store_of_the_first_version_is_brought_up_to_date(tmp_path: Path) -> N
     raw = sqlite3.connect(tmp_path / "laneway.db")  # as the first version left it
     raw.execute("ALTER TABLE batches DROP COLUMN input_tokens")
     raw.execute("ALTER TABLE batches DROP COLUMN output_tokens")
+    raw.execute("DROP TABLE responses")
     raw.execute("PRAGMA user_version=1")
     raw.commit()
     raw.close()
@@ -246,7 +248,9 @@ def test_a_store_of_the_first_version_is_brought_up_to_date(tmp_path: Path) -> N
         assert db.finish("batch_1", 1, "A", True, "{}", (5, 3))
         b = db.get_batch("batch_1")
         assert b is not None and (b.input_tokens, b.output_tokens) == (5, 3)
-        assert db.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        db.put_response("resp_1", "", 1, "{}")  # (version 3: stored responses)
+        assert db.get_response("resp_1", "") == "{}"
+        assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     finally:
         db.close()
 
@@ -259,7 +263,7 @@ def test_a_store_of_a_newer_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="newer laneway"):
         SQLiteDB(tmp_path)
     raw = sqlite3.connect(tmp_path / "laneway.db")
-    raw.execute("PRAGMA user_version=2")
+    raw.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     raw.close()
     SQLiteDB(tmp_path).close()  # the refusal let the data directory's lock go
 

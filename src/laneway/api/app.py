@@ -18,7 +18,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from laneway.api import batches, completions, dashboard, files, health, models, queue
+from laneway.api import batches, completions, dashboard, files, health, models, queue, responses
 from laneway.api.dashboard import History
 from laneway.api.errors import on_http_error, on_request_error, on_store_unavailable
 from laneway.api.guard import Guard
@@ -32,6 +32,10 @@ ROUTES = [
     Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
     Route("/v1/completions", completions.completions, methods=["POST"]),
     Route("/v1/embeddings", completions.embeddings, methods=["POST"]),
+    Route("/v1/responses", responses.create, methods=["POST"]),
+    Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
+    Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", responses.input_items, methods=["GET"]),
     Route("/v1/models", models.models, methods=["GET"]),
     Route("/v1/models/{model_id:path}", models.model, methods=["GET"]),
     Route("/v1/queue/estimate", queue.queue_estimate, methods=["GET"]),

@@ -70,14 +70,30 @@ async def _complete(request: Request, kind: str) -> Response:
         size=size,
     )
     shape = Shape(kind, job.id, job.model, int(time.time()), body.get("service_tier"))
+    first = await first_event(request, runtime, ticket, parsed.stream)
+    if isinstance(first, Response):
+        return first
+    if not parsed.stream:
+        assert type(first) is Done
+        return JSON(shape.final(first, extension(ticket)))
+    forwarded = runtime.support[job.model].passthrough
+    chunks = _chunks(shape, ticket, first, parsed.include_usage, forwarded)
+    return EventStream(chunks, lambda: runtime.cancel(ticket))
+
+
+async def first_event(
+    request: Request, runtime: Runtime, ticket: Ticket, stream: bool
+) -> Delta | Done | Response:
+    """What a handler answers from: the ticket's first event (a stream's), or its ``Done``
+    (a whole answer); or the response already due (the request's error, or nothing for a
+    client that left). A client that goes away meanwhile cancels the request."""
     watch = DisconnectWatch(request.receive, lambda: runtime.cancel(ticket))
     try:
         try:
             first = await ticket.next()
-            if not parsed.stream:
-                done = first
-                while type(done) is not Done:
-                    done = await ticket.next()
+            if not stream:
+                while type(first) is not Done:
+                    first = await ticket.next()
         finally:
             watch.stop()
     except RequestError as exc:
@@ -85,14 +101,7 @@ async def _complete(request: Request, kind: str) -> Response:
     except asyncio.CancelledError:
         runtime.cancel(ticket)
         raise
-    if watch.gone:
-        return _GONE
-    if not parsed.stream:
-        assert type(done) is Done
-        return JSON(shape.final(done, extension(ticket)))
-    forwarded = runtime.support[job.model].passthrough
-    chunks = _chunks(shape, ticket, first, parsed.include_usage, forwarded)
-    return EventStream(chunks, lambda: runtime.cancel(ticket))
+    return _GONE if watch.gone else first
 
 
 async def _chunks(

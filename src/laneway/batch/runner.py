@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from laneway.batch import results
-from laneway.batch.validate import ENDPOINTS, Validated, validate_input
+from laneway.batch.validate import ENDPOINTS, Validated, parse_line, validate_input
 from laneway.errors import Deferred, GenerationFailed, RequestError
 from laneway.generation import ResumeRule
-from laneway.protocol.requests import parse_request
 from laneway.protocol.responses import Shape, extension
+from laneway.protocol.responses_api import Answer
 from laneway.runtime.runtime import Runtime
 from laneway.runtime.ticket import Ticket
 from laneway.store.base import (
@@ -349,8 +349,8 @@ class BatchRunner:
         rid = ""
         try:
             asked = json.loads(line.body)
-            parsed = parse_request(asked, kind, self.rt.config, self.rt.support)
-            rid = parsed.job.id
+            parsed, responses = parse_line(asked, kind, self.rt.config, self.rt.support)
+            rid = parsed.job.id if responses is None else responses.id
             ticket = self.rt.submit(
                 parsed.job,
                 b.priority,
@@ -379,8 +379,19 @@ class BatchRunner:
                 await self._write(line, False, results.refused(cid, rid, exc))
             return
         tier = asked.get("service_tier") if isinstance(asked, dict) else None
-        shape = Shape(kind, rid, parsed.job.model, int(self.clock()), tier)
-        body = shape.final(done, extension(ticket))
+        now = int(self.clock())
+        if responses is not None:
+            body = Answer(responses, parsed.job.model, now, tier).response(
+                "completed",
+                text=done.text,
+                usage=done.usage,
+                finish=done.finish_reason,
+                completed_at=now,
+                store=False,
+                ext=extension(ticket),
+            )
+        else:
+            body = Shape(kind, rid, parsed.job.model, now, tier).final(done, extension(ticket))
         tokens = (done.usage.prompt_tokens, done.usage.completion_tokens)
         await self._write(line, True, results.answered(cid, rid, 200, body), tokens)
 

@@ -15,15 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laneway.config.schema import ServerConfig
-from laneway.errors import ModelNotFound, RequestError
+from laneway.errors import InvalidRequest, ModelNotFound, RequestError
 from laneway.generation import CHAT, COMPLETION, EMBEDDING
 from laneway.protocol import json_input
 from laneway.protocol.json_input import BadJSON
-from laneway.protocol.requests import Support, parse_request
+from laneway.protocol.requests import Parsed, Support, parse_request
+from laneway.protocol.responses_api import ResponsesRequest, chat_body, read_responses
 from laneway.store.base import NewLine
 
+RESPONSES = "responses"  # (lines of the Responses API: served as chat requests)
 # endpoint -> the kind of request its lines are
-ENDPOINTS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION, "/v1/embeddings": EMBEDDING}
+ENDPOINTS = {
+    "/v1/chat/completions": CHAT,
+    "/v1/completions": COMPLETION,
+    "/v1/embeddings": EMBEDDING,
+    "/v1/responses": RESPONSES,
+}
 MAX_CUSTOM_ID = 512
 
 
@@ -126,7 +133,7 @@ def _check_line(
         out.bad(number, "invalid_request", "streaming is not available in a batch", "body.stream")
         return None
     try:
-        parse_request(body, kind, config, support)
+        parse_line(body, kind, config, support)
     except ModelNotFound as exc:
         out.bad(number, "model_not_found", exc.message, "body.model")
         return None
@@ -136,3 +143,19 @@ def _check_line(
         )
         return None
     return NewLine(number, cid, json.dumps(body, separators=(",", ":"), ensure_ascii=False))
+
+
+def parse_line(
+    body: Mapping[str, Any], kind: str, config: ServerConfig, support: Mapping[str, Support]
+) -> tuple[Parsed, ResponsesRequest | None]:
+    """A line's request, and for a Responses line what its answer is made from. A line stands
+    alone: it cannot continue a stored response (``previous_response_id``), nor is it stored."""
+    if kind != RESPONSES:
+        return parse_request(body, kind, config, support), None
+    req = read_responses(body)
+    if req.previous_response_id is not None:
+        raise InvalidRequest(
+            "previous_response_id is not available in a batch line (each line stands alone)",
+            param="previous_response_id",
+        )
+    return parse_request(chat_body(req, []), CHAT, config, support), req

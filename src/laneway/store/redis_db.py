@@ -17,7 +17,7 @@ creation order), ``b:ID`` (a batch), ``bs:STATUS`` (batches by status), and
 per batch ``ld:`` (custom_id and body of each line), ``lst:`` (state),
 ``latt:`` (attempts), ``lown:`` (owner), ``lres:`` (result), ``lq:`` (queued
 lines by when they may run), ``lr:`` (running lines by lease end); ``own:OWNER``
-holds the lines an owner runs.
+holds the lines an owner runs; ``r:["TENANT","ID"]`` a stored response.
 """
 
 from __future__ import annotations
@@ -132,6 +132,19 @@ class RedisDB:
 
     def close(self) -> None:
         self.r.close()
+
+    # ------------------------------------------------------------------ responses
+    def _response_key(self, response_id: str, tenant: str) -> str:
+        return self.p + "r:" + json.dumps([tenant, response_id])  # (no tenant can forge another's key)
+
+    def put_response(self, response_id: str, tenant: str, created_at: int, record: str) -> None:
+        self.r.set(self._response_key(response_id, tenant), record)
+
+    def get_response(self, response_id: str, tenant: str) -> str | None:
+        return _s(self.r.get(self._response_key(response_id, tenant)))
+
+    def delete_response(self, response_id: str, tenant: str) -> bool:
+        return bool(self.r.delete(self._response_key(response_id, tenant)))
 
     # ------------------------------------------------------------------ files
     def put_file(self, r: FileRecord, content: bytes) -> None:

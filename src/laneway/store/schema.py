@@ -1,22 +1,24 @@
 """Every table, index and SQL statement of the SQLite store, in one place.
 
-Three tables: ``files`` (uploaded inputs and generated outputs), ``batches``
-(one row per batch, OpenAI's fields plus the class and the tenant) and
+Four tables: ``files`` (uploaded inputs and generated outputs), ``batches``
+(one row per batch, OpenAI's fields plus the class and the tenant),
 ``batch_lines`` (one row per input line: its state, attempts, the lease of the
-process running it, and its result). ``UNIQUE (batch_id, custom_id)`` means a
+process running it, and its result) and ``responses`` (the Responses API's
+stored answers, by tenant and id). ``UNIQUE (batch_id, custom_id)`` means a
 custom_id has one row, hence at most one result; a trigger refuses to
 overwrite a result once written.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2  # 2: batches count their lines' tokens
+SCHEMA_VERSION = 3  # 2: batches count their lines' tokens; 3: stored responses
 DB_NAME = "laneway.db"
 LOCK_NAME = "laneway.db.lock"
 
 FILES = "files"
 BATCHES = "batches"
 LINES = "batch_lines"
+RESPONSES = "responses"
 
 CREATE = (
     f"""CREATE TABLE IF NOT EXISTS {FILES} (
@@ -80,6 +82,13 @@ CREATE = (
         BEFORE UPDATE OF result ON {LINES}
         WHEN OLD.result IS NOT NULL
         BEGIN SELECT RAISE(ABORT, 'a line result is written once'); END""",
+    f"""CREATE TABLE IF NOT EXISTS {RESPONSES} (
+        id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )""",
 )
 
 # what brings a store of an earlier version up to date, by the version it has
@@ -88,6 +97,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"ALTER TABLE {BATCHES} ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0",
         f"ALTER TABLE {BATCHES} ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0",
     ),
+    2: (),  # (the responses table: made by CREATE, as on a new store)
 }
 
 PRAGMAS = (
@@ -110,6 +120,11 @@ LIST_FILES = (
     f"SELECT {FILE_COLUMNS} FROM {FILES} WHERE tenant = ? AND seq < ? {{purpose}} ORDER BY seq DESC LIMIT ?"
 )
 FILE_SEQ = f"SELECT seq FROM {FILES} WHERE id = ? AND tenant = ?"
+
+# --- stored responses (the Responses API): one JSON record per tenant and id
+PUT_RESPONSE = f"INSERT OR REPLACE INTO {RESPONSES} (id, tenant, created_at, record) VALUES (?, ?, ?, ?)"
+GET_RESPONSE = f"SELECT record FROM {RESPONSES} WHERE id = ? AND tenant = ?"
+DELETE_RESPONSE = f"DELETE FROM {RESPONSES} WHERE id = ? AND tenant = ?"
 
 # --- batches
 BATCH_COLUMNS = (

@@ -186,6 +186,19 @@ class SQLiteDB:
         with self._tx() as c:
             return c.execute(q.DELETE_FILE, (file_id, tenant)).rowcount == 1
 
+    # ------------------------------------------------------------------ responses
+    def put_response(self, response_id: str, tenant: str, created_at: int, record: str) -> None:
+        with self._tx() as c:
+            c.execute(q.PUT_RESPONSE, (response_id, tenant, created_at, record))
+
+    def get_response(self, response_id: str, tenant: str) -> str | None:
+        row = self.conn.execute(q.GET_RESPONSE, (response_id, tenant)).fetchone()
+        return str(row[0]) if row is not None else None
+
+    def delete_response(self, response_id: str, tenant: str) -> bool:
+        with self._tx() as c:
+            return c.execute(q.DELETE_RESPONSE, (response_id, tenant)).rowcount == 1
+
     def _seq(self, sql: str, after: str | None, tenant: str) -> int | None:
         if after is None:
             return _NO_SEQ

@@ -55,6 +55,15 @@ class ThreadedStore:
     async def delete_file(self, file_id: str, tenant: str) -> bool:
         return await self._call(self.db.delete_file, file_id, tenant)
 
+    async def put_response(self, response_id: str, tenant: str, created_at: int, record: str) -> None:
+        await self._call(self.db.put_response, response_id, tenant, created_at, record)
+
+    async def get_response(self, response_id: str, tenant: str) -> str | None:
+        return await self._call(self.db.get_response, response_id, tenant)
+
+    async def delete_response(self, response_id: str, tenant: str) -> bool:
+        return await self._call(self.db.delete_response, response_id, tenant)
+
     async def create_batch(self, record: BatchRecord) -> None:
         await self._call(self.db.create_batch, record)
 

@@ -1,0 +1,438 @@
+"""The Responses API (``/v1/responses``) read into a chat request, and its answers.
+
+A Responses request is served from the chat path: :func:`read_responses`
+checks its fields and turns its ``input`` (a string, or a list of message
+items) into chat messages; :func:`chat_body` puts them after the
+conversation so far (``previous_response_id``: the messages of the stored
+responses before it) and after ``instructions`` (a system message, not
+carried to the next turn, as OpenAI does). What laneway schedules is then an
+ordinary chat request, so classes, quotas, preemption and the ``laneway``
+extension apply unchanged, on the built-in engine as on an upstream.
+
+Only plain text in and out is served: a field that asks for more (tools,
+reasoning, structured output, images and files, background runs) is refused
+with a 400 naming it, never dropped silently.
+
+:class:`Answer` makes the response object and the stream's events
+(``response.created`` … ``response.output_text.delta`` …
+``response.completed``), each with its ``sequence_number``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from laneway.errors import InvalidRequest
+from laneway.generation import Usage
+from laneway.protocol import json_fast
+from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
+
+RESPONSE_PREFIX = "resp_"
+MESSAGE_PREFIX = "msg_"
+MAX_METADATA_KEYS = 16
+
+# fields read here (laneway's own too: they pick the class)
+READ = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "store",
+        "stream",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "metadata",
+        "user",
+        "service_tier",
+        "priority",
+        "preemptible",
+        "laneway",
+        "safety_identifier",
+        "prompt_cache_key",
+        "stream_options",
+    }
+)
+_TEXT_FORMAT = {"format": {"type": "text"}}
+
+
+def _asks_nothing(name: str, value: object) -> bool:
+    """Whether an optional field's value asks for nothing beyond plain text (accepted)."""
+    if value is None:
+        return True
+    if name in ("tools", "include"):
+        return value == []
+    if name == "tool_choice":
+        return value in ("auto", "none")
+    if name == "parallel_tool_calls":
+        return isinstance(value, bool)
+    if name == "truncation":
+        return value in ("auto", "disabled")
+    if name == "background":
+        return value is False
+    if name == "reasoning":
+        return isinstance(value, dict) and all(v is None for v in value.values())
+    if name == "text":
+        return (
+            isinstance(value, dict) and value.get("format", _TEXT_FORMAT["format"]) == _TEXT_FORMAT["format"]
+        )
+    if name in ("top_logprobs", "max_tool_calls"):
+        return value == 0
+    return False
+
+
+OPTIONAL = frozenset(
+    {
+        "tools",
+        "include",
+        "tool_choice",
+        "parallel_tool_calls",
+        "truncation",
+        "background",
+        "reasoning",
+        "text",
+        "top_logprobs",
+        "max_tool_calls",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ResponsesRequest:
+    """A Responses request, read: what its answer says back and what its chat request needs."""
+
+    id: str
+    model: str
+    input_items: tuple[dict[str, Any], ...]  # as stored and listed (each with its id)
+    messages: tuple[dict[str, str], ...]  # the input as chat messages
+    instructions: str | None
+    previous_response_id: str | None
+    store: bool
+    stream: bool
+    max_output_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    metadata: dict[str, str]
+    user: str | None
+    body: Mapping[str, Any]
+
+
+def new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex
+
+
+def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be a number from {low:g} to {high:g}, got {value!r}", param=name)
+    return float(value)
+
+
+def _text_of(content: object, where: str, role: str) -> tuple[str, list[dict[str, Any]]]:
+    """A message's content as text and as the content parts it is stored with."""
+    kind = "output_text" if role == "assistant" else "input_text"
+    if isinstance(content, str):
+        part: dict[str, Any] = {"type": kind, "text": content}
+        if kind == "output_text":
+            part.update(annotations=[], logprobs=[])
+        return content, [part]
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}.content must be a string or a list of content parts", param=where)
+    texts = []
+    parts = []
+    for j, p in enumerate(content):
+        at = f"{where}.content[{j}]"
+        if not isinstance(p, dict) or not isinstance(p.get("type"), str):
+            raise InvalidRequest(f"{at} must be a content part object with a type", param=at)
+        if p["type"] not in ("input_text", "output_text", "text"):
+            raise InvalidRequest(
+                f"{at}: content of type {p['type']!r} is not served (only text: input_text, output_text)",
+                param=at,
+            )
+        text = p.get("text")
+        if not isinstance(text, str):
+            raise InvalidRequest(f"{at}.text must be a string", param=at)
+        texts.append(text)
+        stored: dict[str, Any] = {"type": kind, "text": text}
+        if kind == "output_text":
+            stored.update(annotations=[], logprobs=[])
+        parts.append(stored)
+    return "".join(texts), parts
+
+
+def _items(value: object) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The ``input`` as stored items and as chat messages."""
+    if isinstance(value, str):
+        value = [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("input must be a string or a non-empty list of input items", param="input")
+    items = []
+    messages = []
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{where} must be an input item object", param=where)
+        kind = item.get("type", "message")
+        if kind != "message":
+            raise InvalidRequest(
+                f"{where}: items of type {kind!r} are not served (only messages of text)", param=where
+            )
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise InvalidRequest(
+                f"{where}.role must be one of user, assistant, system, developer, got {role!r}", param=where
+            )
+        text, parts = _text_of(item.get("content"), where, role)
+        msg_id = new_id(MESSAGE_PREFIX)
+        items.append({"id": msg_id, "type": "message", "role": role, "content": parts, "status": "completed"})
+        messages.append({"role": "system" if role == "developer" else role, "content": text})
+    return items, messages
+
+
+def _metadata(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if (
+        not isinstance(value, dict)
+        or len(value) > MAX_METADATA_KEYS
+        or not all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+            for k, v in value.items()
+        )
+    ):
+        raise InvalidRequest(
+            f"metadata must be an object of at most {MAX_METADATA_KEYS} string values "
+            "(keys up to 64 characters, values up to 512)",
+            param="metadata",
+        )
+    return dict(value)
+
+
+def read_responses(body: Mapping[str, Any]) -> ResponsesRequest:
+    """A Responses request's fields, checked (400 naming the field that is wrong or not served)."""
+    for name, value in body.items():
+        if name in READ:
+            continue
+        if name in OPTIONAL and _asks_nothing(name, value):
+            continue
+        what = "this value of " if name in OPTIONAL else ""
+        raise InvalidRequest(
+            f"{what}{name} is not served by laneway's Responses API (it serves text in and text out)",
+            param=name,
+        )
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("model is required (a string)", param="model")
+    if "input" not in body:
+        raise InvalidRequest("input is required", param="input")
+    items, messages = _items(body["input"])
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("instructions must be a string", param="instructions")
+    previous = body.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise InvalidRequest("previous_response_id must be a response id", param="previous_response_id")
+    limit = body.get("max_output_tokens")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < MAX_TOKENS_LIMIT
+    ):
+        raise InvalidRequest(
+            f"max_output_tokens must be a whole number from 1 to {MAX_TOKENS_LIMIT - 1}, got {limit!r}",
+            param="max_output_tokens",
+        )
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequest("user must be a string", param="user")
+    return ResponsesRequest(
+        id=new_id(RESPONSE_PREFIX),
+        model=model,
+        input_items=tuple(items),
+        messages=tuple(messages),
+        instructions=instructions,
+        previous_response_id=previous,
+        store=flag(body, "store", True),
+        stream=flag(body, "stream", False),
+        max_output_tokens=limit,
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.0, 1.0),
+        metadata=_metadata(body.get("metadata")),
+        user=user,
+        body=body,
+    )
+
+
+def context_after(req: ResponsesRequest, context: list[dict[str, str]], text: str) -> list[dict[str, str]]:
+    """The conversation a later response continues: what came before, this input, this answer."""
+    return [*context, *req.messages, {"role": "assistant", "content": text}]
+
+
+def chat_body(req: ResponsesRequest, context: list[dict[str, str]]) -> dict[str, Any]:
+    """The chat completions request that serves ``req`` after the conversation ``context``."""
+    messages: list[dict[str, str]] = []
+    if req.instructions is not None:
+        messages.append({"role": "system", "content": req.instructions})
+    messages += context
+    messages += req.messages
+    chat: dict[str, Any] = {"model": req.model, "messages": messages}
+    if req.stream:
+        chat["stream"] = True
+    if req.max_output_tokens is not None:
+        chat["max_tokens"] = req.max_output_tokens
+    for name in ("temperature", "top_p"):
+        value = getattr(req, name)
+        if value is not None:
+            chat[name] = value
+    for name in ("user", "priority", "preemptible", "laneway", "service_tier"):
+        if req.body.get(name) is not None:
+            chat[name] = req.body[name]
+    return chat
+
+
+def usage_of(u: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": u.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": u.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    }
+
+
+def output_message(msg_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = (
+        [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    )
+    return {"id": msg_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+class Answer:
+    """The objects of one response: the response (at each status) and its stream's events."""
+
+    def __init__(
+        self, req: ResponsesRequest, model: str, created_at: int, service_tier: object = None
+    ) -> None:
+        self.req = req
+        self.model = model
+        self.created_at = created_at
+        self.msg_id = new_id(MESSAGE_PREFIX)
+        self.tier = (
+            ("default" if service_tier == "auto" else service_tier)
+            if isinstance(service_tier, str)
+            else "default"
+        )
+        self.seq = 0
+
+    def response(
+        self,
+        status: str,
+        *,
+        text: str | None = None,
+        usage: Usage | None = None,
+        finish: str | None = None,
+        completed_at: int | None = None,
+        error: dict[str, str] | None = None,
+        store: bool | None = None,
+        ext: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The response object; ``text``: its output (none while in progress)."""
+        req = self.req
+        incomplete = finish == "length"
+        if status == "completed" and incomplete:
+            status = "incomplete"
+        item_status = "completed" if status == "completed" else "incomplete"  # (an item's statuses)
+        output = [] if text is None else [output_message(self.msg_id, text, item_status)]
+        obj: dict[str, Any] = {
+            "id": req.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "completed_at": completed_at if status == "completed" else None,
+            "error": error,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": req.previous_response_id,
+            "reasoning": None,
+            "service_tier": self.tier,
+            "store": req.store if store is None else store,
+            "temperature": 1.0 if req.temperature is None else req.temperature,
+            "text": _TEXT_FORMAT,
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0 if req.top_p is None else req.top_p,
+            "truncation": "disabled",
+            "metadata": req.metadata,
+        }
+        if usage is not None:  # (none until it is done)
+            obj["usage"] = usage_of(usage)
+        if req.user is not None:
+            obj["user"] = req.user
+        if ext is not None:
+            obj["laneway"] = ext
+        return obj
+
+    # ------------------------------------------------------------ stream events
+    def event(self, kind: str, **fields: Any) -> bytes:
+        body = {"type": kind, **fields, "sequence_number": self.seq}
+        self.seq += 1
+        return b"event: " + kind.encode() + b"\ndata: " + json_fast.dumps(body, ascii=True) + b"\n\n"
+
+    def opening(self) -> list[bytes]:
+        """The events before the first text: created, in progress, the message and its part begun."""
+        begun = self.response("in_progress")
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            self.event("response.created", response=begun),
+            self.event("response.in_progress", response=begun),
+            self.event(
+                "response.output_item.added",
+                output_index=0,
+                item=output_message(self.msg_id, None, "in_progress"),
+            ),
+            self.event(
+                "response.content_part.added", item_id=self.msg_id, output_index=0, content_index=0, part=part
+            ),
+        ]
+
+    def delta(self, text: str) -> bytes:
+        return self.event(
+            "response.output_text.delta",
+            item_id=self.msg_id,
+            output_index=0,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
+
+    def closing(self, final: dict[str, Any]) -> list[bytes]:
+        """The events after the last text, ending with the final response (completed or incomplete)."""
+        item = final["output"][0]
+        part = item["content"][0]
+        where = {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
+        last = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        return [
+            self.event("response.output_text.done", **where, text=part["text"], logprobs=[]),
+            self.event("response.content_part.done", **where, part=part),
+            self.event("response.output_item.done", output_index=0, item=item),
+            self.event(last, response=final),
+        ]
+
+    def failure(self, code: str | None, message: str, param: str | None, text: str) -> list[bytes]:
+        """The events of an error after the stream began: ``error``, then ``response.failed``."""
+        known = (
+            "rate_limit_exceeded" if code == "rate_limit_exceeded" else "server_error"
+        )  # (the spec's codes)
+        failed = self.response("failed", text=text, error={"code": known, "message": message})
+        return [
+            self.event("error", code=code, message=message, param=param),
+            self.event("response.failed", response=failed),
+        ]

@@ -1,0 +1,301 @@
+"""The Responses API on the built-in engine (builtin:tiny), through the official openai client.
+
+A response is the chat request its input makes (the same greedy text and usage);
+``previous_response_id`` continues the stored conversation (its instructions not
+carried over); the stream's events are OpenAI's, in order, numbered; stored
+responses are read, listed, deleted and continued only by their own tenant; a P0
+response preempts a P3 one, which resumes to the same text.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from laneway.config import ServerConfig, hash_key, parse_config
+from live_server import LiveServer, live_server, tiny
+
+MODEL = "builtin:tiny"
+ALICE, BOB = "alice-key", "bob-key"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    cfg = replace(ServerConfig(), workers=(tiny(2),), data_dir=tmp_path_factory.mktemp("responses"))
+    with live_server(cfg) as s:
+        yield s
+
+
+def client(s: LiveServer, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=s.base_url, api_key=key, max_retries=0, timeout=120)
+
+
+def chat_text(c: openai.OpenAI, messages: list[dict[str, str]], tokens: int) -> tuple[str, Any]:
+    r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=tokens, temperature=0)  # type: ignore[arg-type]
+    return r.choices[0].message.content or "", r.usage
+
+
+def test_a_response_is_its_chat_request_and_continues_a_stored_one(server: LiveServer) -> None:
+    c = client(server)
+    first = c.responses.create(
+        model=MODEL, input="Hello", instructions="be brief", max_output_tokens=12, temperature=0
+    )
+    text, usage = chat_text(
+        c, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hello"}], 12
+    )
+    assert first.id.startswith("resp_") and first.object == "response"
+    assert first.output_text == text and first.output[0].content[0].text == text  # type: ignore[union-attr]
+    assert first.usage is not None
+    assert (first.usage.input_tokens, first.usage.output_tokens) == (
+        usage.prompt_tokens,
+        usage.completion_tokens,
+    )
+    assert first.status in ("completed", "incomplete") and first.instructions == "be brief"
+    if first.status == "incomplete":  # (the tiny model rarely stops by itself)
+        assert first.incomplete_details is not None
+        assert first.incomplete_details.reason == "max_output_tokens"
+    ext = first.model_extra["laneway"]  # type: ignore[index]
+    assert ext["priority"] == "P1" and ext["preemptions"] == 0  # (the default class)
+    second = c.responses.create(
+        model=MODEL,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "again"}]}],
+        previous_response_id=first.id,
+        max_output_tokens=8,
+        temperature=0,
+    )
+    # the conversation so far, without the first turn's instructions (as OpenAI does)
+    history = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "again"},
+    ]
+    assert second.previous_response_id == first.id
+    assert second.output_text == chat_text(c, history, 8)[0]
+    third = c.responses.create(
+        model=MODEL, input="more", previous_response_id=second.id, max_output_tokens=6, temperature=0
+    )
+    history += [{"role": "assistant", "content": second.output_text}, {"role": "user", "content": "more"}]
+    assert third.output_text == chat_text(c, history, 6)[0]
+
+
+def test_the_stream_is_openais_events_in_order(server: LiveServer) -> None:
+    c = client(server)
+    whole = c.responses.create(model=MODEL, input="Hi there", max_output_tokens=10, temperature=0)
+    events = list(
+        c.responses.create(model=MODEL, input="Hi there", max_output_tokens=10, temperature=0, stream=True)
+    )
+    kinds = [e.type for e in events]
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    end = "response.completed" if whole.status == "completed" else "response.incomplete"
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * len(deltas),
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        end,
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert deltas and "".join(d.delta for d in deltas) == whole.output_text
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.output_text == whole.output_text and final.status == whole.status
+    assert final.model_extra["laneway"]["priority"] == "P1"
+    assert c.responses.retrieve(final.id).output_text == whole.output_text  # a streamed one is stored too
+    created = events[0].response  # type: ignore[union-attr]
+    assert created.status == "in_progress" and created.output == [] and created.id == final.id
+
+
+def test_stored_responses_are_read_listed_and_deleted(server: LiveServer) -> None:
+    c = client(server)
+    items = [
+        {"role": "developer", "content": "answer in French"},
+        {"role": "user", "content": "one"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "un"}]},
+        {"role": "user", "content": "two"},
+    ]
+    r = c.responses.create(model=MODEL, input=items, max_output_tokens=4, metadata={"k": "v"})  # type: ignore[arg-type]
+    got = c.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == r.output_text and got.metadata == {"k": "v"}
+    listed = list(c.responses.input_items.list(r.id, order="asc"))
+    assert [(i.role, i.content[0].text) for i in listed] == [  # type: ignore[union-attr]
+        ("developer", "answer in French"),
+        ("user", "one"),
+        ("assistant", "un"),
+        ("user", "two"),
+    ]
+    newest_first = c.responses.input_items.list(r.id, limit=3)
+    assert [i.id for i in newest_first.data] == [i.id for i in listed[::-1][:3]]
+    assert newest_first.has_more and newest_first.first_id == listed[-1].id
+    after = c.responses.input_items.list(r.id, order="asc", after=listed[1].id)
+    assert [i.id for i in after.data] == [i.id for i in listed[2:]] and not after.has_more
+    c.responses.delete(r.id)
+    for call in (lambda: c.responses.retrieve(r.id), lambda: c.responses.delete(r.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    with pytest.raises(openai.BadRequestError, match="previous response"):
+        c.responses.create(model=MODEL, input="x", previous_response_id=r.id)
+    unstored = c.responses.create(model=MODEL, input="x", max_output_tokens=2, store=False)
+    assert unstored.store is False
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(unstored.id)
+
+
+def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> None:
+    url = server.base_url + "/responses"
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"input": "x"}, "model"),
+        ({"model": MODEL}, "input"),
+        ({"model": MODEL, "input": []}, "input"),
+        ({"model": MODEL, "input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"model": MODEL, "input": "x", "text": {"format": {"type": "json_object"}}}, "text"),
+        ({"model": MODEL, "input": "x", "reasoning": {"effort": "high"}}, "reasoning"),
+        ({"model": MODEL, "input": "x", "background": True}, "background"),
+        ({"model": MODEL, "input": "x", "frobnicate": 1}, "frobnicate"),
+        (
+            {"model": MODEL, "input": [{"type": "input_image", "image_url": "http://127.0.0.1/x.png"}]},
+            "input[0]",
+        ),
+        (
+            {"model": MODEL, "input": [{"role": "user", "content": [{"type": "input_file"}]}]},
+            "input[0].content[0]",
+        ),
+        ({"model": MODEL, "input": [{"role": "tool", "content": "x"}]}, "input[0]"),
+        ({"model": MODEL, "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"model": MODEL, "input": "x", "temperature": 3}, "temperature"),
+        ({"model": MODEL, "input": "x", "metadata": {"k": 1}}, "metadata"),
+        ({"model": MODEL, "input": "x", "store": "yes"}, "store"),
+        ({"model": MODEL, "input": "x", "previous_response_id": 5}, "previous_response_id"),
+        ({"model": MODEL, "input": "x", "priority": "P9"}, "priority"),
+    ]
+    for body, param in cases:
+        r = httpx.post(url, json=body, timeout=30)
+        assert r.status_code == 400, (body, r.text)
+        error = r.json()["error"]
+        assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"], body
+    r = httpx.post(url, json={"model": "nope", "input": "x"}, timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = httpx.post(url, content=b"{", headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+    # what asks for nothing more than text is taken
+    plain = {
+        "model": MODEL,
+        "input": "x",
+        "max_output_tokens": 2,
+        "tools": [],
+        "tool_choice": "auto",
+        "text": {"format": {"type": "text"}},
+        "reasoning": {"effort": None},
+        "truncation": "disabled",
+        "parallel_tool_calls": True,
+        "include": [],
+    }
+    assert httpx.post(url, json=plain, timeout=30).status_code == 200
+    for query in ("limit=0", "limit=101", "limit=x", "order=up"):
+        rid = httpx.post(url, json={"model": MODEL, "input": "x", "max_output_tokens": 2}, timeout=30).json()[
+            "id"
+        ]
+        r = httpx.get(f"{url}/{rid}/input_items?{query}", timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] in ("limit", "order"), query
+
+
+def test_a_p0_response_preempts_a_p3_response_which_resumes_unchanged(tmp_path: Path) -> None:
+    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path)
+    with live_server(cfg) as s:
+        c = client(s)
+
+        def p3() -> Any:
+            return c.responses.create(
+                model=MODEL, input="long", max_output_tokens=100, temperature=0, extra_body={"priority": "P3"}
+            )
+
+        alone = p3()
+        assert alone.usage is not None and alone.usage.output_tokens == 100
+        result: list[Any] = []
+        ended: list[float] = []
+
+        def background() -> None:
+            result.append(p3())
+            ended.append(time.monotonic())
+
+        t = threading.Thread(target=background)
+        t.start()
+        try:
+            deadline = time.monotonic() + 30
+            running: list[Any] = []
+            while time.monotonic() < deadline and not running:
+                running = [tk for tk in list(s.runtime.tickets.values()) if tk.tokens >= 5]
+                time.sleep(0.005)
+            assert running, "the P3 response never started"
+            p0 = c.responses.create(
+                model=MODEL, input="urgent", max_output_tokens=5, temperature=0, extra_body={"priority": "P0"}
+            )
+            p0_done = time.monotonic()
+        finally:
+            t.join(120)
+        [resumed] = result
+        assert p0.model_extra["laneway"]["priority"] == "P0"  # type: ignore[index]
+        assert p0_done < ended[0], "the P3 response finished before the P0 was answered"
+        assert resumed.model_extra["laneway"]["preemptions"] >= 1
+        assert resumed.output_text == alone.output_text
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    cfg = parse_config(
+        {
+            "server": {"data_dir": str(tmp_path_factory.mktemp("tenants"))},
+            "workers": [{"name": "w", "model": MODEL, "slots": 2}],
+            "tenants": {
+                "alice": {"key_sha256": [hash_key(ALICE)]},
+                "bob": {"key_sha256": [hash_key(BOB)]},
+            },
+        }
+    )
+    with live_server(cfg) as s:
+        yield s
+
+
+def test_stored_responses_are_private_to_their_tenant(keyed: LiveServer) -> None:
+    alice, bob = client(keyed, ALICE), client(keyed, BOB)
+    r = alice.responses.create(model=MODEL, input="secret", max_output_tokens=4)
+    for call in (
+        lambda: bob.responses.retrieve(r.id),
+        lambda: bob.responses.input_items.list(r.id),
+        lambda: bob.responses.delete(r.id),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    with pytest.raises(openai.BadRequestError, match="previous response"):
+        bob.responses.create(model=MODEL, input="tell me", previous_response_id=r.id)
+    assert alice.responses.retrieve(r.id).output_text == r.output_text  # bob's tries changed nothing
+    r = httpx.get(f"{keyed.base_url}/responses/{r.id}", timeout=30)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_stored_responses_survive_a_restart(tmp_path: Path) -> None:
+    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path)
+    with live_server(cfg) as s:
+        r = client(s).responses.create(model=MODEL, input="remember", max_output_tokens=4, temperature=0)
+    with live_server(cfg) as s:
+        c = client(s)
+        assert c.responses.retrieve(r.id).output_text == r.output_text
+        nxt = c.responses.create(
+            model=MODEL, input="and?", previous_response_id=r.id, max_output_tokens=4, temperature=0
+        )
+        history = [
+            {"role": "user", "content": "remember"},
+            {"role": "assistant", "content": r.output_text},
+            {"role": "user", "content": "and?"},
+        ]
+        assert nxt.output_text == chat_text(c, history, 4)[0]
