@@ -29,7 +29,8 @@ GREEDY_BELOW = 1e-5  # a temperature under this is greedy (a smaller one only ov
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator takes
 
 CHAT, COMPLETION, EMBEDDING = "chat", "completion", "embedding"
-KINDS = (CHAT, COMPLETION, EMBEDDING)
+RESPONSES = "responses"  # a Responses API request forwarded to an upstream's own (its body as sent)
+KINDS = (CHAT, COMPLETION, EMBEDDING, RESPONSES)
 
 
 class ResumeRule(enum.StrEnum):

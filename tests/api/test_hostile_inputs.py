@@ -145,11 +145,24 @@ FIELDS = [
     "logit_bias",
     "presence_penalty",
 ]
+RESPONSES_FIELDS = [
+    "input",
+    "instructions",
+    "previous_response_id",
+    "store",
+    "max_output_tokens",
+    "text",
+    "reasoning",
+    "include",
+    "tool_choice",
+    "truncation",
+    "background",
+]
 
 
 def test_the_catalogue_of_bad_input(hostile: Hostile) -> None:
     h = hostile
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/batches"):
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/batches", "/v1/responses"):
         for depth in (1_000, 100_000, 500_000):
             h.post_raw(path, nest(depth))
             h.post_raw(path, '{"model": "sim", "x": ' + nest(depth) + "}")
@@ -162,6 +175,20 @@ def test_the_catalogue_of_bad_input(hostile: Hostile) -> None:
             for head in (base, cbase):
                 path = "/v1/chat/completions" if head is base else "/v1/completions"
                 h.post_raw(path, f'{head}, "{field}": {value}}}')
+    rbase = '{"model": "sim", "input": "x"'
+    for field in (*FIELDS, *RESPONSES_FIELDS):
+        for value in ODD_VALUES:
+            h.post_raw("/v1/responses", f'{rbase}, "{field}": {value}}}')
+    rid = h.send("POST", "/v1/responses", json={"model": "sim", "input": "x"}).json()["id"]
+    for query in (
+        "limit=²",
+        "limit=0",
+        "limit=" + "9" * 50,
+        "order=%00",
+        "after=%ED%A0%80",
+        "after=" + "x" * 5000,
+    ):
+        h.send("GET", f"/v1/responses/{rid}/input_items?{query}")
     for value in ("\\ud800", "\\udbff\\udfff\\ud800", "ok\\udc00"):
         h.post_raw(
             "/v1/chat/completions",
@@ -190,6 +217,8 @@ def test_the_catalogue_of_bad_input(hostile: Hostile) -> None:
         "/v1/models/%FF",
         "/v1/files/" + "x" * 10_000,
         "/v1/batches/x/cancel/",
+        "/v1/responses/%ED%A0%80",
+        "/v1/responses/" + "x" * 10_000 + "/input_items",
         "/v1//files",
         "/%2e%2e/v1/models",
     ):

@@ -79,7 +79,25 @@ def test_served_it_answers_the_official_client(smollm2: LoadedModel, tmp_path: P
             max_tokens=12,
             temperature=0,  # type: ignore[arg-type]
         )
+        # a conversation through the Responses API, its state kept by laneway
+        first = client.responses.create(
+            model="builtin:smollm2",
+            input="What is the capital of France?",
+            max_output_tokens=20,
+            temperature=0,
+        )
+        second = client.responses.create(
+            model="builtin:smollm2",
+            input="And of Italy?",
+            previous_response_id=first.id,
+            max_output_tokens=20,
+            temperature=0,
+        )
         text = s.text()
+    assert "Paris" in first.output_text and "Rome" in second.output_text, (
+        first.output_text,
+        second.output_text,
+    )
     assert "Paris" in (answer.choices[0].message.content or "")
     assert answer.usage is not None and answer.usage.prompt_tokens > 10  # its chat template is applied
     assert "preparing" not in text

@@ -20,13 +20,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from laneway.api.completions import JSON, first_event
+from laneway.api.objects import limit_param, page
 from laneway.api.params import authenticate, priority, read_json_sized
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
-from laneway.generation import CHAT, Delta, Done
-from laneway.protocol.requests import parse_request
+from laneway.generation import CHAT, Delta, Done, ResumeRule
+from laneway.protocol import json_fast
+from laneway.protocol.requests import model_of, parse_request, preemptibleflag
 from laneway.protocol.responses import extension
-from laneway.protocol.responses_api import Answer, ResponsesRequest, chat_body, context_after, read_responses
+from laneway.protocol.responses_api import (
+    Answer,
+    ResponsesRequest,
+    chat_body,
+    context_after,
+    forwarded_final,
+    forwarded_job,
+    read_responses,
+)
 from laneway.runtime import Runtime, Ticket
 from laneway.store import Store, StoreUnavailable
 
@@ -54,8 +64,9 @@ async def create(request: Request) -> Response:
     tenant = authenticate(request, config)
     owner = tenant.name if tenant is not None else ""
     body, size = await read_json_sized(request, config.max_body_bytes)
-    req = read_responses(body)
-    context: list[dict[str, str]] = []
+    model, served = model_of(body, runtime.support, config.aliases)
+    req = read_responses(body, engine=not served.passthrough)
+    context: list[dict[str, Any]] = []
     if req.previous_response_id is not None:
         try:
             context = (await _record(store, req.previous_response_id, owner))["context"]
@@ -64,91 +75,146 @@ async def create(request: Request) -> Response:
                 f"previous response with id {req.previous_response_id!r} not found",
                 param="previous_response_id",
             ) from None
-    parsed = parse_request(chat_body(req, context), CHAT, config, runtime.support)
+    if served.passthrough:  # to the upstream's own Responses API
+        job = forwarded_job(req, model, context)
+        preemptible = preemptibleflag(body) and job.resume is not ResumeRule.NONE
+    else:  # from the chat path
+        parsed = parse_request(chat_body(req, context), CHAT, config, runtime.support)
+        job, preemptible = parsed.job, parsed.preemptible
     ticket = runtime.submit(
-        parsed.job,
+        job,
         priority(body, request.headers, tenant, config),
         tenant=tenant.name if tenant is not None else None,
-        preemptible=parsed.preemptible,
+        preemptible=preemptible,
         deltas=req.stream,
         size=size,
     )
-    answer = Answer(req, parsed.job.model, int(time.time()), body.get("service_tier"))
+    answer = Answer(req, job.model, int(time.time()), body.get("service_tier"))
     first = await first_event(request, runtime, ticket, req.stream)
     if isinstance(first, Response):
         return first
+    kept = Kept(store, owner, req, context, forwarded=served.passthrough)
     if not req.stream:
         assert type(first) is Done
-        final = _final(answer, first, ticket)
-        final["store"] = await _keep(store, owner, req, context, final)
-        return JSON(final)
-    return EventStream(_events(store, owner, answer, ticket, first, context), lambda: runtime.cancel(ticket))
+        return JSON(await kept.final(answer, first, ticket))
+    return EventStream(_events(kept, answer, ticket, first), lambda: runtime.cancel(ticket))
 
 
-def _final(answer: Answer, done: Done, ticket: Ticket) -> dict[str, Any]:
-    return answer.response(
-        "completed",
-        text=done.text,
-        usage=done.usage,
-        finish=done.finish_reason,
-        completed_at=int(time.time()),
-        ext=extension(ticket),
-    )
+class Kept:
+    """Where a finished response is stored (``store`` asked): its tenant, its conversation."""
+
+    def __init__(
+        self,
+        store: Store,
+        owner: str,
+        req: ResponsesRequest,
+        context: list[dict[str, Any]],
+        *,
+        forwarded: bool,
+    ) -> None:
+        self.store, self.owner, self.req, self.context = store, owner, req, context
+        self.forwarded = forwarded  # answered by an upstream's Responses API (its own objects)
+
+    async def final(self, answer: Answer, done: Done, ticket: Ticket) -> dict[str, Any]:
+        """The finished response (the upstream's own, or one made from ``done``), stored."""
+        ext = extension(ticket)
+        if self.forwarded and done.response is not None:
+            final = forwarded_final(self.req, done.response, ext, False)
+        else:
+            now = int(time.time())
+            final = answer.response(
+                "completed",
+                text=done.text,
+                usage=done.usage,
+                finish=done.finish_reason,
+                completed_at=now,
+                ext=ext,
+            )
+        final["store"] = await self._keep(final)
+        return final
+
+    async def _keep(self, final: dict[str, Any]) -> bool:
+        """Whether it is stored. A store that cannot be reached does not cost the client its
+        answer: it is sent, marked ``store: false``."""
+        req = self.req
+        if not req.store:
+            return False
+        output = final.get("output")
+        record = {
+            "response": final,
+            "input_items": list(req.input_items),
+            "context": context_after(req, self.context, output if isinstance(output, list) else []),
+        }
+        created = final.get("created_at")
+        try:
+            await self.store.put_response(
+                req.id,
+                self.owner,
+                int(created) if isinstance(created, int | float) else int(time.time()),
+                json.dumps(record, ensure_ascii=False),
+            )
+        except StoreUnavailable as exc:
+            log.warning("response %s not stored: %s", req.id, exc)
+            return False
+        return True
 
 
-async def _keep(
-    store: Store, owner: str, req: ResponsesRequest, context: list[dict[str, str]], final: dict[str, Any]
-) -> bool:
-    """Store a finished response (``store`` asked); whether it is stored. A store that cannot
-    be reached does not cost the client its answer: it is sent, marked ``store: false``."""
-    if not req.store:
-        return False
-    text = final["output"][0]["content"][0]["text"] if final["output"] else ""
-    record = {
-        "response": final,
-        "input_items": list(req.input_items),
-        "context": context_after(req, context, text),
-    }
-    try:
-        await store.put_response(req.id, owner, final["created_at"], json.dumps(record, ensure_ascii=False))
-    except StoreUnavailable as exc:
-        log.warning("response %s not stored: %s", req.id, exc)
-        return False
-    return True
-
-
-async def _events(
-    store: Store,
-    owner: str,
-    answer: Answer,
-    ticket: Ticket,
-    first: Delta | Done,
-    context: list[dict[str, str]],
-) -> AsyncIterator[bytes]:
-    for event in answer.opening():
-        yield event
+async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Done) -> AsyncIterator[bytes]:
+    """The stream: an upstream's own events (laneway's id on its response objects), or
+    events made from the engine's text; the last with the stored, finished response."""
     item: Delta | Done = first
+    forwarded = kept.forwarded
+    if not forwarded:
+        for event in answer.opening():
+            yield event
     text = ""
     try:
         while type(item) is Delta:
-            if item.text and item.index == 0:
-                text += item.text
+            if forwarded:
+                if item.chunk is not None:
+                    yield _own_event(answer, kept.req, item.chunk)
+            elif item.text and item.index == 0:
                 yield answer.delta(item.text)
+            text += item.text
             item = await ticket.next()
     except RequestError as exc:  # after the stream began: an error event, then response.failed
         for event in answer.failure(exc.code, exc.message, exc.param, text):
             yield event
         return
     assert type(item) is Done
-    final = _final(answer, item, ticket)
-    stored = await _keep(store, owner, answer.req, context, final)
-    if answer.req.store and not stored:
+    final = await kept.final(answer, item, ticket)
+    if kept.req.store and not final["store"]:
         yield answer.event(
             "error", code="store_unavailable", message="the response could not be stored", param="store"
         )
-    final["store"] = stored
-    for event in answer.closing(final):
-        yield event
+    if forwarded and item.chunks:  # the upstream's last event, with the finished response
+        last = dict(item.chunks[-1])
+        last["response"] = final
+        yield _own_event(answer, kept.req, last)
+    else:
+        for event in answer.closing(final):
+            yield event
+
+
+def _own_event(answer: Answer, req: ResponsesRequest, event: dict[str, Any]) -> bytes:
+    """An upstream's event as sent, but for laneway's id on the response it carries; numbered
+    on from the upstream's count (so that an event laneway adds follows in order)."""
+    response = event.get("response")
+    if isinstance(response, dict):
+        response["id"] = req.id
+        response["previous_response_id"] = req.previous_response_id
+    seq = event.get("sequence_number")
+    if isinstance(seq, int) and not isinstance(seq, bool):
+        answer.seq = seq + 1
+    kind = event.get("type")
+    name = kind if isinstance(kind, str) and kind.isprintable() and "\n" not in kind else "message"
+    return (
+        b"event: "
+        + name.encode("utf-8", "replace")
+        + b"\ndata: "
+        + json_fast.dumps(event, ascii=True)
+        + b"\n\n"
+    )
 
 
 async def retrieve(request: Request) -> Response:
@@ -172,9 +238,7 @@ async def input_items(request: Request) -> Response:
     owner = _owner(request, runtime)
     record = await _record(request.app.state.store, request.path_params["response_id"], owner)
     query = request.query_params
-    raw_limit = query.get("limit", "20")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_ITEMS_PAGE:
-        raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_ITEMS_PAGE}", param="limit")
+    limit = limit_param(query, MAX_ITEMS_PAGE)
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("order must be asc or desc", param="order")
@@ -185,13 +249,4 @@ async def input_items(request: Request) -> Response:
     if after is not None:
         ids = [i["id"] for i in items]
         items = items[ids.index(after) + 1 :] if after in ids else []
-    page = items[: int(raw_limit)]
-    return JSON(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(items) > len(page),
-        }
-    )
+    return JSON(page(items[:limit], len(items) > limit, lambda item: item))

@@ -42,6 +42,7 @@ from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.capabilities import Capabilities, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import MAX_ERROR_BYTES, Connect, Events, HttpError, Pool, Timeout
+from laneway.backends.upstream_relay import Relayed
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import BackendError, InvalidRequest, ModelNotFound, PayloadTooLarge, RequestError
@@ -49,6 +50,7 @@ from laneway.generation import (
     CHAT,
     COMPLETION,
     EMBEDDING,
+    RESPONSES,
     Checkpoint,
     Done,
     Failed,
@@ -65,7 +67,7 @@ __all__ = ["UpstreamUnavailable", "UpstreamWorker"]
 
 log = logging.getLogger("laneway.backends")
 
-PATHS = {CHAT: "chat/completions", COMPLETION: "completions", EMBEDDING: "embeddings"}
+PATHS = {CHAT: "chat/completions", COMPLETION: "completions", EMBEDDING: "embeddings", RESPONSES: "responses"}
 PROBE_TIMEOUT_S = 2.0
 MAX_ERROR_CHARS = 300
 
@@ -375,6 +377,8 @@ class UpstreamWorker:
                 await self.gate(run.job.model)
             if run.job.kind == EMBEDDING:
                 await self._embed(run)
+            elif run.job.kind == RESPONSES:
+                await self._relay(run)
             else:
                 await self._generate(run)
         except asyncio.CancelledError:
@@ -471,27 +475,8 @@ class UpstreamWorker:
                 raise UpstreamUnavailable(f"upstream {self.name} sent a chunk that is not JSON") from None
             run.take(chunk)
 
-        reader = Events(on_event)
-        raw = json_fast.dumps(body)
-        exchange = await self._pool.request(
-            "POST", path, raw, reader, stall_s=self.stall_timeout_s, accept=b"text/event-stream"
-        )
-        if not self._live(run, me):  # stopped while the request was being sent: take it back
-            exchange.abort()
-            return
-        run.exchange = exchange
-        timer = None
-        if math.isfinite(self.timeout_s):
-            late = HttpError(f"no complete answer within {self.timeout_s:g} s")
-            timer = asyncio.get_running_loop().call_later(self.timeout_s, exchange.fail, late)
-        try:
-            await exchange.done
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if run.exchange is exchange:
-                run.exchange = None
-        if not self._live(run, me):
+        reader = await self._stream(run, me, path, body, on_event)
+        if reader is None:
             return
         if reader.status != 200 and self._refused(run, reader.status):
             run.runs = max(run.runs - 1, 0)  # (that one did not run)
@@ -511,6 +496,71 @@ class UpstreamWorker:
             )
         self._learnt(run)
         self._end(run, run.ended())
+
+    async def _stream(
+        self,
+        run: Run,
+        me: asyncio.Task[None] | None,
+        path: str,
+        body: dict[str, Any],
+        on_event: Callable[[bytes], None],
+    ) -> Events | None:
+        """Send ``body`` to ``path`` and read the event stream it answers into ``on_event``,
+        within the worker's timeouts; ``None`` when the run was stopped meanwhile."""
+        reader = Events(on_event)
+        exchange = await self._pool.request(
+            "POST",
+            path,
+            json_fast.dumps(body),
+            reader,
+            stall_s=self.stall_timeout_s,
+            accept=b"text/event-stream",
+        )
+        if not self._live(run, me):  # stopped while the request was being sent: take it back
+            exchange.abort()
+            return None
+        run.exchange = exchange
+        timer = None
+        if math.isfinite(self.timeout_s):
+            late = HttpError(f"no complete answer within {self.timeout_s:g} s")
+            timer = asyncio.get_running_loop().call_later(self.timeout_s, exchange.fail, late)
+        try:
+            await exchange.done
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if run.exchange is exchange:
+                run.exchange = None
+        return reader if self._live(run, me) else None
+
+    async def _relay(self, run: Run) -> None:
+        """A request sent to the upstream's own endpoint as the client sent it (the Responses
+        API: :mod:`laneway.backends.upstream_relay`), streamed, its events passed on."""
+        me = asyncio.current_task()
+        job = run.job
+        body: dict[str, Any] = {**self.options, **(job.body or {})}
+        body["model"] = job.model if job.model in self.adapters else self.model
+        body["stream"] = True
+        if self.forward_priority:
+            body["priority"] = job.rank
+        run.begin()
+        relayed = Relayed(run, self.name)
+
+        def on_event(data: bytes) -> None:
+            if self._live(run, me):
+                relayed.take(data)
+
+        reader = await self._stream(run, me, PATHS[job.kind], body, on_event)
+        if reader is None:
+            return
+        if reader.status != 200:
+            raise _error_from(reader.status, reader.error_body, self.name, reader.content_type)
+        if not reader.is_stream:
+            raise UpstreamUnavailable(
+                f"upstream {self.name} answered 200 but not with an event stream: "
+                + describe_body(reader.error_body, reader.content_type)
+            )
+        self._end(run, relayed.ended())
 
     async def _held_text(self, run: Run) -> str | None:
         """Text of tokens the upstream had sent the ids of but not yet the text when the run

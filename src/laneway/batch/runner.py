@@ -35,7 +35,7 @@ from laneway.batch.validate import ENDPOINTS, Validated, parse_line, validate_in
 from laneway.errors import Deferred, GenerationFailed, RequestError
 from laneway.generation import ResumeRule
 from laneway.protocol.responses import Shape, extension
-from laneway.protocol.responses_api import Answer
+from laneway.protocol.responses_api import Answer, forwarded_final
 from laneway.runtime.runtime import Runtime
 from laneway.runtime.ticket import Ticket
 from laneway.store.base import (
@@ -380,7 +380,9 @@ class BatchRunner:
             return
         tier = asked.get("service_tier") if isinstance(asked, dict) else None
         now = int(self.clock())
-        if responses is not None:
+        if responses is not None and done.response is not None:  # an upstream's own
+            body = forwarded_final(responses, done.response, extension(ticket), False)
+        elif responses is not None:
             body = Answer(responses, parsed.job.model, now, tier).response(
                 "completed",
                 text=done.text,

@@ -16,14 +16,13 @@ from typing import Any
 
 from laneway.config.schema import ServerConfig
 from laneway.errors import InvalidRequest, ModelNotFound, RequestError
-from laneway.generation import CHAT, COMPLETION, EMBEDDING
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, RESPONSES
 from laneway.protocol import json_input
 from laneway.protocol.json_input import BadJSON
-from laneway.protocol.requests import Parsed, Support, parse_request
-from laneway.protocol.responses_api import ResponsesRequest, chat_body, read_responses
+from laneway.protocol.requests import Parsed, Support, model_of, parse_request
+from laneway.protocol.responses_api import ResponsesRequest, chat_body, forwarded_job, read_responses
 from laneway.store.base import NewLine
 
-RESPONSES = "responses"  # (lines of the Responses API: served as chat requests)
 # endpoint -> the kind of request its lines are
 ENDPOINTS = {
     "/v1/chat/completions": CHAT,
@@ -152,10 +151,13 @@ def parse_line(
     alone: it cannot continue a stored response (``previous_response_id``), nor is it stored."""
     if kind != RESPONSES:
         return parse_request(body, kind, config, support), None
-    req = read_responses(body)
+    model, served = model_of(body, support, config.aliases)
+    req = read_responses(body, engine=not served.passthrough)
     if req.previous_response_id is not None:
         raise InvalidRequest(
             "previous_response_id is not available in a batch line (each line stands alone)",
             param="previous_response_id",
         )
+    if served.passthrough:
+        return Parsed(forwarded_job(req, model, []), False, False, True), req
     return parse_request(chat_body(req, []), CHAT, config, support), req

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from laneway.errors import InvalidRequest
-from laneway.generation import Usage
+from laneway.generation import RESPONSES, Job, ResumeRule, SamplingParams, Usage
 from laneway.protocol import json_fast
+from laneway.protocol.fields import OWNED
 from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
 
 RESPONSE_PREFIX = "resp_"
@@ -107,6 +108,7 @@ class ResponsesRequest:
 
     id: str
     model: str
+    input_list: tuple[dict[str, Any], ...]  # the input as items (a string: one user message)
     input_items: tuple[dict[str, Any], ...]  # as stored and listed (each with its id)
     messages: tuple[dict[str, str], ...]  # the input as chat messages
     instructions: str | None
@@ -166,18 +168,26 @@ def _text_of(content: object, where: str, role: str) -> tuple[str, list[dict[str
     return "".join(texts), parts
 
 
-def _items(value: object) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The ``input`` as stored items and as chat messages."""
+def _input_list(value: object) -> list[dict[str, Any]]:
+    """The ``input`` as a list of items (a string is one user message)."""
     if isinstance(value, str):
-        value = [{"role": "user", "content": value}]
+        return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise InvalidRequest("input must be a string or a non-empty list of input items", param="input")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"input[{i}] must be an input item object", param=f"input[{i}]")
+    return value
+
+
+def _items(
+    value: list[dict[str, Any]], name: str = "input"
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Items of text messages as stored (each with an id) and as chat messages."""
     items = []
     messages = []
     for i, item in enumerate(value):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise InvalidRequest(f"{where} must be an input item object", param=where)
+        where = f"{name}[{i}]"
         kind = item.get("type", "message")
         if kind != "message":
             raise InvalidRequest(
@@ -193,6 +203,17 @@ def _items(value: object) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         items.append({"id": msg_id, "type": "message", "role": role, "content": parts, "status": "completed"})
         messages.append({"role": "system" if role == "developer" else role, "content": text})
     return items, messages
+
+
+def _listed(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Items as given, for ``input_items``: each with an id (one made where it has none)."""
+    out = []
+    for item in value:
+        listed = {"type": "message", **item}
+        if not isinstance(listed.get("id"), str):
+            listed["id"] = new_id(MESSAGE_PREFIX)
+        out.append(listed)
+    return out
 
 
 def _metadata(value: object) -> dict[str, str]:
@@ -214,9 +235,12 @@ def _metadata(value: object) -> dict[str, str]:
     return dict(value)
 
 
-def read_responses(body: Mapping[str, Any]) -> ResponsesRequest:
-    """A Responses request's fields, checked (400 naming the field that is wrong or not served)."""
-    for name, value in body.items():
+def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> ResponsesRequest:
+    """A Responses request's fields, checked (400 naming the field that is wrong or not served).
+
+    ``engine``: for a built-in engine, served from the chat path (text only); else the request
+    goes to an upstream's own Responses API, which checks what laneway does not read."""
+    for name, value in body.items() if engine else ():
         if name in READ:
             continue
         if name in OPTIONAL and _asks_nothing(name, value):
@@ -231,7 +255,8 @@ def read_responses(body: Mapping[str, Any]) -> ResponsesRequest:
         raise InvalidRequest("model is required (a string)", param="model")
     if "input" not in body:
         raise InvalidRequest("input is required", param="input")
-    items, messages = _items(body["input"])
+    given = _input_list(body["input"])
+    items, messages = _items(given) if engine else (_listed(given), [])
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidRequest("instructions must be a string", param="instructions")
@@ -252,6 +277,7 @@ def read_responses(body: Mapping[str, Any]) -> ResponsesRequest:
     return ResponsesRequest(
         id=new_id(RESPONSE_PREFIX),
         model=model,
+        input_list=tuple(given),
         input_items=tuple(items),
         messages=tuple(messages),
         instructions=instructions,
@@ -267,17 +293,27 @@ def read_responses(body: Mapping[str, Any]) -> ResponsesRequest:
     )
 
 
-def context_after(req: ResponsesRequest, context: list[dict[str, str]], text: str) -> list[dict[str, str]]:
-    """The conversation a later response continues: what came before, this input, this answer."""
-    return [*context, *req.messages, {"role": "assistant", "content": text}]
+def context_after(
+    req: ResponsesRequest, context: list[dict[str, Any]], output: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The conversation a later response continues, as input items: what came before, this
+    input, this answer's output."""
+    return [*context, *req.input_list, *output]
 
 
-def chat_body(req: ResponsesRequest, context: list[dict[str, str]]) -> dict[str, Any]:
+def chat_body(req: ResponsesRequest, context: list[dict[str, Any]]) -> dict[str, Any]:
     """The chat completions request that serves ``req`` after the conversation ``context``."""
+    try:
+        earlier = _items(context, "previous_response_id")[1]
+    except InvalidRequest as exc:  # (a conversation made by an upstream's Responses API)
+        raise InvalidRequest(
+            f"the conversation of previous_response_id holds what this model does not serve: {exc.message}",
+            param="previous_response_id",
+        ) from None
     messages: list[dict[str, str]] = []
     if req.instructions is not None:
         messages.append({"role": "system", "content": req.instructions})
-    messages += context
+    messages += earlier
     messages += req.messages
     chat: dict[str, Any] = {"model": req.model, "messages": messages}
     if req.stream:
@@ -292,6 +328,39 @@ def chat_body(req: ResponsesRequest, context: list[dict[str, str]]) -> dict[str,
         if req.body.get(name) is not None:
             chat[name] = req.body[name]
     return chat
+
+
+# fields of a forwarded request laneway takes out: its own, and the state it keeps itself
+NOT_FORWARDED = OWNED | {"previous_response_id", "store", "stream"}
+
+
+def forwarded_job(req: ResponsesRequest, model: str, context: list[dict[str, Any]]) -> Job:
+    """The job that sends ``req`` to an upstream's Responses API: as the client sent it, but
+    with the conversation so far put before its input (the upstream keeps no state: laneway
+    does, and any replica of the upstream may serve the next turn), and nothing stored there.
+    It cannot be resumed part-way (no token ids): one not streamed restarts when preempted,
+    a streamed one is not preempted."""
+    body = {k: v for k, v in req.body.items() if k not in NOT_FORWARDED}
+    if context:
+        body["input"] = [*context, *req.input_list]
+    body["store"] = False
+    params = SamplingParams(
+        max_tokens=req.max_output_tokens, temperature=1.0 if req.temperature is None else req.temperature
+    )
+    rule = ResumeRule.NONE if req.stream else ResumeRule.RESTART
+    return Job(req.id, model, params, kind=RESPONSES, body=body, stream=req.stream, resume=rule)
+
+
+def forwarded_final(
+    req: ResponsesRequest, response: dict[str, Any], ext: dict[str, Any], stored: bool
+) -> dict[str, Any]:
+    """An upstream's response object as laneway answers it: laneway's id (the one stored), the
+    conversation and storage as the client asked them, the ``laneway`` object."""
+    response["id"] = req.id
+    response["previous_response_id"] = req.previous_response_id
+    response["store"] = stored
+    response["laneway"] = ext
+    return response
 
 
 def usage_of(u: Usage) -> dict[str, Any]:

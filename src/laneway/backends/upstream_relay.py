@@ -1,0 +1,92 @@
+"""A request relayed to an upstream's own endpoint as sent (the Responses API): its events
+passed on, its end kept.
+
+The upstream streams events (``event: …`` / ``data: {"type": …}``); each goes to the
+client as it came (a client that streams), its text counted as the run's progress. The
+event that ends it (``response.completed``, ``response.incomplete``, ``response.failed``)
+is held back: it goes with the job's ``Done``, which carries the finished response
+object, so that laneway can put its own id and ``laneway`` object on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of, plausible
+from laneway.errors import BackendError
+from laneway.generation import Delta, Done, Usage
+from laneway.protocol import json_fast
+
+ENDINGS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class Relayed:
+    """One run's events in; deltas out; its end kept."""
+
+    def __init__(self, run: Run, source: str) -> None:
+        self.run = run
+        self.source = source
+        self.last: dict[str, Any] | None = None  # the event that ended it
+
+    def take(self, data: bytes) -> None:
+        run = self.run
+        if data == b"[DONE]" or self.last is not None:
+            return
+        try:
+            event = json_fast.loads(data)
+        except ValueError:
+            raise UpstreamUnavailable(f"upstream {self.source} sent an event that is not JSON") from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise UpstreamUnavailable(f"upstream {self.source} sent an event with no type")
+        kind = event["type"]
+        if kind == "error":
+            raise BackendError(f"upstream {self.source}: {message_of(event)}")
+        if kind in ENDINGS:
+            self.last = event
+            return
+        piece = event.get("delta") if kind == "response.output_text.delta" else None
+        text = piece if isinstance(piece, str) else ""
+        if text:
+            run.text += text
+            run.run_tokens += 1  # (a count of deltas until the upstream's usage says)
+            if run.run_tokens > run.most_tokens:
+                raise UpstreamUnavailable(
+                    f"upstream {self.source} streamed more than the {run.most_tokens} tokens asked"
+                )
+        counted = run.tokens + run.run_tokens
+        if run.assembly is None:  # its client streams: every event, as sent
+            run.sink(Delta(run.job.id, text, counted, chunk=event))
+        elif text:
+            run.sink(Delta(run.job.id, text, counted))
+
+    def ended(self) -> Done:
+        """The job's end, from the event that ended its stream."""
+        last = self.last
+        if last is None:
+            raise UpstreamUnavailable(
+                f"upstream {self.source}: its stream ended before its answer did (no response.completed)"
+            )
+        response = last.get("response")
+        if not isinstance(response, dict):
+            raise UpstreamUnavailable(f"upstream {self.source} ended its stream with no response object")
+        if last["type"] == "response.failed":
+            error = response.get("error")
+            raise BackendError(
+                f"upstream {self.source}: {message_of(error) if error else 'the response failed'}"
+            )
+        run = self.run
+        usage = response.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        made, given = usage.get("output_tokens"), usage.get("input_tokens")
+        if plausible(made, run.run_tokens, run.most_tokens):  # (its own count, where believable)
+            run.run_tokens = made
+        prompt = given if plausible(given, 0, 1 << 31) else 0
+        finish = "length" if response.get("status") == "incomplete" else "stop"
+        return Done(
+            run.job.id,
+            finish,
+            Usage(prompt, run.tokens + run.run_tokens),
+            run.text,
+            response=response,
+            chunks=(last,),
+        )
