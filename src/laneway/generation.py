@@ -30,7 +30,8 @@ SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator takes
 
 CHAT, COMPLETION, EMBEDDING = "chat", "completion", "embedding"
 RESPONSES = "responses"  # a Responses API request forwarded to an upstream's own (its body as sent)
-KINDS = (CHAT, COMPLETION, EMBEDDING, RESPONSES)
+RELAY = "relay"  # any other request to an upstream's endpoint (Job.endpoint), passed through as sent
+KINDS = (CHAT, COMPLETION, EMBEDDING, RESPONSES, RELAY)
 
 
 class ResumeRule(enum.StrEnum):
@@ -180,6 +181,7 @@ class Job:
     stream: bool = False
     resume: ResumeRule = ResumeRule.EXACT
     rank: int = 0  # its class (0: the most urgent), for an engine that orders its queue by it
+    endpoint: str = ""  # a relayed job's path under the upstream's base URL ("messages")
 
     def __post_init__(self) -> None:
         if not self.kind:
@@ -284,6 +286,9 @@ class Done:
     response: dict[str, Any] | None = None
     chunks: tuple[dict[str, Any], ...] = ()
     prompt_ids: tuple[int, ...] | None = None  # when asked (return_token_ids)
+    # a relayed job's answer as the upstream sent it: a whole one's body and content type;
+    # a stream's last bytes (its "data: [DONE]", if it sent one)
+    raw: tuple[bytes, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from laneway.backends.upstream_relay import Relayed
+from laneway.backends.upstream_relay import Passed, Relayed, usage_in, whole
 from laneway.backends.upstream_run import Run, UpstreamUnavailable
 from laneway.errors import BackendError
-from laneway.generation import RESPONSES, Delta, Job, ResumeRule, SamplingParams
+from laneway.generation import RELAY, RESPONSES, Delta, Job, ResumeRule, SamplingParams
 from laneway.protocol.assemble import Assembly
 
 
@@ -89,3 +89,33 @@ def test_what_is_not_a_responses_stream_fails_clearly(
         for data in events:
             r.take(data)
         r.ended()
+
+
+def test_any_other_stream_passes_event_by_event_with_its_usage_counted() -> None:
+    job = Job(
+        "relay-1", "m", SamplingParams(max_tokens=8), kind=RELAY, body={}, stream=True, endpoint="messages"
+    )
+    seen: list[Any] = []
+    p = Passed(Run(job, seen.append, "u"), "u")
+    p.take(event("message_start", message={"usage": {"input_tokens": 5, "output_tokens": 0}}))
+    p.take(event("content_block_delta", delta={"type": "text_delta", "text": "Hi"}))
+    p.take(event("message_delta", usage={"output_tokens": 3}))
+    p.take(b"[DONE]")
+    assert [x.chunk["type"] for x in seen] == ["message_start", "content_block_delta", "message_delta"]
+    done = p.ended()
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (5, 3)
+    assert done.raw == (b"data: [DONE]\n\n", "")
+    with pytest.raises(UpstreamUnavailable, match="not JSON"):
+        p2 = Passed(Run(job, seen.append, "u"), "u")
+        p2.take(b"<html>")
+
+
+def test_a_whole_answer_is_kept_as_sent() -> None:
+    job = Job("relay-1", "m", SamplingParams(max_tokens=8), kind=RELAY, body={}, endpoint="score")
+    run = Run(job, lambda _: None, "u")
+    body = json.dumps({"data": [1], "usage": {"prompt_tokens": 7, "completion_tokens": 0}}).encode()
+    done = whole(run, body, "application/json")
+    assert done.raw == (body, "application/json") and done.usage.prompt_tokens == 7
+    audio = whole(run, b"\x00RIFF", "audio/wav")  # (not JSON: nothing counted, kept as sent)
+    assert audio.raw == (b"\x00RIFF", "audio/wav") and audio.usage.prompt_tokens == 0
+    assert usage_in({"usage": {"prompt_tokens": True}}) == (None, None)  # (a count, or nothing)

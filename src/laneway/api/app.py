@@ -18,7 +18,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from laneway.api import batches, completions, dashboard, files, health, models, queue, responses
+from laneway.api import batches, completions, dashboard, files, health, models, queue, relay, responses
 from laneway.api.dashboard import History
 from laneway.api.errors import on_http_error, on_request_error, on_store_unavailable
 from laneway.api.guard import Guard
@@ -54,6 +54,8 @@ ROUTES = [
     Route("/dashboard/events", dashboard.events, methods=["GET"]),
     Route("/healthz", health.healthz, methods=["GET"]),
     Route("/readyz", health.readyz, methods=["GET"]),
+    # last: any other POST under /v1 that names an upstream's model is passed through
+    Route(relay.ROUTE, relay.relay, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]),
 ]
 
 

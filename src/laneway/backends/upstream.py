@@ -42,14 +42,22 @@ from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.capabilities import Capabilities, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import MAX_ERROR_BYTES, Connect, Events, HttpError, Pool, Timeout
-from laneway.backends.upstream_relay import Relayed
+from laneway.backends.upstream_relay import Passed, Relayed, whole
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
-from laneway.errors import BackendError, InvalidRequest, ModelNotFound, PayloadTooLarge, RequestError
+from laneway.errors import (
+    BackendError,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    PayloadTooLarge,
+    RequestError,
+)
 from laneway.generation import (
     CHAT,
     COMPLETION,
     EMBEDDING,
+    RELAY,
     RESPONSES,
     Checkpoint,
     Done,
@@ -379,6 +387,8 @@ class UpstreamWorker:
                 await self._embed(run)
             elif run.job.kind == RESPONSES:
                 await self._relay(run)
+            elif run.job.kind == RELAY:
+                await self._pass(run)
             else:
                 await self._generate(run)
         except asyncio.CancelledError:
@@ -562,6 +572,44 @@ class UpstreamWorker:
             )
         self._end(run, relayed.ended())
 
+    async def _pass(self, run: Run) -> None:
+        """A request to any other endpoint of the upstream, as the client sent it (but for the
+        upstream's name of the model), streamed or not as the client asked; its answer kept as
+        sent (:mod:`laneway.backends.upstream_relay`)."""
+        me = asyncio.current_task()
+        job = run.job
+        body: dict[str, Any] = {**(job.body or {})}
+        body["model"] = job.model if job.model in self.adapters else self.model
+        run.begin()
+        if not job.stream:
+            got = await self._pool.fetch(
+                "POST", job.endpoint, json_fast.dumps(body), timeout_s=self.timeout_s
+            )
+            if not self._live(run, me):
+                return
+            ctype = got.headers.get(b"content-type", b"").decode("latin-1")
+            if got.status != 200:
+                raise _relay_error(got.status, got.body, self.name, job.endpoint, ctype.encode("latin-1"))
+            self._end(run, whole(run, got.body, ctype or "application/octet-stream"))
+            return
+        passed = Passed(run, self.name)
+
+        def on_event(data: bytes) -> None:
+            if self._live(run, me):
+                passed.take(data)
+
+        reader = await self._stream(run, me, job.endpoint, body, on_event)
+        if reader is None:
+            return
+        if reader.status != 200:
+            raise _relay_error(reader.status, reader.error_body, self.name, job.endpoint, reader.content_type)
+        if not reader.is_stream:
+            raise UpstreamUnavailable(
+                f"upstream {self.name} answered 200 but not with an event stream: "
+                + describe_body(reader.error_body, reader.content_type)
+            )
+        self._end(run, passed.ended())
+
     async def _held_text(self, run: Run) -> str | None:
         """Text of tokens the upstream had sent the ids of but not yet the text when the run
         was stopped (vLLM holds the last characters back while they could still be part of
@@ -608,6 +656,16 @@ def _error_from(status: int, raw: bytes, name: str, content_type: bytes = b"") -
     # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
     fault = status in (429, 502, 503, 504) or status < 400
     return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)
+
+
+def _relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type: bytes) -> Exception:
+    """A relayed request's error: as any upstream error, but a 404 is the endpoint's (the
+    model was found: the upstream serves it)."""
+    if status == 404:
+        return NotFound(
+            f"upstream {name} does not serve POST /{endpoint}: " + describe_body(raw, content_type)
+        )
+    return _error_from(status, raw, name, content_type)
 
 
 def describe_body(raw: bytes, content_type: bytes = b"") -> str:

@@ -1,15 +1,22 @@
-"""A request relayed to an upstream's own endpoint as sent (the Responses API): its events
-passed on, its end kept.
+"""Requests relayed to an upstream's own endpoint as sent: its answer passed on.
 
-The upstream streams events (``event: …`` / ``data: {"type": …}``); each goes to the
-client as it came (a client that streams), its text counted as the run's progress. The
-event that ends it (``response.completed``, ``response.incomplete``, ``response.failed``)
-is held back: it goes with the job's ``Done``, which carries the finished response
-object, so that laneway can put its own id and ``laneway`` object on it.
+:class:`Relayed`, the Responses API: the upstream streams events (``event: …`` /
+``data: {"type": …}``); each goes to the client as it came (a client that streams),
+its text counted as the run's progress. The event that ends it
+(``response.completed``, ``response.incomplete``, ``response.failed``) is held
+back: it goes with the job's ``Done``, which carries the finished response object,
+so that laneway can put its own id and ``laneway`` object on it.
+
+:class:`Passed`, any other endpoint (Anthropic's Messages API, rerank, score …): a
+stream's events go to the client as they came, each counted; a whole answer is
+kept as sent (:func:`whole`). Token counts come from what the answer says of its
+usage, in OpenAI's words or Anthropic's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of, plausible
@@ -90,3 +97,67 @@ class Relayed:
             response=response,
             chunks=(last,),
         )
+
+
+def usage_in(obj: object) -> tuple[int | None, int | None]:
+    """The (input, output) tokens an answer or event says it used, where it says: OpenAI's
+    ``usage.prompt_tokens`` / ``completion_tokens``, Anthropic's ``usage.input_tokens`` /
+    ``output_tokens`` (also inside its ``message_start`` event's ``message``)."""
+    if not isinstance(obj, dict):
+        return None, None
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        inner = obj.get("message")
+        usage = inner.get("usage") if isinstance(inner, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    given = usage.get("prompt_tokens", usage.get("input_tokens"))
+    made = usage.get("completion_tokens", usage.get("output_tokens"))
+    return (given if plausible(given, 0, 1 << 31) else None, made if plausible(made, 0, 1 << 31) else None)
+
+
+class Passed:
+    """One relayed stream's events in (each a JSON object, or ``[DONE]``); deltas out."""
+
+    def __init__(self, run: Run, source: str) -> None:
+        self.run = run
+        self.source = source
+        self.done_line = False
+        self.given: int | None = None
+        self.made: int | None = None
+
+    def take(self, data: bytes) -> None:
+        run = self.run
+        if data == b"[DONE]":
+            self.done_line = True
+            return
+        if self.done_line:
+            return
+        try:
+            event = json_fast.loads(data)
+        except ValueError:
+            raise UpstreamUnavailable(f"upstream {self.source} sent an event that is not JSON") from None
+        if not isinstance(event, dict):
+            raise UpstreamUnavailable(f"upstream {self.source} sent an event that is not an object")
+        given, made = usage_in(event)
+        self.given = given if given is not None else self.given
+        self.made = made if made is not None else self.made
+        run.run_tokens += 1  # (progress: events until the upstream's usage says)
+        run.sink(Delta(run.job.id, "", run.tokens + run.run_tokens, chunk=event))
+
+    def ended(self) -> Done:
+        run = self.run
+        if plausible(self.made, 0, run.most_tokens):
+            run.run_tokens = self.made
+        tail = (b"data: [DONE]\n\n" if self.done_line else b"", "")
+        return Done(run.job.id, "stop", Usage(self.given or 0, run.tokens + run.run_tokens), "", raw=tail)
+
+
+def whole(run: Run, body: bytes, content_type: str) -> Done:
+    """A relayed job's whole answer, kept as the upstream sent it (its usage counted, if JSON)."""
+    given = made = None
+    if content_type.split(";")[0].strip().lower() == "application/json":
+        with contextlib.suppress(ValueError):
+            given, made = usage_in(json.loads(body))
+    made = made if plausible(made, 0, run.most_tokens) else 0
+    return Done(run.job.id, "stop", Usage(given or 0, made), "", raw=(body, content_type))

@@ -1,0 +1,111 @@
+"""``POST /v1/…`` for what laneway does not serve itself: passed through to an upstream.
+
+A request to any other path under ``/v1`` whose JSON body names a model served by
+upstream workers (Anthropic's ``/v1/messages``, ``/v1/rerank``, ``/v1/score`` …)
+is scheduled by class like every other (queues, quotas, preemption) and sent to
+the same path of the upstream as the client sent it (:mod:`laneway.protocol.relayed`);
+the answer is the upstream's own, byte for byte (a stream event by event). Any
+other request there is answered as an unknown route: 404 (405 on a path laneway
+serves with other methods).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match
+
+from laneway.api.completions import first_event
+from laneway.api.params import authenticate, priority, read_json_sized
+from laneway.api.streaming import EventStream
+from laneway.errors import RequestError
+from laneway.generation import Delta, Done, ResumeRule
+from laneway.protocol import json_fast
+from laneway.protocol.relayed import relay_job
+from laneway.protocol.requests import preemptibleflag
+from laneway.runtime import Runtime, Ticket
+
+ROUTE = "/v1/{path:path}"
+_SEGMENT = re.compile(r"[A-Za-z0-9_\-.:]+")
+
+
+def _methods_here(request: Request) -> set[str]:
+    """The methods laneway's other routes serve on this path (none: it serves no such path)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if getattr(route, "path", None) == ROUTE:
+            continue
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return methods
+
+
+async def relay(request: Request) -> Response:
+    methods = _methods_here(request)
+    if methods:  # (as Starlette answers a path served with other methods)
+        raise HTTPException(405, headers={"Allow": ", ".join(sorted(methods))})
+    endpoint = request.path_params["path"]
+    segments = endpoint.split("/")
+    if request.method != "POST" or not all(_SEGMENT.fullmatch(p) and p not in (".", "..") for p in segments):
+        raise HTTPException(404)  # (a path of plain names only: nothing leaves the upstream's /v1)
+    runtime: Runtime = request.app.state.runtime
+    config = runtime.config
+    tenant = authenticate(request, config)
+    try:
+        body, size = await read_json_sized(request, config.max_body_bytes)
+    except RequestError:  # (not a request for an upstream: no such route)
+        raise HTTPException(404) from None
+    model = body.get("model")
+    model = config.aliases.get(model, model) if isinstance(model, str) else None
+    served = runtime.support.get(model) if model is not None else None
+    if model is None or served is None or not served.passthrough:
+        raise HTTPException(404)
+    job = relay_job("relay-" + uuid.uuid4().hex[:24], model, endpoint, body)
+    ticket = runtime.submit(
+        job,
+        priority(body, request.headers, tenant, config),
+        tenant=tenant.name if tenant is not None else None,
+        preemptible=preemptibleflag(body) and job.resume is not ResumeRule.NONE,
+        deltas=job.stream,
+        size=size,
+    )
+    first = await first_event(request, runtime, ticket, job.stream)
+    if isinstance(first, Response):
+        return first
+    if not job.stream:
+        assert type(first) is Done and first.raw is not None
+        content, ctype = first.raw
+        return Response(content, media_type=ctype or None)
+    return EventStream(_events(ticket, first), lambda: runtime.cancel(ticket))
+
+
+def event_bytes(event: dict[str, object]) -> bytes:
+    """One event as the upstream's kind of stream has it: named by its ``type`` where it has
+    one (Anthropic's, the Responses API's), then its data."""
+    kind = event.get("type")
+    head = b""
+    if isinstance(kind, str) and kind.isprintable() and kind.isascii():
+        head = b"event: " + kind.encode() + b"\n"
+    return head + b"data: " + json_fast.dumps(event, ascii=True) + b"\n\n"
+
+
+async def _events(ticket: Ticket, first: Delta | Done) -> AsyncIterator[bytes]:
+    item: Delta | Done = first
+    try:
+        while type(item) is Delta:
+            if item.chunk is not None:
+                yield event_bytes(item.chunk)
+            item = await ticket.next()
+    except RequestError as exc:  # after the stream began: an error event (both kinds of client read it)
+        error = {"message": exc.message, "type": exc.type, "code": exc.code, "param": exc.param}
+        yield event_bytes({"type": "error", "error": error})
+        return
+    assert type(item) is Done
+    if item.raw is not None:
+        yield item.raw[0]

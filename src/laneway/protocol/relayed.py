@@ -1,0 +1,48 @@
+"""Requests laneway passes through to an upstream as sent: Anthropic's Messages API
+(``/v1/messages``) and any other ``POST /v1/…`` endpoint of an upstream's server whose
+body names a model (rerank, score, classify, tokens counted …).
+
+laneway reads only the model (to place it), ``stream``, and what sizes it
+(``max_tokens``, ``max_completion_tokens``); its own fields (``priority``,
+``preemptible``, ``laneway``, ``service_tier``) pick the class and are not sent.
+Such a request cannot resume part-way: preempted, a whole answer runs again from
+the start; a streamed one is not preempted once started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from laneway.errors import InvalidRequest
+from laneway.generation import RELAY, Job, ResumeRule, SamplingParams
+from laneway.protocol.fields import OWNED
+from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
+
+
+def relay_job(rid: str, model: str, endpoint: str, body: Mapping[str, Any]) -> Job:
+    """The job that sends ``body`` to ``endpoint`` (under the upstream's base URL)."""
+    stream = flag(body, "stream", False)
+    limit = None
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = body.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < MAX_TOKENS_LIMIT:
+                raise InvalidRequest(
+                    f"{name} must be a whole number from 1 to {MAX_TOKENS_LIMIT - 1}, got {value!r}",
+                    param=name,
+                )
+            limit = value
+            break
+    forwarded = {k: v for k, v in body.items() if k not in OWNED}
+    rule = ResumeRule.NONE if stream else ResumeRule.RESTART
+    return Job(
+        rid,
+        model,
+        SamplingParams(max_tokens=limit),
+        kind=RELAY,
+        body=forwarded,
+        stream=stream,
+        resume=rule,
+        endpoint=endpoint,
+    )
