@@ -1,6 +1,7 @@
 # laneway, CPU images: the gateway in front of upstream engines, and beside it its built-in engine.
 #   docker build -t laneway .                            # full: the built-in engine on the CPU too
 #   docker build --target gateway -t laneway:gateway .   # slim: no torch (upstream engines only)
+# (both can send OpenTelemetry traces: --otlp-traces-endpoint URL)
 #   docker run -p 8000:8000 -v $PWD/laneway.toml:/etc/laneway/laneway.toml:ro laneway
 # For the in-process engine on NVIDIA GPUs, build FROM an image with CUDA and install the CUDA
 # build of torch instead (docs/deploy.md).
@@ -10,7 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/laneway
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install . && useradd --create-home --uid 10001 laneway && mkdir -p /var/lib/laneway /etc/laneway \
+RUN pip install '.[otel]' && useradd --create-home --uid 10001 laneway && mkdir -p /var/lib/laneway /etc/laneway \
     && chown laneway /var/lib/laneway
 
 USER laneway

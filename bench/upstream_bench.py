@@ -1,6 +1,6 @@
 """laneway in front of an engine over HTTP, measured side by side with the engine used directly.
 
-    python bench/upstream_bench.py [--only flood,overhead,vllm,gate] [--batch 200] [--tokens 1000]
+    python bench/upstream_bench.py [--only flood,overhead,vllm,gate] [--traces] [--batch 200] [--tokens 1000]
         [--urgent 20] [--urgent-tokens 16] [--slots 4] [--ms-per-token 2] [--requests 2000]
         [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--gate-slots 16] [--json out.json]
 
@@ -26,7 +26,9 @@ directory), stopped afterwards; every loop is bounded in count and time.
    end), p50/p99 of each and the difference (target ≤ 1 ms p50).
    Requests/s: ``--clients`` connections through laneway for ``--duration``
    s (``wrk`` if installed, else a small asyncio client; target ≥ 2,000),
-   the engine alone beside it.
+   the engine alone beside it. ``--traces``: each path again with
+   OpenTelemetry traces on (a span per request and per run, sent over
+   OTLP/HTTP to a local sink), beside the same laneway without.
 3. **vLLM** (``vllm``, with ``--vllm``): the flood of (1) against a real vLLM
    (``scripts/vllm-cpu``), pinned to one core (it keeps every core it may
    use busy), laneway and the clients on the others; a smaller flood
@@ -45,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.server
 import json
 import os
 import re
@@ -71,9 +74,12 @@ err = Console(stderr=True)
 
 
 # --------------------------------------------------------------------------- servers
-def gateway_toml(data: Path, url: str, model: str, slots: int, worker: str = "") -> str:
+def gateway_toml(
+    data: Path, url: str, model: str, slots: int, worker: str = "", traces: str | None = None
+) -> str:
+    traced = f'otlp_traces_endpoint = "{traces}"\n' if traces else ""
     return (
-        f'[server]\nhost = "{HOST}"\ndata_dir = "{data}"\n\n'
+        f'[server]\nhost = "{HOST}"\ndata_dir = "{data}"\n{traced}\n'
         f'[[workers]]\nname = "up0"\ntype = "upstream"\nurl = "{url}"\nmodel = "{model}"\n'
         f'served_name = "{model}"\nslots = {slots}\n{worker}'
     )
@@ -298,6 +304,41 @@ def throughput(
     return r
 
 
+class TraceSink:
+    """An OTLP/HTTP endpoint on 127.0.0.1 that takes laneway's spans and counts the posts
+    (what a collector would do first; the spans are not decoded)."""
+
+    def __init__(self) -> None:
+        self.spans = 0  # posts received
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                sink.spans += 1
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+        self.url = f"http://{HOST}:{self.server.server_address[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+
+@contextlib.contextmanager
+def trace_sink() -> Iterator[TraceSink]:
+    sink = TraceSink()
+    try:
+        yield sink
+    finally:
+        sink.server.shutdown()
+        sink.server.server_close()
+
+
 def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of process ``pid`` onto ``cpus`` (where the machine has them)."""
     have = os.sched_getaffinity(0)
@@ -321,19 +362,26 @@ def bench_overhead(args: argparse.Namespace) -> dict[str, Any]:
         mine = os.sched_getaffinity(0)
         os.sched_setaffinity(0, rest)  # (the processes started now inherit it)
         try:
-            with standin_process(d / "standin.log", "--slots", "64", "--ms-per-token", "0") as engine:
-                cfg = d / "laneway.toml"
-                cfg.write_text(gateway_toml(d / "data", engine.url, "standin", 64))
-                with serve_process("--config", str(cfg), log=d / "laneway.log") as server:
-                    pin(server.proc.pid, gw_core)
-                    for name, (path, body) in OVERHEAD_PATHS.items():
-                        err.print(f"[dim]  {name}…[/]")
-                        raw = post_bytes(path, body)
-                        lat = _run_fast(added_latency(engine.port, server.port, raw, args.requests))
-                        via = throughput(server.url + "/v1", server.port, path, body, server.cpu_s, args)
-                        via["server_cpu_us_per_req"] = via["server_cpu_s"] / max(1, via["requests"]) * 1e6
-                        direct = throughput(engine.url, engine.port, path, body, engine.cpu_s, args)
-                        out["paths"][name] = {"latency": lat, "laneway": via, "direct": direct}
+            with (
+                standin_process(d / "standin.log", "--slots", "64", "--ms-per-token", "0") as engine,
+                trace_sink() as sink,
+            ):
+                # laneway as configured by default (no traces), then sending a trace per request
+                for traces in (None, sink.url) if args.traces else (None,):
+                    cfg = d / "laneway.toml"
+                    cfg.write_text(gateway_toml(d / "data", engine.url, "standin", 64, traces=traces))
+                    with serve_process("--config", str(cfg), log=d / "laneway.log") as server:
+                        pin(server.proc.pid, gw_core)
+                        for name, (path, body) in OVERHEAD_PATHS.items():
+                            name += ", traced" if traces else ""
+                            err.print(f"[dim]  {name}…[/]")
+                            raw = post_bytes(path, body)
+                            lat = _run_fast(added_latency(engine.port, server.port, raw, args.requests))
+                            via = throughput(server.url + "/v1", server.port, path, body, server.cpu_s, args)
+                            via["server_cpu_us_per_req"] = via["server_cpu_s"] / max(1, via["requests"]) * 1e6
+                            direct = throughput(engine.url, engine.port, path, body, engine.cpu_s, args)
+                            out["paths"][name] = {"latency": lat, "laneway": via, "direct": direct}
+                out["spans_received"] = sink.spans
         finally:
             os.sched_setaffinity(0, mine)
     return out
@@ -447,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-tokens", type=int, default=400)
     ap.add_argument(
         "--gate-slots", type=int, default=16, help="gate: laneway's slots for the vLLM (too many)"
+    )
+    ap.add_argument(
+        "--traces",
+        action="store_true",
+        help="overhead: also with OpenTelemetry traces on (laneway[otel]), sent to a local OTLP sink",
     )
     ap.add_argument("--json", type=Path, metavar="FILE")
     args = ap.parse_args(argv)

@@ -47,6 +47,8 @@ def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "workers[0].type: unknown worker type" in error_line(capsys, ["serve", "--config", str(bad)])
     assert "no such file" in error_line(capsys, ["serve", "--config", str(tmp_path / "missing.toml")]).lower()
     assert "--slots" in error_line(capsys, ["serve", "--slots", "0"])
+    line = error_line(capsys, ["serve", "--otlp-traces-endpoint", "127.0.0.1:4318"])
+    assert "--otlp-traces-endpoint: an OTLP/HTTP URL" in line
     assert "unknown model" in error_line(capsys, ["serve", "--model", str(tmp_path / "nope"), "--port", "0"])
     up = tmp_path / "up.toml"
     up.write_text(

@@ -2,8 +2,9 @@
 
 A plain ``pip install .`` (the gateway install) must be enough to run every command
 but the built-in engine, whose packages (torch, transformers) are the ``engine`` extra
-that README command 1 installs and only ``laneway/engine/`` may import; test-only packages
-(pytest, hypothesis) belong to the ``dev`` extra.
+that README command 1 installs and only ``laneway/engine/`` may import, and traces, whose
+OpenTelemetry packages are the ``otel`` extra that only ``laneway/tracing.py`` may import;
+test-only packages (pytest, hypothesis) belong to the ``dev`` extra.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def test_imports_are_declared_dependencies() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     declared = {_name(r) for r in project["dependencies"]}
     engine = declared | {_name(r) for r in project["optional-dependencies"]["engine"]}
+    otel = declared | {_name(r) for r in project["optional-dependencies"]["otel"]}
     engine_dir = ROOT / "src" / "laneway" / "engine"
+    tracing = ROOT / "src" / "laneway" / "tracing.py"
     dists = packages_distributions()
     missing: dict[str, set[str]] = {}
     for path in sorted((ROOT / "src" / "laneway").rglob("*.py")):
@@ -42,7 +45,7 @@ def test_imports_are_declared_dependencies() -> None:
                 if top == "laneway" or top in sys.stdlib_module_names:
                     continue
                 names = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
-                allowed = engine if engine_dir in path.parents else declared
+                allowed = engine if engine_dir in path.parents else otel if path == tracing else declared
                 if not names & allowed:
                     missing.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     assert not missing, f"imported but not in [project.dependencies]: {missing}"

@@ -26,6 +26,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "errors": ("core",),
         "config": ("core",),
         "logs": (),
+        "tracing": ("core",),
         "generation": ("errors",),
         "protocol": ("config", "errors", "generation"),
         "engine": ("errors", "generation"),
@@ -34,11 +35,11 @@ ALLOWED: dict[str, frozenset[str]] = {
         "store": ("bus", "core"),
         "sim": ("core",),
         "backends": ("config", "core", "engine", "errors", "generation", "protocol"),
-        "runtime": ("backends", "config", "core", "errors", "generation", "logs", "protocol"),
+        "runtime": ("backends", "config", "core", "errors", "generation", "logs", "protocol", "tracing"),
         "cluster": ("bus", "config", "core", "runtime"),
         "batch": ("config", "core", "errors", "generation", "protocol", "runtime", "store"),
         # the composition of a server: workers, runtime (or a cluster's), store, batches
-        "server": ("backends", "batch", "cluster", "config", "runtime", "store"),
+        "server": ("backends", "batch", "cluster", "config", "runtime", "store", "tracing"),
         "connections": ("errors",),
         "api": (
             "backends",

@@ -54,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log every HTTP request and every request that ends (off by default: it costs CPU)",
     )
+    p.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="send OpenTelemetry traces there (OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces; "
+        "needs pip install 'laneway[otel]')",
+    )
     p.add_argument("--log-level", choices=LEVELS, default="info", help="default: info")
     p.add_argument(
         "--log-format", choices=FORMATS, default="text", help="text (default) or json: one object per line"
@@ -72,6 +78,13 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
         changes["port"] = args.port
     if args.data_dir is not None:
         changes["data_dir"] = args.data_dir
+    if args.otlp_traces_endpoint is not None:
+        if not args.otlp_traces_endpoint.startswith(("http://", "https://")):
+            raise ServeError(
+                f"argument --otlp-traces-endpoint: an OTLP/HTTP URL such as "
+                f"http://127.0.0.1:4318/v1/traces, got {args.otlp_traces_endpoint!r}"
+            )
+        changes["otlp_traces_endpoint"] = args.otlp_traces_endpoint
     if args.slots is not None and args.slots < 1:
         raise ServeError(f"argument --slots: must be at least 1, got {args.slots}")
     workers = config.workers

@@ -18,6 +18,7 @@ from laneway.batch.runner import BatchRunner
 from laneway.config.schema import ServerConfig
 from laneway.runtime import Runtime
 from laneway.store import Store, open_store
+from laneway.tracing import Tracing
 
 if TYPE_CHECKING:
     from laneway.cluster.node import Node
@@ -48,6 +49,8 @@ async def start_server(
     on the store it configures (SQLite in its data directory, or its cluster's Redis)."""
     built = dict(workers) if workers is not None else await build_workers(config.workers, config.data_dir)
     runtime = Runtime(config, built)
+    if config.otlp_traces_endpoint is not None:
+        runtime.tracing = Tracing(config.otlp_traces_endpoint)
     await runtime.calibrate()
     node = None
     if config.cluster is not None:  # scheduled by the cluster's leader (laneway.cluster)

@@ -201,6 +201,7 @@ class VllmProcess:
         log: Path,
         args: tuple[str, ...] = (),
         cpus: str | None = "0",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}/v1"
@@ -232,6 +233,7 @@ class VllmProcess:
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            **(env or {}),
         }
         if pin:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpus)
@@ -289,9 +291,15 @@ class VllmProcess:
 
 @contextlib.contextmanager
 def vllm_process(
-    venv: Path, model: Path, log: Path, *args: str, port: int | None = None, cpus: str | None = "0"
+    venv: Path,
+    model: Path,
+    log: Path,
+    *args: str,
+    port: int | None = None,
+    cpus: str | None = "0",
+    env: dict[str, str] | None = None,
 ) -> Iterator[VllmProcess]:
-    server = VllmProcess(venv, model, port or free_port(), log, tuple(args), cpus)
+    server = VllmProcess(venv, model, port or free_port(), log, tuple(args), cpus, env)
     try:
         yield server
     finally:

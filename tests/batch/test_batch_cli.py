@@ -1,15 +1,21 @@
-"""``laneway batch submit|status|results|cancel|list`` against a live server; mistakes are
+"""``laneway batch submit|status|results|cancel|list|files|delete`` against a live server; mistakes are
 one line, exit 2."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from batch_util import chat_line, client, jsonl
 from laneway.cli import main
+from laneway.testing import free_port, serve_process
 from live_server import LiveServer
 
 
@@ -193,3 +199,87 @@ def test_a_missing_or_refused_api_key_names_where_a_key_is_given(
         monkeypatch.setenv("LANEWAY_API_KEY", "right-key")
         code, _, err = run(capsys, ["batch", "list"])
         assert code == 0, err
+
+
+def test_too_many_lines_are_refused_before_upload_and_as_they_arrive(
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _file_ids(cli)
+    src = tmp_path / "long.jsonl"
+    src.write_bytes(jsonl([chat_line(f"l{i}") for i in range(6)]) + b"\n\n")  # (blank lines do not count)
+    err = one_line(capsys, ["batch", "submit", str(src), "--max-lines", "5"])
+    assert f"{src} has 6 request lines; a batch takes at most 5" in err and "--max-lines" in err
+    assert _file_ids(cli) == before  # nothing was uploaded
+    # another client: the server (max_lines 500) refuses the upload as it arrives, before storing it
+    many = jsonl([chat_line(f"m{i}") for i in range(700)])
+    r = httpx.post(cli.base_url + "/files", files={"file": ("many.jsonl", many)}, data={"purpose": "batch"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (
+        error["code"] == "too_many_requests"
+        and error["param"] == "file"
+        and "at most 500" in error["message"]
+    )
+    assert _file_ids(cli) == before
+    ok = jsonl([chat_line(f"k{i}") for i in range(500)]) + b"\n" * 100  # at the limit, blank lines aside
+    r = httpx.post(cli.base_url + "/files", files={"file": ("ok.jsonl", ok)}, data={"purpose": "batch"})
+    assert r.status_code == 200, r.text
+
+
+def test_files_are_listed_and_deleted(
+    cli: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uploaded = client(cli.base_url).files.create(
+        file=("mine.jsonl", jsonl([chat_line("f")])), purpose="batch"
+    )
+    code, out, _ = run(capsys, ["batch", "files", "--limit", "100"])
+    assert code == 0 and any(
+        line.startswith(uploaded.id) and "mine.jsonl" in line for line in out.splitlines()
+    )
+    code, out, _ = run(capsys, ["batch", "files", "--json", "--limit", "100"])
+    assert uploaded.id in {json.loads(x)["id"] for x in out.splitlines()}
+    code, _, err = run(capsys, ["batch", "delete", uploaded.id])
+    assert code == 0 and err == f"{uploaded.id} deleted\n" and uploaded.id not in _file_ids(cli)
+    assert "404" in one_line(capsys, ["batch", "delete", uploaded.id])
+
+
+def test_wait_goes_on_through_a_server_restart(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = tmp_path / "laneway.toml"
+    cfg.write_text(
+        f'[server]\ndata_dir = "{tmp_path / "data"}"\n[batches]\npoll_s = 0.1\n'
+        '[[workers]]\nname = "s"\ntype = "simulated"\nmodel = "sim"\nslots = 1\ntokens_per_s = 100\n'
+    )
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(jsonl([chat_line(f"r{i}", max_tokens=40) for i in range(12)]))  # ~5 s of work
+    base = f"http://127.0.0.1:{port}/v1"
+    args = ("--config", str(cfg), "--port", str(port))
+    with serve_process(*args, log=tmp_path / "a.log") as first:
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "laneway.cli", "batch", "submit", str(src), "--wait", "--poll", "0.2"],
+            env={**os.environ, "LANEWAY_BASE_URL": base},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            c = client(base)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                page = c.batches.list().data
+                if page and page[0].request_counts and page[0].request_counts.completed >= 2:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("the batch never got going")
+            first.stop()  # (Ctrl-C: its lines wait for the next start)
+            time.sleep(2)  # the waiting client finds no server meanwhile
+            with serve_process(*args, log=tmp_path / "b.log"):
+                out, err = waiting.communicate(timeout=120)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+    assert waiting.returncode == 0, err
+    assert out.decode().startswith("batch_")
+    text = err.decode()
+    assert "completed; 12 done, 0 failed of 12" in text, text

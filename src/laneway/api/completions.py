@@ -68,6 +68,7 @@ async def _complete(request: Request, kind: str) -> Response:
         preemptible=parsed.preemptible,
         deltas=parsed.stream,  # a whole answer needs only the Done, which holds all of it
         size=size,
+        traceparent=request.headers.get("traceparent"),
     )
     shape = Shape(kind, job.id, job.model, int(time.time()), body.get("service_tier"))
     first = await first_event(request, runtime, ticket, parsed.stream)

@@ -5,6 +5,7 @@ A tenant sees only its own files: another tenant's file id is a 404.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -22,6 +23,7 @@ from laneway.store.base import FileRecord, Store
 
 PURPOSES = ("batch",)
 FORM_OVERHEAD = 64 << 10  # multipart headers and the purpose field, on top of the file
+FORM_LINES = 16  # ... and their lines
 
 
 def tenant_of(request: Request, config: ServerConfig) -> str:
@@ -56,7 +58,9 @@ async def upload(request: Request) -> Response:
     check_can_keep(request)
     # a body without a length (chunked) is counted as it arrives: past the limit it is a 413
     # then, not once the whole of it has been spooled to disk
-    request = Request(request.scope, _bounded(request.receive, limit + FORM_OVERHEAD, limit))
+    request = Request(
+        request.scope, _bounded(request.receive, limit + FORM_OVERHEAD, limit, config.batches.max_lines)
+    )
     async with request.form(max_files=1, max_fields=8) as form:
         purpose = form.get("purpose")
         if purpose is None or purpose == "":
@@ -82,17 +86,37 @@ async def upload(request: Request) -> Response:
     return JSONResponse(file_object(record))
 
 
-def _bounded(receive: Receive, most: int, limit: int) -> Receive:
-    """``receive``, raising :class:`PayloadTooLarge` once the body is past ``most`` bytes."""
+_BLANK = re.compile(rb"(?=\n\n)")
+
+
+def _bounded(receive: Receive, most: int, limit: int, max_lines: int) -> Receive:
+    """``receive``, raising :class:`PayloadTooLarge` once the body is past ``most`` bytes, and a
+    400 once it holds more lines than a batch takes (blank lines aside; the form's own few
+    lines allowed for): a file too long for any batch is refused as it arrives, not after."""
     got = 0
+    lines = 0
+    last = b""
 
     async def bounded() -> Message:
-        nonlocal got
+        nonlocal got, lines, last
         message = await receive()
         if message["type"] == "http.request":
-            got += len(message.get("body", b""))
+            body = message.get("body", b"")
+            got += len(body)
             if got > most:
                 raise PayloadTooLarge(f"the upload is over the limit of {limit} bytes for a file")
+            if body:
+                blank = len(_BLANK.findall(body)) + (last == b"\n" and body[:1] == b"\n")
+                lines += body.count(b"\n") - blank
+                last = body[-1:]
+                if lines > max_lines + FORM_LINES:
+                    err = InvalidRequest(
+                        f"the file has more than {max_lines} lines; a batch takes at most {max_lines} "
+                        "requests (split it in several files)",
+                        param="file",
+                    )
+                    err.code = "too_many_requests"
+                    raise err
         return message
 
     return bounded

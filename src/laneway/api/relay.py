@@ -74,6 +74,7 @@ async def relay(request: Request) -> Response:
         preemptible=preemptibleflag(body) and job.resume is not ResumeRule.NONE,
         deltas=job.stream,
         size=size,
+        traceparent=request.headers.get("traceparent"),
     )
     first = await first_event(request, runtime, ticket, job.stream)
     if isinstance(first, Response):

@@ -88,6 +88,7 @@ async def create(request: Request) -> Response:
         preemptible=preemptible,
         deltas=req.stream,
         size=size,
+        traceparent=request.headers.get("traceparent"),
     )
     answer = Answer(req, job.model, int(time.time()), body.get("service_tier"))
     first = await first_event(request, runtime, ticket, req.stream)

@@ -471,8 +471,10 @@ class Pool:
         *,
         stall_s: float = math.inf,
         accept: bytes = b"application/json",
+        traceparent: str | None = None,
     ) -> Exchange:
-        """Send a request; its answer goes to ``reader``. Await ``exchange.done`` for its end."""
+        """Send a request; its answer goes to ``reader``. Await ``exchange.done`` for its end.
+        ``traceparent``: the W3C trace context it carries (a header)."""
         if self.closed:
             raise HttpError("the connection pool is closed")
         conn = None
@@ -489,6 +491,8 @@ class Pool:
             self._head_tail,
             accept,
         )
+        if traceparent is not None and traceparent.isascii() and traceparent.isprintable():
+            head += b"traceparent: " + traceparent.encode() + b"\r\n"
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
             return conn.send(head + body, reader, stall_s)
@@ -502,12 +506,13 @@ class Pool:
         *,
         timeout_s: float,
         max_bytes: int = MAX_BODY_BYTES,
+        traceparent: str | None = None,
     ) -> Collect:
         """A whole exchange, its answer kept (up to ``max_bytes``); :class:`HttpError` past
         ``timeout_s``. A caller cancelled meanwhile aborts the exchange (the upstream sees
         its client leave)."""
         reader = Collect(max_bytes)
-        exchange = await self.request(method, rel, body, reader)
+        exchange = await self.request(method, rel, body, reader, traceparent=traceparent)
         try:
             async with asyncio.timeout(timeout_s):
                 await asyncio.shield(exchange.done)

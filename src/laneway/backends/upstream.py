@@ -129,6 +129,8 @@ class UpstreamWorker:
         self.stall_timeout_s = stall_timeout_s
         self.token_ids = token_ids
         self.options = dict(options or {})  # extra body fields sent with every request
+        # the W3C traceparent a job's call carries, by job id (set where traces are on)
+        self.trace: Callable[[str], str | None] | None = None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._pool = Pool(
             url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4, connect=connect
@@ -433,7 +435,9 @@ class UpstreamWorker:
         me = asyncio.current_task()
         path, body = self._body(run)
         raw = json.dumps(body, separators=(",", ":")).encode()
-        got = await self._pool.fetch("POST", path, raw, timeout_s=self.timeout_s)
+        got = await self._pool.fetch(
+            "POST", path, raw, timeout_s=self.timeout_s, traceparent=self._traced(run)
+        )
         if not self._live(run, me):
             return
         ctype = got.headers.get(b"content-type", b"")
@@ -525,6 +529,7 @@ class UpstreamWorker:
             reader,
             stall_s=self.stall_timeout_s,
             accept=b"text/event-stream",
+            traceparent=self._traced(run),
         )
         if not self._live(run, me):  # stopped while the request was being sent: take it back
             exchange.abort()
@@ -542,6 +547,9 @@ class UpstreamWorker:
             if run.exchange is exchange:
                 run.exchange = None
         return reader if self._live(run, me) else None
+
+    def _traced(self, run: Run) -> str | None:
+        return self.trace(run.job.id) if self.trace is not None else None
 
     async def _relay(self, run: Run) -> None:
         """A request sent to the upstream's own endpoint as the client sent it (the Responses
@@ -583,7 +591,11 @@ class UpstreamWorker:
         run.begin()
         if not job.stream:
             got = await self._pool.fetch(
-                "POST", job.endpoint, json_fast.dumps(body), timeout_s=self.timeout_s
+                "POST",
+                job.endpoint,
+                json_fast.dumps(body),
+                timeout_s=self.timeout_s,
+                traceparent=self._traced(run),
             )
             if not self._live(run, me):
                 return

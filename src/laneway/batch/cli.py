@@ -4,7 +4,10 @@
 uploads the file, creates the batch and prints its id (with ``--wait``, a
 progress bar of done/failed/total with an ETA until it ends);
 ``laneway batch status ID`` prints where it stands; ``laneway batch results
-ID -o OUT.jsonl [--errors ERR.jsonl]`` saves its output (and error) file.
+ID -o OUT.jsonl [--errors ERR.jsonl]`` saves its output (and error) file;
+``laneway batch files`` lists the uploaded files, ``laneway batch delete
+FILE_ID`` deletes one. A file of more request lines than a batch takes is
+refused before it is uploaded; ``--wait`` waits through a server restart.
 Every command takes ``--base-url`` (``$LANEWAY_BASE_URL``, default
 ``http://127.0.0.1:8000/v1``) and ``--api-key`` (``$LANEWAY_API_KEY``, else
 ``$OPENAI_API_KEY``).
@@ -30,6 +33,8 @@ from laneway.protocol.json_input import BadJSON
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 ENDED = ("completed", "failed", "expired", "cancelled")
+MAX_LINES = 50_000  # what a batch takes (OpenAI's limit; laneway's [batches] max_lines by default)
+UNREACHABLE_S = 300.0  # --wait waits this long for a server that went away (a restart) before giving up
 
 
 class BatchCliError(Exception):
@@ -79,6 +84,14 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
         help="completion window (default 24h)",
     )
     submit.add_argument("--wait", action="store_true", help="show progress until the batch ends")
+    submit.add_argument(
+        "--max-lines",
+        type=int,
+        default=MAX_LINES,
+        metavar="N",
+        help=f"refuse a file of more request lines before uploading it (default {MAX_LINES:,}, "
+        "the server's default [batches] max_lines)",
+    )
     submit.add_argument("--poll", type=float, default=1.0, metavar="S", help=argparse.SUPPRESS)
     status = sub.add_parser("status", help="show a batch's status and counts")
     status.add_argument("id", metavar="ID")
@@ -92,7 +105,12 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     listing = sub.add_parser("list", help="list the batches, newest first")
     listing.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
     listing.add_argument("--json", action="store_true", help="one batch object per line, as JSON")
-    for cmd in (submit, status, res, cancel, listing):
+    files = sub.add_parser("files", help="list the uploaded files (inputs and results), newest first")
+    files.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
+    files.add_argument("--json", action="store_true", help="one file object per line, as JSON")
+    delete = sub.add_parser("delete", help="delete an uploaded file")
+    delete.add_argument("id", metavar="FILE_ID")
+    for cmd in (submit, status, res, cancel, listing, files, delete):
         cmd.add_argument(
             "--base-url", metavar="URL", help=f"server API (default $LANEWAY_BASE_URL or {DEFAULT_BASE_URL})"
         )
@@ -113,7 +131,15 @@ def _client(args: argparse.Namespace) -> Any:
 def cmd_batch(args: argparse.Namespace) -> int:
     import openai
 
-    commands = {"submit": _submit, "status": _status, "results": _results, "cancel": _cancel, "list": _list}
+    commands = {
+        "submit": _submit,
+        "status": _status,
+        "results": _results,
+        "cancel": _cancel,
+        "list": _list,
+        "files": _files,
+        "delete": _delete,
+    }
     client = _client(args)
     try:
         return commands[args.batch_command](client, args)
@@ -168,6 +194,13 @@ def _submit(client: Any, args: argparse.Namespace) -> int:
     if not path.is_file():
         raise BatchCliError(f"{path}: no such file")
     endpoint = args.endpoint or _endpoint(path)
+    with path.open("rb") as f:
+        lines = sum(1 for raw in f if raw.strip())
+    if lines > args.max_lines:
+        raise BatchCliError(
+            f"{path} has {lines:,} request lines; a batch takes at most {args.max_lines:,} "
+            "(split the file; --max-lines N for a server that takes more)"
+        )
     with path.open("rb") as f:
         uploaded = client.files.create(file=(path.name, f), purpose="batch")
     metadata = {"priority": args.priority} if args.priority else None
@@ -225,7 +258,27 @@ def _wait(client: Any, batch: Any, poll_s: float) -> Any:
             if batch.status in ENDED:
                 return batch
             time.sleep(poll_s)
-            batch = client.batches.retrieve(batch.id)
+            batch = _retrieve_through_restarts(client, batch, poll_s, progress, task)
+
+
+def _retrieve_through_restarts(client: Any, batch: Any, poll_s: float, progress: Progress, task: Any) -> Any:
+    """The batch as the server has it now, waiting while the server cannot be reached or
+    answers 503 (it restarts; the batch goes on after) for at most :data:`UNREACHABLE_S`."""
+    import openai
+
+    gone_since = None
+    while True:
+        try:
+            return client.batches.retrieve(batch.id)
+        except (openai.APIConnectionError, openai.InternalServerError) as exc:
+            if isinstance(exc, openai.InternalServerError) and exc.status_code != 503:
+                raise
+            now = time.monotonic()
+            gone_since = gone_since or now
+            if now - gone_since > UNREACHABLE_S:
+                raise
+            progress.update(task, description=f"{batch.status} (server unreachable, waiting)")
+            time.sleep(min(5.0, max(poll_s, 0.5)))
 
 
 def _print_status(batch: Any, console: Console) -> None:
@@ -300,6 +353,28 @@ def _list(client: Any, args: argparse.Namespace) -> int:
         console.print("no batches", markup=False)
     for b in batches:
         _print_status(b, console)
+    return 0
+
+
+def _files(client: Any, args: argparse.Namespace) -> int:
+    page = client.files.list(limit=args.limit)
+    files = list(page.data)[: args.limit]
+    if args.json:
+        for f in files:
+            print(f.model_dump_json())
+        return 0
+    console = Console(soft_wrap=True)
+    if not files:
+        console.print("no files", markup=False)
+    for f in files:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.created_at))
+        console.print(f"{f.id}  {f.purpose:<12}  {f.bytes:>12,} bytes  {when}  {f.filename}", markup=False)
+    return 0
+
+
+def _delete(client: Any, args: argparse.Namespace) -> int:
+    client.files.delete(args.id)
+    print(f"{args.id} deleted", file=sys.stderr)
     return 0
 
 

@@ -55,6 +55,16 @@ def load_config(path: Path) -> ServerConfig:
         raise ConfigError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
 
 
+def _otlp(server: Table) -> str | None:
+    value = server.str("otlp_traces_endpoint", None)
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{server.key('otlp_traces_endpoint')}: an OTLP/HTTP URL such as "
+            f"'http://127.0.0.1:4318/v1/traces', got {value!r}"
+        )
+    return value
+
+
 def parse_config(data: dict[str, Any]) -> ServerConfig:
     top = Table(data)
     base = ServerConfig()
@@ -98,6 +108,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         max_header_bytes=server.int("max_header_bytes", base.max_header_bytes, low=1024),
         max_migrations=server.int("max_migrations", base.max_migrations, low=0),
         max_queued_bytes=server.int("max_queued_bytes", base.max_queued_bytes, low=1 << 20),
+        otlp_traces_endpoint=_otlp(server),
         workers=workers,
         aliases=aliases,
         scheduler=sched_cfg,

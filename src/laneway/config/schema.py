@@ -140,6 +140,8 @@ class ServerConfig:
     max_migrations: int = 2
     # bytes of clients' requests held (queued or running) past which new ones get 503
     max_queued_bytes: int = 256 << 20
+    # where OpenTelemetry traces go (OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces); None: none
+    otlp_traces_endpoint: str | None = None
     workers: tuple[WorkerConfig, ...] = (WorkerConfig("w0"),)
     aliases: Mapping[str, str] = field(default_factory=dict)  # client model name -> served name
     scheduler: SchedulerConfig = field(default_factory=lambda: SERVER_SCHEDULER)

@@ -18,6 +18,7 @@ from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Stopped
 from laneway.logs import request_ended
 from laneway.runtime import fleet_view
 from laneway.runtime.ticket import Phase, Ticket
+from laneway.tracing import Tracing
 
 if TYPE_CHECKING:
     from laneway.runtime.alerts import QueueWaitAlerts
@@ -47,6 +48,7 @@ class WorkerEvents:
     recovery: Recovery
     sizing: Sizing
     fleet: Fleet | None
+    tracing: Tracing
 
     if TYPE_CHECKING:
 
@@ -114,6 +116,7 @@ class WorkerEvents:
             return
         ticket.checkpoint = ckpt
         ticket.resume = ckpt.mode
+        self.tracing.preempted(ticket, ckpt.mode, ckpt.tokens_done, ckpt.nbytes)
         self._held += ckpt.nbytes
         ticket.preemptions += 1
         ticket.phase = Phase.QUEUED
@@ -156,6 +159,12 @@ class WorkerEvents:
             tally[0] += 1
             tally[1] += usage.prompt_tokens
             tally[2] += usage.completion_tokens
+        self.tracing.ended(
+            ticket,
+            outcome,
+            (usage.prompt_tokens, usage.completion_tokens) if usage is not None else None,
+            item.message if isinstance(item, RequestError) else None,
+        )
         request_ended(
             ticket.id,
             ticket.tenant,

@@ -62,6 +62,7 @@ from laneway.runtime.scheduling import SchedulerPort
 from laneway.runtime.sizing import Sizing
 from laneway.runtime.support import support_of
 from laneway.runtime.ticket import Phase, Ticket
+from laneway.tracing import OFF
 
 log = logging.getLogger("laneway.runtime")
 
@@ -119,6 +120,7 @@ class Runtime(WorkerEvents):
         )
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
+        self.tracing = OFF  # (the server's, where traces are configured: laneway.tracing)
         self.held_bytes = 0  # of the clients' requests in tickets (ServerConfig.max_queued_bytes)
         # per tenant ("" without one): requests completed, prompt and completion tokens (the dashboard)
         self.usage: dict[str, list[int]] = {}
@@ -189,12 +191,14 @@ class Runtime(WorkerEvents):
         timeout_s: float | None = None,
         deltas: bool = True,
         size: int = 0,
+        traceparent: str | None = None,
     ) -> Ticket:
         """Queue ``job``; raise the :class:`RequestError` of a refusal.
 
         ``deltas=False``: the ticket gives only the ``Done`` (with all the text), not each ``Delta``.
         ``size``: the bytes of the client's request, counted against ``max_queued_bytes`` while
         it lives (0: not counted; batch lines are bounded by the runner's lines in flight).
+        ``traceparent``: the client's W3C trace context (its span continues that trace).
         """
         if self.closed:
             raise shutting_down()
@@ -242,6 +246,7 @@ class Runtime(WorkerEvents):
             ticket.resume = ResumeMethod.NONE  # (never stopped once started: laneway.resume says so)
         self.held_bytes += size
         self.tickets[job.id] = ticket
+        self.tracing.arrived(ticket, traceparent)
         self.alerts.watch(ticket, now)
         if not serving:
             self.prober.hold(ticket, now)
@@ -321,6 +326,10 @@ class Runtime(WorkerEvents):
         ticket.run += 1
         sink = self._sink(ticket, ticket.run, worker)
         ckpt, ticket.checkpoint = ticket.checkpoint, None
+        if self.tracing.on:
+            self.tracing.run_started(ticket, d.worker_id, ckpt is not None)
+            if hasattr(worker, "trace"):  # an upstream: its call carries the run's traceparent
+                worker.trace = self.tracing.traceparent
         if ckpt is not None:
             self._held -= ckpt.nbytes
             start = worker.resume(ckpt, sink)
@@ -430,3 +439,4 @@ class Runtime(WorkerEvents):
                 log.exception("closing worker %s failed", worker.name)
         if self.fleet is not None:
             await fleet_closing
+        await asyncio.to_thread(self.tracing.close)  # (the spans left are sent: blocking I/O)

@@ -18,6 +18,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from laneway.errors import RequestError
 from laneway.generation import Checkpoint, Delta, Done, Job, ResumeMethod
@@ -56,6 +57,7 @@ class Ticket:
     reported: int = 0  # tokens at the last progress report to the scheduler
     deltas: bool = True  # whether the reader wants each Delta (else only the end)
     size: int = 0  # bytes of the client's request (Runtime.held_bytes)
+    span: Any = None  # its trace span, where traces are on (laneway.tracing)
     _items: deque[Item] = field(default_factory=deque)
     _waiter: asyncio.Future[None] | None = None
 

@@ -1,0 +1,113 @@
+"""OpenTelemetry traces, sent to a real OTLP/HTTP receiver on loopback: a span per request in
+the client's trace (its traceparent), with its class, tenant, time queued and outcome, an
+event per preemption, a child span per run on a worker; none of it without an endpoint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from laneway.config import ServerConfig
+from live_server import live_server, tiny
+from otlp_receiver import Receiver, otlp_receiver
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with otlp_receiver() as r:
+        yield r
+
+
+def test_a_preempted_request_is_one_span_in_the_clients_trace(tmp_path: Path, receiver: Receiver) -> None:
+    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path, otlp_traces_endpoint=receiver.url)
+    low = {"model": "builtin:tiny", "prompt": "long", "max_tokens": 100, "temperature": 0, "priority": "P3"}
+    with live_server(cfg) as s:
+        out: list[Any] = []
+
+        def p3() -> None:
+            headers = {"traceparent": f"00-{TRACE}-{PARENT}-01"}
+            out.append(httpx.post(s.base_url + "/completions", json=low, headers=headers, timeout=120))
+
+        t = threading.Thread(target=p3)
+        t.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any(
+                tk.tokens >= 5 for tk in list(s.runtime.tickets.values())
+            ):
+                time.sleep(0.005)
+            urgent = {
+                "model": "builtin:tiny",
+                "messages": [{"role": "user", "content": "now"}],
+                "max_tokens": 3,
+            }
+            p0 = httpx.post(s.base_url + "/chat/completions", json={**urgent, "priority": "P0"}, timeout=60)
+        finally:
+            t.join(120)
+        assert p0.status_code == 200 and out[0].status_code == 200
+        assert out[0].json()["laneway"]["preemptions"] >= 1
+    # (the server flushed its spans as it stopped)
+    spans = receiver.of_trace(TRACE)
+    [request] = [x for x in spans if x.name == "laneway.request"]
+    runs = [x for x in spans if x.name == "laneway.run"]
+    assert request.service == "laneway" and request.parent_id == PARENT  # the client's trace goes on
+    a = request.attributes
+    assert (a["laneway.priority"], a["laneway.kind"], a["laneway.model"]) == (
+        "P3",
+        "completion",
+        "builtin:tiny",
+    )
+    assert a["laneway.outcome"] == "completed" and a["laneway.preemptions"] >= 1
+    assert a["laneway.queue_s"] >= 0 and a["laneway.completion_tokens"] == 100 and a["laneway.worker"] == "w0"
+    assert [name for name, _ in request.events].count("preempted") == a["laneway.preemptions"]
+    assert len(runs) == a["laneway.preemptions"] + 1 and all(r.parent_id == request.span_id for r in runs)
+    ends = sorted(
+        (r.attributes["laneway.run"], r.attributes["laneway.run_end"], r.attributes["laneway.resumed"])
+        for r in runs
+    )
+    assert ends[0][1:] == ("preempted", False) and ends[-1][1:] == ("completed", True)
+    # the P0 had no traceparent: a trace of its own
+    others = [x for x in receiver.spans if x.name == "laneway.request" and x.trace_id != TRACE]
+    assert [x.attributes["laneway.priority"] for x in others] == ["P0"] and others[0].parent_id == ""
+
+
+def test_a_refused_request_ends_its_span_with_an_error(tmp_path: Path, receiver: Receiver) -> None:
+    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path, otlp_traces_endpoint=receiver.url)
+    with live_server(cfg) as s:
+        body = {"model": "builtin:tiny", "prompt": "x" * 10_000, "max_tokens": 3}  # past the tiny context
+        r = httpx.post(
+            s.base_url + "/completions", json=body, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"}
+        )
+        assert r.status_code == 400
+    spans = receiver.of_trace(TRACE)
+    assert spans, "no span was sent"
+    [request] = [x for x in spans if x.name == "laneway.request"]
+    assert request.error and request.attributes["laneway.outcome"] == "failed"
+
+
+def test_without_an_endpoint_nothing_of_opentelemetry_is_imported() -> None:
+    code = (
+        "import sys, laneway.server, laneway.api;"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_bad_endpoint_is_a_clear_error() -> None:
+    from laneway.config import parse_config
+    from laneway.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="otlp_traces_endpoint: an OTLP/HTTP URL"):
+        parse_config({"server": {"otlp_traces_endpoint": "127.0.0.1:4318"}})
