@@ -9,10 +9,10 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import uvicorn
 
@@ -188,3 +188,54 @@ def serving(app: Any, path: str = "/v1") -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(STOP_TIMEOUT_S)
+
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+@dataclass
+class Overtaken(Generic[T, U]):
+    low: T  # the low-class request's answer
+    urgent: U  # the urgent one's
+    urgent_first: bool  # the urgent one was answered before the low one
+
+
+def overtaken(
+    runtime: Runtime,
+    low: Callable[[], T],
+    urgent: Callable[[], U],
+    going: Callable[[Any], bool],
+    timeout_s: float = 120.0,
+) -> Overtaken[T, U]:
+    """``low()`` on a thread; once a ticket of the runtime is ``going`` (running, some tokens
+    made), ``urgent()`` here. Both answers, and which came first (bounded waits; what ``low``
+    raised is raised here)."""
+    out: list[Any] = []
+    ended: list[float] = []
+
+    def run() -> None:
+        try:
+            out.append(low())
+        except BaseException as exc:  # re-raised below
+            out.append(exc)
+        ended.append(time.monotonic())
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not out:
+            if any(going(tk) for tk in list(runtime.tickets.values())):
+                break
+            time.sleep(0.005)
+        else:
+            raise AssertionError(f"the low-class request never got going: {out}")
+        answer = urgent()
+        urgent_done = time.monotonic()
+    finally:
+        t.join(timeout_s)
+    assert out and ended, "the low-class request did not finish"
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return Overtaken(out[0], answer, urgent_done < ended[0])

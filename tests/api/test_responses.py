@@ -9,8 +9,6 @@ response preempts a P3 one, which resumes to the same text.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +19,7 @@ import openai
 import pytest
 
 from laneway.config import ServerConfig, hash_key, parse_config
-from live_server import LiveServer, live_server, tiny
+from live_server import LiveServer, live_server, overtaken, tiny
 
 MODEL = "builtin:tiny"
 ALICE, BOB = "alice-key", "bob-key"
@@ -221,31 +219,17 @@ def test_a_p0_response_preempts_a_p3_response_which_resumes_unchanged(tmp_path: 
 
         alone = p3()
         assert alone.usage is not None and alone.usage.output_tokens == 100
-        result: list[Any] = []
-        ended: list[float] = []
-
-        def background() -> None:
-            result.append(p3())
-            ended.append(time.monotonic())
-
-        t = threading.Thread(target=background)
-        t.start()
-        try:
-            deadline = time.monotonic() + 30
-            running: list[Any] = []
-            while time.monotonic() < deadline and not running:
-                running = [tk for tk in list(s.runtime.tickets.values()) if tk.tokens >= 5]
-                time.sleep(0.005)
-            assert running, "the P3 response never started"
-            p0 = c.responses.create(
+        got = overtaken(
+            s.runtime,
+            p3,
+            lambda: c.responses.create(
                 model=MODEL, input="urgent", max_output_tokens=5, temperature=0, extra_body={"priority": "P0"}
-            )
-            p0_done = time.monotonic()
-        finally:
-            t.join(120)
-        [resumed] = result
+            ),
+            lambda tk: tk.tokens >= 5,
+        )
+        resumed, p0 = got.low, got.urgent
         assert p0.model_extra["laneway"]["priority"] == "P0"  # type: ignore[index]
-        assert p0_done < ended[0], "the P3 response finished before the P0 was answered"
+        assert got.urgent_first, "the P3 response finished before the P0 was answered"
         assert resumed.model_extra["laneway"]["preemptions"] >= 1
         assert resumed.output_text == alone.output_text
 

@@ -4,7 +4,6 @@ vLLM's answer (whole, or event by event) as vLLM gives it directly."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from laneway.runtime.ticket import Phase
 from laneway.testing import VllmProcess
-from live_server import LiveServer
+from live_server import LiveServer, overtaken
 
 TIMEOUT_S = 120
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -68,35 +67,16 @@ def test_a_p0_message_preempts_a_p3_message_which_runs_again(vllm: VllmProcess, 
     ref = client(vllm.url).messages.create(**long)
     before = preemptions(gateway)
     assert ref.usage.output_tokens == 1500  # (greedy on the tiny model: it does not stop sooner)
-    out: list[Any] = []
-    ended: list[float] = []
-
-    def run() -> None:
-        try:
-            out.append(via.messages.create(**{**long, "extra_body": {"temperature": 0, "priority": "P3"}}))
-        except BaseException as exc:  # re-raised below
-            out.append(exc)
-        ended.append(time.monotonic())
-
-    t = threading.Thread(target=run)
-    t.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not out:
-            if any(tk.phase is Phase.RUNNING for tk in list(gateway.runtime.tickets.values())):
-                break
-            time.sleep(0.005)
-        else:
-            raise AssertionError(f"the P3 message never started: {out}")
-        time.sleep(0.3)  # (well into its run)
-        p0 = via.messages.create(model="tiny", max_tokens=5, messages=HELLO, extra_body={"priority": "P0"})  # type: ignore[arg-type]
-        p0_done = time.monotonic()
-    finally:
-        t.join(TIMEOUT_S)
-    [got] = out
-    if isinstance(got, BaseException):
-        raise got
+    run = overtaken(
+        gateway.runtime,
+        lambda: via.messages.create(**{**long, "extra_body": {"temperature": 0, "priority": "P3"}}),
+        lambda: via.messages.create(
+            model="tiny", max_tokens=5, messages=HELLO, extra_body={"priority": "P0"}
+        ),  # type: ignore[arg-type]
+        lambda tk: tk.phase is Phase.RUNNING and time.monotonic() - tk.first_start_s > 0.3,
+    )
+    got, p0 = run.low, run.urgent
     assert p0.usage.output_tokens == 5
-    assert p0_done < ended[0], "the P3 message finished before the P0 was answered"
+    assert run.urgent_first, "the P3 message finished before the P0 was answered"
     assert preemptions(gateway) > before  # (a relayed answer carries no laneway object: the metric says)
     assert got.content == ref.content and got.usage.output_tokens == 1500  # run again from the start

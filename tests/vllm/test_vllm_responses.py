@@ -6,14 +6,13 @@ preempting a P3 one, which runs again to the same text."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
 import openai
 
 from laneway.testing import VllmProcess
-from live_server import LiveServer
+from live_server import LiveServer, overtaken
 
 TIMEOUT_S = 120
 
@@ -72,37 +71,17 @@ def test_a_p0_response_preempts_a_p3_response_on_vllm(vllm: VllmProcess, gateway
     }
     ref = client(vllm.url).responses.create(**long)
     long["extra_body"] = {"ignore_eos": True, "priority": "P3"}
-    out: list[Any] = []
-    ended: list[float] = []
-
-    def run() -> None:
-        try:
-            out.append(via.responses.create(**long))
-        except BaseException as exc:  # re-raised below
-            out.append(exc)
-        ended.append(time.monotonic())
-
-    t = threading.Thread(target=run)
-    t.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not out:
-            if any(tk.tokens >= 20 for tk in list(gateway.runtime.tickets.values())):
-                break
-            time.sleep(0.005)
-        else:
-            raise AssertionError(f"the P3 response never got going: {out}")
-        p0 = via.responses.create(
+    run = overtaken(
+        gateway.runtime,
+        lambda: via.responses.create(**long),
+        lambda: via.responses.create(
             model="tiny", input="urgent", max_output_tokens=5, temperature=0, extra_body={"priority": "P0"}
-        )
-        p0_done = time.monotonic()
-    finally:
-        t.join(TIMEOUT_S)
-    [got] = out
-    if isinstance(got, BaseException):
-        raise got
+        ),
+        lambda tk: tk.tokens >= 20,
+    )
+    got, p0 = run.low, run.urgent
     assert p0.model_extra["laneway"]["priority"] == "P0"  # type: ignore[index]
-    assert p0_done < ended[0], "the P3 response finished before the P0 was answered"
+    assert run.urgent_first, "the P3 response finished before the P0 was answered"
     ext = got.model_extra["laneway"]
     assert ext["preemptions"] >= 1 and ext["resume"] == "restart", ext
     assert got.output_text == ref.output_text  # run again from the start: the same greedy text

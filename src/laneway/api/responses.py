@@ -33,7 +33,6 @@ from laneway.protocol.responses_api import (
     ResponsesRequest,
     chat_body,
     context_after,
-    forwarded_final,
     forwarded_job,
     read_responses,
 )
@@ -118,19 +117,7 @@ class Kept:
 
     async def final(self, answer: Answer, done: Done, ticket: Ticket) -> dict[str, Any]:
         """The finished response (the upstream's own, or one made from ``done``), stored."""
-        ext = extension(ticket)
-        if self.forwarded and done.response is not None:
-            final = forwarded_final(self.req, done.response, ext, False)
-        else:
-            now = int(time.time())
-            final = answer.response(
-                "completed",
-                text=done.text,
-                usage=done.usage,
-                finish=done.finish_reason,
-                completed_at=now,
-                ext=ext,
-            )
+        final = answer.finished(done, extension(ticket), forwarded=self.forwarded, now=int(time.time()))
         final["store"] = await self._keep(final)
         return final
 

@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -341,35 +342,33 @@ def _cancel(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(client: Any, args: argparse.Namespace) -> int:
-    page = client.batches.list(limit=args.limit)
-    batches = list(page.data)[: args.limit]
-    if args.json:
-        for b in batches:
-            print(b.model_dump_json())
+def _listing(items: list[Any], as_json: bool, none: str, show: Callable[[Any, Console], None]) -> int:
+    """A list command's output: one JSON object a line, or ``show(item, console)`` each."""
+    if as_json:
+        for item in items:
+            print(item.model_dump_json())
         return 0
     console = Console(soft_wrap=True)
-    if not batches:
-        console.print("no batches", markup=False)
-    for b in batches:
-        _print_status(b, console)
+    if not items:
+        console.print(none, markup=False)
+    for item in items:
+        show(item, console)
     return 0
+
+
+def _list(client: Any, args: argparse.Namespace) -> int:
+    page = client.batches.list(limit=args.limit)
+    return _listing(list(page.data)[: args.limit], args.json, "no batches", _print_status)
+
+
+def _print_file(f: Any, console: Console) -> None:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.created_at))
+    console.print(f"{f.id}  {f.purpose:<12}  {f.bytes:>12,} bytes  {when}  {f.filename}", markup=False)
 
 
 def _files(client: Any, args: argparse.Namespace) -> int:
     page = client.files.list(limit=args.limit)
-    files = list(page.data)[: args.limit]
-    if args.json:
-        for f in files:
-            print(f.model_dump_json())
-        return 0
-    console = Console(soft_wrap=True)
-    if not files:
-        console.print("no files", markup=False)
-    for f in files:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.created_at))
-        console.print(f"{f.id}  {f.purpose:<12}  {f.bytes:>12,} bytes  {when}  {f.filename}", markup=False)
-    return 0
+    return _listing(list(page.data)[: args.limit], args.json, "no files", _print_file)
 
 
 def _delete(client: Any, args: argparse.Namespace) -> int:

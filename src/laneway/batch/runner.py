@@ -33,9 +33,9 @@ from typing import TypeVar
 from laneway.batch import results
 from laneway.batch.validate import ENDPOINTS, Validated, parse_line, validate_input
 from laneway.errors import Deferred, GenerationFailed, RequestError
-from laneway.generation import ResumeRule
+from laneway.generation import RESPONSES, ResumeRule
 from laneway.protocol.responses import Shape, extension
-from laneway.protocol.responses_api import Answer, forwarded_final
+from laneway.protocol.responses_api import Answer
 from laneway.runtime.runtime import Runtime
 from laneway.runtime.ticket import Ticket
 from laneway.store.base import (
@@ -380,17 +380,9 @@ class BatchRunner:
             return
         tier = asked.get("service_tier") if isinstance(asked, dict) else None
         now = int(self.clock())
-        if responses is not None and done.response is not None:  # an upstream's own
-            body = forwarded_final(responses, done.response, extension(ticket), False)
-        elif responses is not None:
-            body = Answer(responses, parsed.job.model, now, tier).response(
-                "completed",
-                text=done.text,
-                usage=done.usage,
-                finish=done.finish_reason,
-                completed_at=now,
-                store=False,
-                ext=extension(ticket),
+        if responses is not None:  # (an upstream's own where its Responses API answered)
+            body = Answer(responses, parsed.job.model, now, tier).finished(
+                done, extension(ticket), forwarded=parsed.job.kind == RESPONSES, now=now, store=False
             )
         else:
             body = Shape(kind, rid, parsed.job.model, now, tier).final(done, extension(ticket))

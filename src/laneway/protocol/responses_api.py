@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laneway.errors import InvalidRequest
-from laneway.generation import RESPONSES, Job, ResumeRule, SamplingParams, Usage
+from laneway.generation import RESPONSES, Done, Job, ResumeRule, SamplingParams, Usage
 from laneway.protocol import json_fast
 from laneway.protocol.fields import OWNED
 from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
@@ -448,6 +448,23 @@ class Answer:
         if ext is not None:
             obj["laneway"] = ext
         return obj
+
+    def finished(
+        self, done: Done, ext: dict[str, Any], *, forwarded: bool, now: int, store: bool | None = None
+    ) -> dict[str, Any]:
+        """The finished response: an upstream's own (``forwarded``: its Responses API answered),
+        or one made from ``done`` (the chat path)."""
+        if forwarded and done.response is not None:
+            return forwarded_final(self.req, done.response, ext, bool(store))
+        return self.response(
+            "completed",
+            text=done.text,
+            usage=done.usage,
+            finish=done.finish_reason,
+            completed_at=now,
+            store=store,
+            ext=ext,
+        )
 
     # ------------------------------------------------------------ stream events
     def event(self, kind: str, **fields: Any) -> bytes:
