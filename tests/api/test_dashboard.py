@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from laneway.config import hash_key, parse_config
@@ -182,3 +183,44 @@ def test_the_root_leads_to_the_dashboard(server: LiveServer, tmp_path: Path) -> 
     assert httpx.get(server.url + "/", follow_redirects=True).text.startswith("<!doctype html>")
     with live_server(config(tmp_path / "off", dashboard=False)) as s:  # type: ignore[arg-type]
         assert httpx.get(s.url + "/").json()["api"].startswith("/v1")
+
+
+def test_batches_and_their_progress_are_on_the_page(server: LiveServer) -> None:
+    from playwright.sync_api import sync_playwright
+
+    c = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0, timeout=30)
+    lines = [
+        {"custom_id": f"d{i}", "method": "POST", "url": "/v1/completions",
+         "body": {"model": "sim", "prompt": f"d{i}", "max_tokens": 40}}
+        for i in range(8)
+    ]  # fmt: skip
+    f = c.files.create(
+        file=("d.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode()), purpose="batch"
+    )
+    b = c.batches.create(input_file_id=f.id, endpoint="/v1/completions", completion_window="1h")
+    deadline = time.monotonic() + 30
+    while c.batches.retrieve(b.id).status != "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.route("**/dashboard/events*", lambda route: route.abort())  # the page's own figures
+            page.goto(server.url + "/dashboard", wait_until="load")
+            rows = page.evaluate(
+                "() => [...document.querySelectorAll('#batches tbody tr')]"
+                ".map(r => [...r.cells].map(c => c.textContent))"
+            )
+        finally:
+            browser.close()
+    [row] = [r for r in rows if r[0] == b.id]
+    assert row[1:4] == ["team", "P2", "in_progress"] and row[4].endswith(" / 8"), row
+    assert row[7].endswith("min")  # (expires within the hour)
+    deadline = time.monotonic() + 60
+    while c.batches.retrieve(b.id).status != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with httpx.stream("GET", server.url + "/dashboard/events", timeout=10) as r:
+        line = next(x for x in r.iter_lines() if x.startswith("data: "))
+    assert b.id not in {x["id"] for x in json.loads(line.removeprefix("data: "))["batches"]}  # ended: off it

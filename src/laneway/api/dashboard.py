@@ -7,7 +7,8 @@ class the requests queued and running, the oldest wait and the wait estimate;
 per worker its slots and the requests on them with their class and progress;
 the counts of completions, preemptions and rejections (the page turns them into
 what happened over the last minutes); per tenant its queued and running
-requests and the requests and tokens it was served.
+requests and the requests and tokens it was served; the batches not ended yet,
+with their progress (from the store).
 
 It follows ``/metrics``'s rules: open where ``/metrics`` is, and with
 ``[server] ops_auth = true`` both need one of the tenants' keys
@@ -33,10 +34,12 @@ from laneway.api.dashboard_page import PAGE
 from laneway.api.state import runtime_of
 from laneway.errors import NotFound, Unauthorized
 from laneway.runtime import Phase, Runtime, fleet_view
+from laneway.store import ACTIVE, Store, StoreUnavailable
 
 EVERY_S = 1.0  # a snapshot a second
 HISTORY_S = 300.0  # the counters the server keeps for a page that opens (its "last 5 minutes")
 HISTORY_EVERY_S = 10.0
+MAX_BATCHES = 50  # the batches shown (the oldest running first)
 STREAM_LIMIT_S = 3600.0  # a page reconnects after this (EventSource does it by itself)
 
 
@@ -181,13 +184,40 @@ class History:
             await asyncio.sleep(self.every_s)
 
 
+async def batches(request: Request, runtime: Runtime) -> list[dict[str, Any]] | None:
+    """The batches not ended yet and how far each is (``None``: the store cannot be reached)."""
+    store: Store | None = getattr(request.app.state, "store", None)
+    if store is None:
+        return []
+    try:
+        active = await store.batches_in(ACTIVE)
+    except StoreUnavailable:
+        return None
+    now = time.time()
+    names = runtime.classes.names
+    return [
+        {
+            "id": b.id,
+            "tenant": b.tenant,
+            "priority": names[b.priority] if 0 <= b.priority < len(names) else str(b.priority),
+            "status": str(b.status),
+            "total": b.total,
+            "done": b.completed,
+            "failed": b.failed,
+            "expires_in_s": round(max(0.0, b.expires_at - now), 1),
+        }
+        for b in active[:MAX_BATCHES]
+    ]
+
+
 async def page(request: Request) -> Response:
     runtime = runtime_of(request)
     if not runtime.config.dashboard:
         raise NotFound("the dashboard is off ([server] dashboard = false)")
     check_ops(request)
     history: History | None = getattr(request.app.state, "history", None)
-    first = {"past": list(history.samples) if history is not None else [], "now": snapshot(runtime)}
+    now = {**snapshot(runtime), "batches": await batches(request, runtime)}
+    first = {"past": list(history.samples) if history is not None else [], "now": now}
     # (in a script element: no "</" may end it early)
     data = json.dumps(first, separators=(",", ":")).replace("<", "\\u003c")
     html = PAGE.replace("/*FIRST*/null", data, 1)
@@ -204,7 +234,8 @@ async def events(request: Request) -> Response:
     async def stream() -> AsyncIterator[bytes]:
         ends = time.monotonic() + STREAM_LIMIT_S
         while time.monotonic() < ends and not runtime.closed and not getattr(state, "stopping", False):
-            data = json.dumps(snapshot(runtime), separators=(",", ":"))
+            snap = {**snapshot(runtime), "batches": await batches(request, runtime)}
+            data = json.dumps(snap, separators=(",", ":"))
             yield f"data: {data}\n\n".encode()
             await asyncio.sleep(EVERY_S)
 

@@ -53,6 +53,9 @@ PAGE = """<!doctype html>
 <table id="gpus"><thead><tr><th>GPU</th><th>node</th><th>VRAM used</th><th class="bar"></th>
   <th>replica</th><th>model</th><th>engine</th><th>loads took</th></tr></thead><tbody></tbody></table>
 </section>
+<h2>Batches</h2>
+<table id="batches"><thead><tr><th>batch</th><th>tenant</th><th>class</th><th>status</th>
+  <th>progress</th><th class="bar"></th><th>failed</th><th>expires in</th></tr></thead><tbody></tbody></table>
 <h2>Tenants</h2>
 <table id="tenants"><thead><tr><th>tenant</th><th>queued</th><th>running</th><th>completed</th>
   <th>prompt tokens</th><th>completion tokens</th></tr></thead><tbody></tbody></table>
@@ -133,6 +136,12 @@ function render(snap) {
     }
     fill("gpus", gpuRows);
   }
+  const batches = snap.batches;
+  fill("batches", batches == null ? [["(the store cannot be reached)", "", "", "", "", "", "", ""]]
+    : batches.length ? batches.map(b => [b.id, b.tenant || "", b.priority, b.status,
+        b.done + b.failed + " / " + (b.total || "?"), bar(b.done + b.failed, b.total), b.failed,
+        secs(b.expires_in_s)])
+    : [["none running", "", "", "", "", "", "", ""]]);
   fill("tenants", snap.tenants.map(t => [t.name, t.queued, t.running, t.completed || 0,
                                           t.prompt_tokens || 0, t.completion_tokens || 0]));
   document.getElementById("status").textContent =
