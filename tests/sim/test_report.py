@@ -205,7 +205,7 @@ def test_write_report(tmp_path: Path) -> None:
     results = [run(FIFO_TRACE, p) for p in ("fifo", "laneway")]
     summaries = [summarize(r) for r in results]
     paths = write_report(results, summaries, tmp_path / "out", "three requests")
-    assert [p.name for p in paths] == ["summary.md", "wait_cdf.png", "queue_depth.png"]
+    assert [p.name for p in paths] == ["summary.md", "wait_cdf.png", "queue_depth.png"]  # (no tenants)
     for p in paths[1:]:
         assert p.read_bytes().startswith(PNG_MAGIC)
     md = paths[0].read_text(encoding="utf-8")
@@ -217,6 +217,28 @@ def test_write_report(tmp_path: Path) -> None:
     assert "Rejections by reason" not in md  # nothing was rejected
     assert len(definitions()) == 9
     assert all(item.split(":")[0] in md for item in definitions())
+
+
+def test_a_report_of_two_tenants_shows_them_apart(tmp_path: Path) -> None:
+    """``big`` floods one slot at t=0; ``small``'s one request comes at t=1. Token-fair, it runs
+    next (waits 1 s: until the running one ends); first come first served, after all of big's."""
+    trace = [
+        *(
+            f'{{"id": "b{i}", "arrival_s": 0, "priority": "P2", "duration_s": 2, "tenant": "big"}}'
+            for i in range(5)
+        ),
+        '{"id": "s", "arrival_s": 1, "priority": "P2", "duration_s": 2, "tenant": "small"}',
+    ]
+    fair = run(trace, "laneway")
+    fifo = run(trace, "laneway", config=SchedulerConfig(fair_tenants=False))
+    waits = {r.scheduler.cfg.fair_tenants: {o.spec.id: o.wait_s for o in r.outcomes} for r in (fair, fifo)}
+    assert waits[True]["s"] == 1.0 and waits[False]["s"] == 9.0
+    results = [fair, fifo]
+    summaries = [summarize(r) for r in results]
+    paths = write_report(results, summaries, tmp_path / "out")
+    assert [p.name for p in paths] == ["summary.md", "wait_cdf.png", "queue_depth.png", "tenant_waits.png"]
+    assert paths[3].read_bytes().startswith(PNG_MAGIC) and paths[3].stat().st_size > 10_000
+    assert "![wait-time CDF per tenant](tenant_waits.png)" in paths[0].read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- GPU runs

@@ -153,6 +153,8 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         "![queue depth](queue_depth.png)",
         "",
     ]
+    if any("tenants" in s for s in summaries):
+        lines += ["![wait-time CDF per tenant](tenant_waits.png)", ""]
     if gpus:
         lines += ["![GPU timeline](gpu_timeline.png)", ""]
     lines += ["## Definitions", "", *(f"- {item}" for item in definitions()), ""]
@@ -239,6 +241,49 @@ def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
     return _save(fig, path)
 
 
+def tenants_of(results: Sequence[SimResult]) -> list[str]:
+    """The tenants the runs' requests name (sorted); none for requests of no tenant."""
+    return sorted({o.spec.tenant for r in results for o in r.outcomes if o.spec.tenant is not None})
+
+
+def tenant_waits(results: Sequence[SimResult], path: Path) -> Path:
+    """Per run (policy), each tenant's wait-time CDF: whether one tenant's flood makes
+    another wait (token-fair tenants: it does not)."""
+    tenants = tenants_of(results)
+    ncols = min(2, len(results))
+    nrows = math.ceil(len(results) / ncols)
+    fig = Figure(figsize=(6.0 * ncols, 3.6 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    for ax, r in zip(axes.flat, results, strict=False):
+        for i, tenant in enumerate(tenants):
+            xs = sorted(o.wait_s for o in r.outcomes if o.status == "finished" and o.spec.tenant == tenant)
+            if not xs:
+                continue
+            ys = [(k + 1) / len(xs) for k in range(len(xs))]
+            p50 = xs[len(xs) // 2]
+            ax.step(
+                [0.0, *xs],
+                [0.0, *ys],
+                where="post",
+                color=f"C{i % 10}",
+                linestyle=STYLES[i % len(STYLES)],
+                linewidth=2.0,
+                label=f"{tenant} ({len(xs)} requests, wait p50 {p50:.1f} s)",
+            )
+        ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
+        ax.set_xlim(0.0, max(ax.get_xlim()[1], 1.0))
+        ax.set_ylim(0.0, 1.02)
+        ax.set_title(r.policy + ("" if r.scheduler.cfg.fair_tenants else " (no fair tenants)"))
+        ax.set_xlabel("wait (s; linear up to 0.1 s, log above)")
+        ax.set_ylabel("fraction of completed")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
+    for ax in list(axes.flat)[len(results) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"Wait-time CDF per tenant, {results[0].scenario}")
+    return _save(fig, path)
+
+
 def _time_unit(horizon_s: float) -> tuple[str, float]:
     if horizon_s > 3 * 3600:
         return "h", 3600.0
@@ -287,8 +332,8 @@ def write_report(
     out_dir: Path,
     description: str | None = None,
 ) -> list[Path]:
-    """Write ``summary.md``, ``wait_cdf.png``, ``queue_depth.png`` and, for runs on
-    GPUs, ``gpu_timeline.png``; return their paths."""
+    """Write ``summary.md``, ``wait_cdf.png``, ``queue_depth.png``, for runs of several
+    tenants ``tenant_waits.png``, and for runs on GPUs ``gpu_timeline.png``; return their paths."""
     if not results or len(results) != len(summaries):
         raise ValueError("write_report needs one summary per result, at least one")
     out_dir = Path(out_dir)
@@ -301,6 +346,8 @@ def write_report(
         wait_cdf(results, out_dir / "wait_cdf.png"),
         queue_depth(results, out_dir / "queue_depth.png"),
     ]
+    if len(tenants_of(results)) > 1:
+        paths.append(tenant_waits(results, out_dir / "tenant_waits.png"))
     if any(r.gpus for r in results):
         from laneway.sim.gpu_plots import gpu_timeline  # it imports this module
 
