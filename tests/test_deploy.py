@@ -80,6 +80,9 @@ def test_the_laneway_deployment_fits_laneway(kustomization: str, replicas: int) 
     assert spec["replicas"] == replicas
     config = parse_config(tomllib.loads(toml))  # the configuration it ships parses
     assert config.auth  # it listens on 0.0.0.0: keys are required
+    assert config.ops_auth  # /metrics and /dashboard too
+    tenants = {t.name: t for t in config.tenants}
+    assert tenants["monitoring"].policy.allowed == frozenset()  # Prometheus's key runs nothing
     assert (config.cluster is not None) == (replicas > 1)
     pod = spec["template"]["spec"]
     [c] = pod["containers"]
@@ -109,3 +112,21 @@ def test_the_dockerfile_runs_what_the_manifests_expect() -> None:
     [c] = deploy["spec"]["template"]["spec"]["containers"]
     assert deploy["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
     assert "--uid 10001" in text and c["ports"][0]["containerPort"] == 8000
+
+
+def test_the_prometheus_configuration_scrapes_the_pods_with_the_monitoring_key() -> None:
+    import yaml
+
+    prom = ROOT / "deploy" / "prometheus"
+    conf = yaml.safe_load((prom / "prometheus.yml").read_text(encoding="utf-8"))
+    assert all((prom / f).is_file() for f in conf["rule_files"])
+    [job] = [j for j in conf["scrape_configs"] if j["job_name"] == "laneway"]
+    assert job["metrics_path"] == "/metrics" and job["authorization"]["type"] == "Bearer"
+    keep = {
+        tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"
+    }
+    deploy, _ = laneway_of(built("base"))
+    [c] = deploy["spec"]["template"]["spec"]["containers"]
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert keep[("__meta_kubernetes_pod_label_app_kubernetes_io_name",)] == labels["app.kubernetes.io/name"]
+    assert keep[("__meta_kubernetes_pod_container_port_name",)] == c["ports"][0]["name"]
