@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,10 +22,11 @@ from starlette.responses import Response
 from laneway.api.errors import request_error
 from laneway.api.params import authenticate, priority, read_json_sized
 from laneway.api.streaming import DisconnectWatch, EventStream
+from laneway.config.schema import TenantConfig
 from laneway.errors import RequestError
-from laneway.generation import CHAT, COMPLETION, EMBEDDING, Delta, Done
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, Delta, Done, Job, ResumeRule
 from laneway.protocol import json_fast
-from laneway.protocol.requests import parse_request
+from laneway.protocol.requests import parse_request, preemptibleflag
 from laneway.protocol.responses import DONE_LINE, Shape, extension, sse
 from laneway.runtime import Runtime, Ticket
 
@@ -59,17 +60,8 @@ async def _complete(request: Request, kind: str) -> Response:
     tenant = authenticate(request, config)
     body, size = await read_json_sized(request, config.max_body_bytes)
     parsed = parse_request(body, kind, config, runtime.support)
-    cls = priority(body, request.headers, tenant, config)
     job = parsed.job
-    ticket = runtime.submit(
-        job,
-        cls,
-        tenant=tenant.name if tenant is not None else None,
-        preemptible=parsed.preemptible,
-        deltas=parsed.stream,  # a whole answer needs only the Done, which holds all of it
-        size=size,
-        traceparent=request.headers.get("traceparent"),
-    )
+    ticket = submit(request, runtime, job, body, tenant, size)
     shape = Shape(kind, job.id, job.model, int(time.time()), body.get("service_tier"))
     first = await first_event(request, runtime, ticket, parsed.stream)
     if isinstance(first, Response):
@@ -80,6 +72,29 @@ async def _complete(request: Request, kind: str) -> Response:
     forwarded = runtime.support[job.model].passthrough
     chunks = _chunks(shape, ticket, first, parsed.include_usage, forwarded)
     return EventStream(chunks, lambda: runtime.cancel(ticket))
+
+
+def submit(
+    request: Request,
+    runtime: Runtime,
+    job: Job,
+    body: Mapping[str, Any],
+    tenant: TenantConfig | None,
+    size: int,
+) -> Ticket:
+    """Queue a client's ``job`` (made from ``body``, ``size`` bytes): its class from the body,
+    the header, the tier or the tenant; preemptible unless the client opted out or it cannot
+    resume; each Delta only for a stream (a whole answer needs only the Done, which holds all
+    of it); in the client's trace (``traceparent``)."""
+    return runtime.submit(
+        job,
+        priority(body, request.headers, tenant, runtime.config),
+        tenant=tenant.name if tenant is not None else None,
+        preemptible=preemptibleflag(body) and job.resume is not ResumeRule.NONE,
+        deltas=job.stream,
+        size=size,
+        traceparent=request.headers.get("traceparent"),
+    )
 
 
 async def first_event(

@@ -20,14 +20,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
 
-from laneway.api.completions import first_event
-from laneway.api.params import authenticate, priority, read_json_sized
+from laneway.api.completions import first_event, submit
+from laneway.api.params import authenticate, read_json_sized
 from laneway.api.streaming import EventStream
 from laneway.errors import RequestError
-from laneway.generation import Delta, Done, ResumeRule
-from laneway.protocol import json_fast
+from laneway.generation import Delta, Done
 from laneway.protocol.relayed import relay_job
-from laneway.protocol.requests import preemptibleflag
+from laneway.protocol.responses import event_sse
 from laneway.runtime import Runtime, Ticket
 
 ROUTE = "/v1/{path:path}"
@@ -67,15 +66,7 @@ async def relay(request: Request) -> Response:
     if model is None or served is None or not served.passthrough:
         raise HTTPException(404)
     job = relay_job("relay-" + uuid.uuid4().hex[:24], model, endpoint, body)
-    ticket = runtime.submit(
-        job,
-        priority(body, request.headers, tenant, config),
-        tenant=tenant.name if tenant is not None else None,
-        preemptible=preemptibleflag(body) and job.resume is not ResumeRule.NONE,
-        deltas=job.stream,
-        size=size,
-        traceparent=request.headers.get("traceparent"),
-    )
+    ticket = submit(request, runtime, job, body, tenant, size)
     first = await first_event(request, runtime, ticket, job.stream)
     if isinstance(first, Response):
         return first
@@ -86,26 +77,16 @@ async def relay(request: Request) -> Response:
     return EventStream(_events(ticket, first), lambda: runtime.cancel(ticket))
 
 
-def event_bytes(event: dict[str, object]) -> bytes:
-    """One event as the upstream's kind of stream has it: named by its ``type`` where it has
-    one (Anthropic's, the Responses API's), then its data."""
-    kind = event.get("type")
-    head = b""
-    if isinstance(kind, str) and kind.isprintable() and kind.isascii():
-        head = b"event: " + kind.encode() + b"\n"
-    return head + b"data: " + json_fast.dumps(event, ascii=True) + b"\n\n"
-
-
 async def _events(ticket: Ticket, first: Delta | Done) -> AsyncIterator[bytes]:
     item: Delta | Done = first
     try:
         while type(item) is Delta:
             if item.chunk is not None:
-                yield event_bytes(item.chunk)
+                yield event_sse(item.chunk)
             item = await ticket.next()
     except RequestError as exc:  # after the stream began: an error event (both kinds of client read it)
         error = {"message": exc.message, "type": exc.type, "code": exc.code, "param": exc.param}
-        yield event_bytes({"type": "error", "error": error})
+        yield event_sse({"type": "error", "error": error})
         return
     assert type(item) is Done
     if item.raw is not None:

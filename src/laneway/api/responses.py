@@ -19,21 +19,22 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from laneway.api.completions import JSON, first_event
+from laneway.api.completions import JSON, first_event, submit
+from laneway.api.files import tenant_of
 from laneway.api.objects import limit_param, page
-from laneway.api.params import authenticate, priority, read_json_sized
+from laneway.api.params import authenticate, read_json_sized
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
-from laneway.generation import CHAT, Delta, Done, ResumeRule
-from laneway.protocol import json_fast
-from laneway.protocol.requests import model_of, parse_request, preemptibleflag
-from laneway.protocol.responses import extension
+from laneway.generation import CHAT, Delta, Done
+from laneway.protocol.requests import model_of, parse_request
+from laneway.protocol.responses import event_sse, extension
 from laneway.protocol.responses_api import (
     Answer,
     ResponsesRequest,
     chat_body,
     context_after,
     forwarded_job,
+    own,
     read_responses,
 )
 from laneway.runtime import Runtime, Ticket
@@ -41,11 +42,6 @@ from laneway.store import Store, StoreUnavailable
 
 log = logging.getLogger("laneway.api")
 MAX_ITEMS_PAGE = 100
-
-
-def _owner(request: Request, runtime: Runtime) -> str:
-    tenant = authenticate(request, runtime.config)
-    return tenant.name if tenant is not None else ""
 
 
 async def _record(store: Store, response_id: str, owner: str, param: str | None = None) -> dict[str, Any]:
@@ -76,19 +72,9 @@ async def create(request: Request) -> Response:
             ) from None
     if served.passthrough:  # to the upstream's own Responses API
         job = forwarded_job(req, model, context)
-        preemptible = preemptibleflag(body) and job.resume is not ResumeRule.NONE
     else:  # from the chat path
-        parsed = parse_request(chat_body(req, context), CHAT, config, runtime.support)
-        job, preemptible = parsed.job, parsed.preemptible
-    ticket = runtime.submit(
-        job,
-        priority(body, request.headers, tenant, config),
-        tenant=tenant.name if tenant is not None else None,
-        preemptible=preemptible,
-        deltas=req.stream,
-        size=size,
-        traceparent=request.headers.get("traceparent"),
-    )
+        job = parse_request(chat_body(req, context), CHAT, config, runtime.support).job
+    ticket = submit(request, runtime, job, body, tenant, size)
     answer = Answer(req, job.model, int(time.time()), body.get("service_tier"))
     first = await first_event(request, runtime, ticket, req.stream)
     if isinstance(first, Response):
@@ -189,32 +175,21 @@ def _own_event(answer: Answer, req: ResponsesRequest, event: dict[str, Any]) -> 
     on from the upstream's count (so that an event laneway adds follows in order)."""
     response = event.get("response")
     if isinstance(response, dict):
-        response["id"] = req.id
-        response["previous_response_id"] = req.previous_response_id
+        own(req, response)
     seq = event.get("sequence_number")
     if isinstance(seq, int) and not isinstance(seq, bool):
         answer.seq = seq + 1
-    kind = event.get("type")
-    name = kind if isinstance(kind, str) and kind.isprintable() and "\n" not in kind else "message"
-    return (
-        b"event: "
-        + name.encode("utf-8", "replace")
-        + b"\ndata: "
-        + json_fast.dumps(event, ascii=True)
-        + b"\n\n"
-    )
+    return event_sse(event)
 
 
 async def retrieve(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    owner = _owner(request, runtime)
+    owner = tenant_of(request, request.app.state.runtime.config)
     record = await _record(request.app.state.store, request.path_params["response_id"], owner)
     return JSON(record["response"])
 
 
 async def delete(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    owner = _owner(request, runtime)
+    owner = tenant_of(request, request.app.state.runtime.config)
     response_id = request.path_params["response_id"]
     if not await request.app.state.store.delete_response(response_id, owner):
         raise NotFound(f"no response with id {response_id!r}")
@@ -222,8 +197,7 @@ async def delete(request: Request) -> Response:
 
 
 async def input_items(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    owner = _owner(request, runtime)
+    owner = tenant_of(request, request.app.state.runtime.config)
     record = await _record(request.app.state.store, request.path_params["response_id"], owner)
     query = request.query_params
     limit = limit_param(query, MAX_ITEMS_PAGE)

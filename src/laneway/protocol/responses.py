@@ -201,5 +201,14 @@ def _endings(done: Done) -> tuple[Ending, ...]:
     return done.choices or (Ending(0, done.text, done.finish_reason),)
 
 
+def event_sse(obj: dict[str, Any]) -> bytes:
+    """An event named by its ``type`` (the Responses API's, Anthropic's), then its data; a
+    ``type`` that could not be an event name gives an unnamed one."""
+    kind = obj.get("type")
+    if isinstance(kind, str) and kind.isascii() and kind.isprintable():
+        return b"event: " + kind.encode() + b"\n" + sse(obj)
+    return sse(obj)
+
+
 def sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json_fast.dumps(obj, ascii=True) + b"\n\n"

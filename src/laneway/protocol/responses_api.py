@@ -27,8 +27,8 @@ from typing import Any
 
 from laneway.errors import InvalidRequest
 from laneway.generation import RESPONSES, Done, Job, ResumeRule, SamplingParams, Usage
-from laneway.protocol import json_fast
 from laneway.protocol.fields import OWNED
+from laneway.protocol.responses import event_sse
 from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
 
 RESPONSE_PREFIX = "resp_"
@@ -351,13 +351,20 @@ def forwarded_job(req: ResponsesRequest, model: str, context: list[dict[str, Any
     return Job(req.id, model, params, kind=RESPONSES, body=body, stream=req.stream, resume=rule)
 
 
+def own(req: ResponsesRequest, response: dict[str, Any]) -> dict[str, Any]:
+    """An upstream's response object (or one an event of its carries) under laneway's id and
+    the conversation as the client asked it."""
+    response["id"] = req.id
+    response["previous_response_id"] = req.previous_response_id
+    return response
+
+
 def forwarded_final(
     req: ResponsesRequest, response: dict[str, Any], ext: dict[str, Any], stored: bool
 ) -> dict[str, Any]:
     """An upstream's response object as laneway answers it: laneway's id (the one stored), the
     conversation and storage as the client asked them, the ``laneway`` object."""
-    response["id"] = req.id
-    response["previous_response_id"] = req.previous_response_id
+    own(req, response)
     response["store"] = stored
     response["laneway"] = ext
     return response
@@ -470,7 +477,7 @@ class Answer:
     def event(self, kind: str, **fields: Any) -> bytes:
         body = {"type": kind, **fields, "sequence_number": self.seq}
         self.seq += 1
-        return b"event: " + kind.encode() + b"\ndata: " + json_fast.dumps(body, ascii=True) + b"\n\n"
+        return event_sse(body)
 
     def opening(self) -> list[bytes]:
         """The events before the first text: created, in progress, the message and its part begun."""
