@@ -588,7 +588,8 @@ def check_responses(
 
 def test_response_failure_events(validator: Validator) -> None:
     """An error after a stream began: the ``error`` event, then ``response.failed``, as the spec has them."""
-    from laneway.protocol.responses_api import Answer, read_responses
+    from laneway.protocol.responses_answer import Answer
+    from laneway.protocol.responses_api import read_responses
 
     answer = Answer(read_responses({"model": "sim", "input": "Hi"}), "sim", 1)
     events = [*answer.opening(), answer.delta("Hel")]

@@ -28,13 +28,12 @@ from laneway.errors import InvalidRequest, NotFound, RequestError
 from laneway.generation import CHAT, Delta, Done
 from laneway.protocol.requests import model_of, parse_request
 from laneway.protocol.responses import event_sse, extension
+from laneway.protocol.responses_answer import Answer, own
 from laneway.protocol.responses_api import (
-    Answer,
     ResponsesRequest,
     chat_body,
     context_after,
     forwarded_job,
-    own,
     read_responses,
 )
 from laneway.runtime import Runtime, Ticket

@@ -35,7 +35,7 @@ from laneway.batch.validate import ENDPOINTS, Validated, parse_line, validate_in
 from laneway.errors import Deferred, GenerationFailed, RequestError
 from laneway.generation import RESPONSES, ResumeRule
 from laneway.protocol.responses import Shape, extension
-from laneway.protocol.responses_api import Answer
+from laneway.protocol.responses_answer import Answer
 from laneway.runtime.runtime import Runtime
 from laneway.runtime.ticket import Ticket
 from laneway.store.base import (
