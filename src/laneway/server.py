@@ -50,7 +50,7 @@ async def start_server(
     built = dict(workers) if workers is not None else await build_workers(config.workers, config.data_dir)
     runtime = Runtime(config, built)
     if config.otlp_traces_endpoint is not None:
-        runtime.tracing = Tracing(config.otlp_traces_endpoint)
+        runtime.trace(Tracing(config.otlp_traces_endpoint))
     await runtime.calibrate()
     node = None
     if config.cluster is not None:  # scheduled by the cluster's leader (laneway.cluster)

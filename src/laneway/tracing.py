@@ -50,6 +50,7 @@ class Tracing:
         if endpoint is None:
             return
         try:
+            from opentelemetry import trace
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
@@ -65,6 +66,7 @@ class Tracing:
         self._tracer = self._provider.get_tracer("laneway")
         self._propagator = TraceContextTextMapPropagator()
         self._kind = SpanKind
+        self._in_span = trace.set_span_in_context
         self._status = (Status, StatusCode)
         log.info("traces go to %s (OTLP/HTTP)", endpoint)
 
@@ -94,12 +96,9 @@ class Tracing:
         if not self.on or ticket.span is None:
             return
         self._end_run(ticket.id, "superseded")
-        from opentelemetry import trace
-
-        context = trace.set_span_in_context(ticket.span)
         self._runs[ticket.id] = self._tracer.start_span(
             "laneway.run",
-            context=context,
+            context=self._in_span(ticket.span),
             kind=self._kind.CLIENT,
             attributes={"laneway.worker": worker, "laneway.resumed": resumed, "laneway.run": ticket.run},
         )
@@ -145,6 +144,12 @@ class Tracing:
             span.end()
 
     # ------------------------------------------------------------ to the engine
+    def carried_by(self, worker: object) -> None:
+        """An upstream worker (one with a ``trace`` hook): its calls carry their run's
+        ``traceparent`` from now on."""
+        if self.on and hasattr(worker, "trace"):
+            worker.trace = self.traceparent
+
     def traceparent(self, job_id: str) -> str | None:
         """The W3C ``traceparent`` an upstream call of ``job_id``'s current run carries."""
         span = self._runs.get(job_id)

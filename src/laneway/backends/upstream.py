@@ -30,7 +30,6 @@ was streamed yet).
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 import math
@@ -41,16 +40,14 @@ from typing import Any
 from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.capabilities import Capabilities, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
-from laneway.backends.http import MAX_ERROR_BYTES, Connect, Events, HttpError, Pool, Timeout
+from laneway.backends.http import Connect, Events, HttpError, Pool, Timeout
+from laneway.backends.upstream_errors import describe_body, error_from, relay_error
 from laneway.backends.upstream_relay import Passed, Relayed, whole
-from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, message_of, plausible
+from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import (
     BackendError,
     InvalidRequest,
-    ModelNotFound,
-    NotFound,
-    PayloadTooLarge,
     RequestError,
 )
 from laneway.generation import (
@@ -77,7 +74,6 @@ log = logging.getLogger("laneway.backends")
 
 PATHS = {CHAT: "chat/completions", COMPLETION: "completions", EMBEDDING: "embeddings", RESPONSES: "responses"}
 PROBE_TIMEOUT_S = 2.0
-MAX_ERROR_CHARS = 300
 
 
 @dataclass
@@ -442,7 +438,7 @@ class UpstreamWorker:
             return
         ctype = got.headers.get(b"content-type", b"")
         if got.status != 200:
-            raise _error_from(got.status, got.body, self.name, ctype)
+            raise error_from(got.status, got.body, self.name, ctype)
         try:
             answer = json.loads(got.body)
             if not isinstance(answer, dict):
@@ -497,7 +493,7 @@ class UpstreamWorker:
             await self._generate(run)  # once more, without what was refused
             return
         if reader.status != 200:
-            raise _error_from(reader.status, reader.error_body, self.name, reader.content_type)
+            raise error_from(reader.status, reader.error_body, self.name, reader.content_type)
         if not reader.is_stream:  # (a proxy's page, or an engine that ignored "stream")
             raise UpstreamUnavailable(
                 f"upstream {self.name} answered 200 but not with an event stream: "
@@ -572,7 +568,7 @@ class UpstreamWorker:
         if reader is None:
             return
         if reader.status != 200:
-            raise _error_from(reader.status, reader.error_body, self.name, reader.content_type)
+            raise error_from(reader.status, reader.error_body, self.name, reader.content_type)
         if not reader.is_stream:
             raise UpstreamUnavailable(
                 f"upstream {self.name} answered 200 but not with an event stream: "
@@ -601,7 +597,7 @@ class UpstreamWorker:
                 return
             ctype = got.headers.get(b"content-type", b"").decode("latin-1")
             if got.status != 200:
-                raise _relay_error(got.status, got.body, self.name, job.endpoint, ctype.encode("latin-1"))
+                raise relay_error(got.status, got.body, self.name, job.endpoint, ctype.encode("latin-1"))
             self._end(run, whole(run, got.body, ctype or "application/octet-stream"))
             return
         passed = Passed(run, self.name)
@@ -614,7 +610,7 @@ class UpstreamWorker:
         if reader is None:
             return
         if reader.status != 200:
-            raise _relay_error(reader.status, reader.error_body, self.name, job.endpoint, reader.content_type)
+            raise relay_error(reader.status, reader.error_body, self.name, job.endpoint, reader.content_type)
         if not reader.is_stream:
             raise UpstreamUnavailable(
                 f"upstream {self.name} answered 200 but not with an event stream: "
@@ -650,43 +646,3 @@ class UpstreamWorker:
             del self._runs[run.job.id]
             run.task = None
             run.sink(event)
-
-
-def _error_from(status: int, raw: bytes, name: str, content_type: bytes = b"") -> Exception:
-    """The client-facing error for an upstream's error answer."""
-    try:
-        message = message_of(json.loads(raw)["error"])[:MAX_ERROR_CHARS]
-    except (ValueError, KeyError, TypeError):
-        message = f"HTTP {status}, " + describe_body(raw, content_type)
-    text = f"upstream {name}: {message}"
-    if status == 404:
-        return ModelNotFound(text)
-    if status == 413:
-        return PayloadTooLarge(text)
-    if 400 <= status < 500 and status not in (401, 403, 408, 429):
-        return InvalidRequest(text)
-    # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
-    fault = status in (429, 502, 503, 504) or status < 400
-    return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)
-
-
-def _relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type: bytes) -> Exception:
-    """A relayed request's error: as any upstream error, but a 404 is the endpoint's (the
-    model was found: the upstream serves it)."""
-    if status == 404:
-        return NotFound(
-            f"upstream {name} does not serve POST /{endpoint}: " + describe_body(raw, content_type)
-        )
-    return _error_from(status, raw, name, content_type)
-
-
-def describe_body(raw: bytes, content_type: bytes = b"") -> str:
-    """An answer that is not what was expected, quoted for an error message: its type and
-    size, and its start with white space collapsed, bounded and HTML-escaped (a proxy's
-    error page carries markup and scripts that a client may display)."""
-    kind = content_type.decode("latin-1").split(";")[0].strip() or "no content type"
-    start = " ".join(raw[: MAX_ERROR_CHARS * 4].decode("utf-8", "replace").split())
-    if len(start) > MAX_ERROR_CHARS:
-        start = start[:MAX_ERROR_CHARS] + "…"
-    quoted = html.escape(start) if start else "an empty body"
-    return f"{kind}, {len(raw)} bytes{'+' if len(raw) >= MAX_ERROR_BYTES else ''}: {quoted}"

@@ -425,6 +425,7 @@ class Fleet:
         """``worker`` (an engine, ready) serves ``model`` from now on, as ``name``."""
         rt = self.rt
         rt.workers[name] = worker
+        rt.tracing.carried_by(worker)
         rt.served[name] = model
         rt.upstream_model[name] = engine_model
         rt.engines.kv_tokens.setdefault(name, None)

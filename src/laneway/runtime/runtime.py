@@ -62,7 +62,7 @@ from laneway.runtime.scheduling import SchedulerPort
 from laneway.runtime.sizing import Sizing
 from laneway.runtime.support import support_of
 from laneway.runtime.ticket import Phase, Ticket
-from laneway.tracing import OFF
+from laneway.tracing import OFF, Tracing
 
 log = logging.getLogger("laneway.runtime")
 
@@ -253,6 +253,13 @@ class Runtime(WorkerEvents):
         self.kick()
         return ticket
 
+    def trace(self, tracing: Tracing) -> None:
+        """Trace requests from now on (:mod:`laneway.tracing`); upstream workers' calls carry
+        their runs' ``traceparent`` (a fleet's engines too, as they come)."""
+        self.tracing = tracing
+        for worker in self.workers.values():
+            tracing.carried_by(worker)
+
     def estimate_wait(self, priority: int, model: str | None) -> float:
         return self.sched.estimate_wait(priority, model, self.now())
 
@@ -326,10 +333,7 @@ class Runtime(WorkerEvents):
         ticket.run += 1
         sink = self._sink(ticket, ticket.run, worker)
         ckpt, ticket.checkpoint = ticket.checkpoint, None
-        if self.tracing.on:
-            self.tracing.run_started(ticket, d.worker_id, ckpt is not None)
-            if hasattr(worker, "trace"):  # an upstream: its call carries the run's traceparent
-                worker.trace = self.tracing.traceparent
+        self.tracing.run_started(ticket, d.worker_id, ckpt is not None)
         if ckpt is not None:
             self._held -= ckpt.nbytes
             start = worker.resume(ckpt, sink)

@@ -188,6 +188,41 @@ def twins(waits: dict[str, list[list[float]]]) -> dict[str, str]:
     return out
 
 
+def _cdf_grid(panels: int) -> tuple[Figure, Any]:
+    """A figure of ``panels`` wait-time CDFs, two a row, sharing their y axis."""
+    ncols = min(2, panels)
+    nrows = math.ceil(panels / ncols)
+    fig = Figure(figsize=(6.0 * ncols, 3.6 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    for ax in list(axes.flat)[panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _cdf(ax: Any, xs: list[float], i: int, label: str, linewidth: float) -> None:
+    """The CDF of the sorted waits ``xs``, in the ``i``-th colour and line style."""
+    ys = [(k + 1) / len(xs) for k in range(len(xs))]
+    ax.step(
+        [0.0, *xs],
+        [0.0, *ys],
+        where="post",
+        color=f"C{i % 10}",
+        linestyle=STYLES[i % len(STYLES)],
+        linewidth=linewidth,
+        label=label,
+    )
+
+
+def _wait_axes(ax: Any, title: str) -> None:
+    ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
+    ax.set_xlim(0.0, max(ax.get_xlim()[1], 1.0))
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title(title)
+    ax.set_xlabel("wait (s; linear up to 0.1 s, log above)")
+    ax.set_ylabel("fraction of completed")
+    ax.grid(True, which="major", alpha=0.3)
+
+
 def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
     names = results[0].scheduler.classes.names
     waits = {
@@ -199,31 +234,12 @@ def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
     }
     shown = [c for c in range(len(names)) if any(w[c] for w in waits.values())] or [0]
     same = twins(waits)  # (they get their own line style, and the legend says whose they are)
-    ncols = min(2, len(shown))
-    nrows = math.ceil(len(shown) / ncols)
-    fig = Figure(figsize=(6.0 * ncols, 3.6 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    fig, axes = _cdf_grid(len(shown))
     for ax, c in zip(axes.flat, shown, strict=False):
         for i, (policy, per_class) in enumerate(waits.items()):
-            xs = per_class[c]
-            if xs:
-                ys = [(k + 1) / len(xs) for k in range(len(xs))]
-                ax.step(
-                    [0.0, *xs],
-                    [0.0, *ys],
-                    where="post",
-                    color=f"C{i % 10}",
-                    linestyle=STYLES[i % len(STYLES)],
-                    linewidth=2.2 - 0.3 * (i % 4),
-                    label=policy,
-                )
-        ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
-        ax.set_xlim(0.0, max(ax.get_xlim()[1], 1.0))
-        ax.set_ylim(0.0, 1.02)
-        ax.set_title(names[c])
-        ax.set_xlabel("wait (s; linear up to 0.1 s, log above)")
-        ax.set_ylabel("fraction of completed")
-        ax.grid(True, which="major", alpha=0.3)
+            if per_class[c]:
+                _cdf(ax, per_class[c], i, policy, linewidth=2.2 - 0.3 * (i % 4))
+        _wait_axes(ax, names[c])
     handles = [
         Line2D(
             [],
@@ -235,8 +251,6 @@ def wait_cdf(results: Sequence[SimResult], path: Path) -> Path:
         for i, policy in enumerate(waits)
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5))
-    for ax in list(axes.flat)[len(shown) :]:
-        ax.set_visible(False)
     fig.suptitle(f"Wait-time CDF, {results[0].scenario} (completed requests)")
     return _save(fig, path)
 
@@ -250,36 +264,15 @@ def tenant_waits(results: Sequence[SimResult], path: Path) -> Path:
     """Per run (policy), each tenant's wait-time CDF: whether one tenant's flood makes
     another wait (token-fair tenants: it does not)."""
     tenants = tenants_of(results)
-    ncols = min(2, len(results))
-    nrows = math.ceil(len(results) / ncols)
-    fig = Figure(figsize=(6.0 * ncols, 3.6 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    fig, axes = _cdf_grid(len(results))
     for ax, r in zip(axes.flat, results, strict=False):
         for i, tenant in enumerate(tenants):
             xs = sorted(o.wait_s for o in r.outcomes if o.status == "finished" and o.spec.tenant == tenant)
-            if not xs:
-                continue
-            ys = [(k + 1) / len(xs) for k in range(len(xs))]
-            p50 = xs[len(xs) // 2]
-            ax.step(
-                [0.0, *xs],
-                [0.0, *ys],
-                where="post",
-                color=f"C{i % 10}",
-                linestyle=STYLES[i % len(STYLES)],
-                linewidth=2.0,
-                label=f"{tenant} ({len(xs)} requests, wait p50 {p50:.1f} s)",
-            )
-        ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
-        ax.set_xlim(0.0, max(ax.get_xlim()[1], 1.0))
-        ax.set_ylim(0.0, 1.02)
-        ax.set_title(r.policy + ("" if r.scheduler.cfg.fair_tenants else " (no fair tenants)"))
-        ax.set_xlabel("wait (s; linear up to 0.1 s, log above)")
-        ax.set_ylabel("fraction of completed")
-        ax.grid(True, which="major", alpha=0.3)
+            if xs:
+                p50 = xs[len(xs) // 2]
+                _cdf(ax, xs, i, f"{tenant} ({len(xs)} requests, wait p50 {p50:.1f} s)", linewidth=2.0)
+        _wait_axes(ax, r.policy + ("" if r.scheduler.cfg.fair_tenants else " (no fair tenants)"))
         ax.legend(loc="upper left", fontsize="small")
-    for ax in list(axes.flat)[len(results) :]:
-        ax.set_visible(False)
     fig.suptitle(f"Wait-time CDF per tenant, {results[0].scenario}")
     return _save(fig, path)
 

@@ -1,0 +1,53 @@
+"""An upstream's error answers as the client's errors, and answers that are not what was
+expected quoted for a message (bounded, HTML-escaped)."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from laneway.backends.http import MAX_ERROR_BYTES
+from laneway.backends.upstream_run import UpstreamUnavailable, message_of
+from laneway.errors import InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
+
+MAX_ERROR_CHARS = 300
+
+
+def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"") -> Exception:
+    """The client-facing error for an upstream's error answer."""
+    try:
+        message = message_of(json.loads(raw)["error"])[:MAX_ERROR_CHARS]
+    except (ValueError, KeyError, TypeError):
+        message = f"HTTP {status}, " + describe_body(raw, content_type)
+    text = f"upstream {name}: {message}"
+    if status == 404:
+        return ModelNotFound(text)
+    if status == 413:
+        return PayloadTooLarge(text)
+    if 400 <= status < 500 and status not in (401, 403, 408, 429):
+        return InvalidRequest(text)
+    # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
+    fault = status in (429, 502, 503, 504) or status < 400
+    return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)
+
+
+def relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type: bytes) -> Exception:
+    """A relayed request's error: as any upstream error, but a 404 is the endpoint's (the
+    model was found: the upstream serves it)."""
+    if status == 404:
+        return NotFound(
+            f"upstream {name} does not serve POST /{endpoint}: " + describe_body(raw, content_type)
+        )
+    return error_from(status, raw, name, content_type)
+
+
+def describe_body(raw: bytes, content_type: bytes = b"") -> str:
+    """An answer that is not what was expected, quoted for an error message: its type and
+    size, and its start with white space collapsed, bounded and HTML-escaped (a proxy's
+    error page carries markup and scripts that a client may display)."""
+    kind = content_type.decode("latin-1").split(";")[0].strip() or "no content type"
+    start = " ".join(raw[: MAX_ERROR_CHARS * 4].decode("utf-8", "replace").split())
+    if len(start) > MAX_ERROR_CHARS:
+        start = start[:MAX_ERROR_CHARS] + "…"
+    quoted = html.escape(start) if start else "an empty body"
+    return f"{kind}, {len(raw)} bytes{'+' if len(raw) >= MAX_ERROR_BYTES else ''}: {quoted}"
