@@ -41,7 +41,7 @@ from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.capabilities import Capabilities, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
 from laneway.backends.http import Connect, Events, HttpError, Pool, Timeout
-from laneway.backends.upstream_errors import describe_body, error_from, relay_error
+from laneway.backends.upstream_errors import describe_body, error_from, relay_error, stream_failure
 from laneway.backends.upstream_relay import Passed, Relayed, whole
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
@@ -492,13 +492,9 @@ class UpstreamWorker:
             run.runs = max(run.runs - 1, 0)  # (that one did not run)
             await self._generate(run)  # once more, without what was refused
             return
-        if reader.status != 200:
-            raise error_from(reader.status, reader.error_body, self.name, reader.content_type)
-        if not reader.is_stream:  # (a proxy's page, or an engine that ignored "stream")
-            raise UpstreamUnavailable(
-                f"upstream {self.name} answered 200 but not with an event stream: "
-                + describe_body(reader.error_body, reader.content_type)
-            )
+        failure = stream_failure(reader, self.name)
+        if failure is not None:
+            raise failure
         if not done_seen and run.open > 0:
             raise UpstreamUnavailable(
                 f"upstream {self.name}: its stream ended before its answer did "
@@ -567,13 +563,9 @@ class UpstreamWorker:
         reader = await self._stream(run, me, PATHS[job.kind], body, on_event)
         if reader is None:
             return
-        if reader.status != 200:
-            raise error_from(reader.status, reader.error_body, self.name, reader.content_type)
-        if not reader.is_stream:
-            raise UpstreamUnavailable(
-                f"upstream {self.name} answered 200 but not with an event stream: "
-                + describe_body(reader.error_body, reader.content_type)
-            )
+        failure = stream_failure(reader, self.name)
+        if failure is not None:
+            raise failure
         self._end(run, relayed.ended())
 
     async def _pass(self, run: Run) -> None:
@@ -609,13 +601,9 @@ class UpstreamWorker:
         reader = await self._stream(run, me, job.endpoint, body, on_event)
         if reader is None:
             return
-        if reader.status != 200:
-            raise relay_error(reader.status, reader.error_body, self.name, job.endpoint, reader.content_type)
-        if not reader.is_stream:
-            raise UpstreamUnavailable(
-                f"upstream {self.name} answered 200 but not with an event stream: "
-                + describe_body(reader.error_body, reader.content_type)
-            )
+        failure = stream_failure(reader, self.name, job.endpoint)
+        if failure is not None:
+            raise failure
         self._end(run, passed.ended())
 
     async def _held_text(self, run: Run) -> str | None:

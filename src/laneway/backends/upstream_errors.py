@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from laneway.backends.http import MAX_ERROR_BYTES
+from laneway.backends.http import MAX_ERROR_BYTES, Events
 from laneway.backends.upstream_run import UpstreamUnavailable, message_of
 from laneway.errors import InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 
@@ -39,6 +39,22 @@ def relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type:
             f"upstream {name} does not serve POST /{endpoint}: " + describe_body(raw, content_type)
         )
     return error_from(status, raw, name, content_type)
+
+
+def stream_failure(reader: Events, name: str, endpoint: str | None = None) -> Exception | None:
+    """What an answer that should have been an event stream fails with: its error (``endpoint``:
+    of a relayed request), or a 200 that is not a stream (a proxy's page, an engine that
+    ignored ``stream``); ``None`` for a stream."""
+    if reader.status != 200:
+        if endpoint is not None:
+            return relay_error(reader.status, reader.error_body, name, endpoint, reader.content_type)
+        return error_from(reader.status, reader.error_body, name, reader.content_type)
+    if not reader.is_stream:
+        return UpstreamUnavailable(
+            f"upstream {name} answered 200 but not with an event stream: "
+            + describe_body(reader.error_body, reader.content_type)
+        )
+    return None
 
 
 def describe_body(raw: bytes, content_type: bytes = b"") -> str:
