@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -75,6 +76,12 @@ def test_adapters_are_loaded_into_their_bases_engine_and_swapped_when_it_is_full
         ]
         for t in threads:
             t.start()
+        # poem is asked once both sql requests run in the engine (asked at once, it might
+        # reach laneway first, take the room and leave sql to be loaded again after it)
+        deadline = time.monotonic() + 30
+        while _stats(server.url)["open"] != 2:
+            assert time.monotonic() < deadline, _stats(server.url)
+            time.sleep(0.02)
         threads.append(threading.Thread(target=ask, args=("p1", "poem", 4)))
         threads[-1].start()
         for t in threads:
