@@ -12,6 +12,8 @@ import pytest
 
 from laneway.cluster import codec
 from laneway.cluster.codec import (
+    AdapterFailed,
+    AdapterTook,
     Availability,
     BadMessage,
     CachedOn,
@@ -19,12 +21,17 @@ from laneway.cluster.codec import (
     Cancelled,
     Census,
     CensusAsked,
+    EngineGone,
+    EngineReady,
     Finished,
     LoanGranted,
     LoanTaken,
+    ModelFailing,
+    Owns,
     Pace,
     Preempted,
     Progress,
+    Reload,
     Requeued,
     Sent,
     SlotsWanted,
@@ -34,7 +41,8 @@ from laneway.cluster.codec import (
     decode_order,
     encode,
 )
-from laneway.core import Dispatch, Preempt, Reject, Request, StopMode
+from laneway.core import Dispatch, Evict, Load, Preempt, Reject, Request, StopMode
+from laneway.core.decisions import LoadAdapter, UnloadAdapter
 
 SENT = Sent("r1", "r1.abc", 2, 1796225000.5, "m", "acme", False, 30.0, 4.5, 120, 64)
 PREFIXED = Sent("r2", "r1.abc", 0, 1796225001.0, "m", prompt_tokens=900, prefix=(2**63 + 5, 17, 0))
@@ -55,6 +63,15 @@ EVENTS = [
     SlotsWanted("r1.abc", "m"),
     LoanTaken("r1.abc", "up0", 4, 2),
     Census("tok:1", "r1.abc", (TableEntry(SENT), TableEntry(PREFIXED, codec.RUNNING, "up0"))),
+    Owns("node-a", "r1.abc"),
+    EngineReady("chat#3@a0+a1", "chat", ("a0", "a1"), 41.5, False, True),
+    EngineReady("chat#4@b0", "chat", ("b0",), 2.0, True),
+    EngineGone("chat#3@a0+a1", "chat"),
+    EngineGone("chat#4@b0", "chat", True),
+    ModelFailing("chat", "exited with status 1", 10.0),
+    AdapterTook("sql", 0.25),
+    AdapterFailed("chat#4@b0", "sql"),
+    Reload("chat"),
 ]
 ORDERS = [
     Dispatch("r1", "up0", None),
@@ -63,6 +80,12 @@ ORDERS = [
     Reject("r1", "queue_timeout", "late", 12.5, 12.5),
     LoanGranted("up0", 3, 9),
     CensusAsked("tok:2"),
+    Load("chat#3@a0+a1", "chat", ("a0", "a1"), 45.0),
+    Load("chat#4@b0", "chat", ("b0",), 3.0, True),
+    Evict("chat#4@b0", "chat", ("b0",)),
+    Evict("chat#4@b0", "chat", ("b0",), True),
+    LoadAdapter("chat#4@b0", "sql", 0.5),
+    UnloadAdapter("chat#4@b0", "sql"),
 ]
 
 

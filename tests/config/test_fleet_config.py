@@ -63,7 +63,8 @@ def test_every_mistake_is_a_line_naming_its_key() -> None:
         )
     lines = str(info.value).splitlines()
     assert lines == [
-        "fleet.switch_wait: unknown key (expected one of: nodes, models, preload, switch_wait_s, max_asleep)",
+        "fleet.switch_wait: unknown key "
+        "(expected one of: nodes, models, preload, switch_wait_s, max_asleep, node)",
         "fleet.nodes.a.gpus[0].cuda: expected a CUDA id >= 0, got -1",
         "fleet.models.a.command: must name {port}, the port its engine listens on",
         "fleet.models.b.command: unknown placeholder {weights} (known: {port}, {host}, {model}, {path}, "
@@ -112,7 +113,18 @@ def test_a_lora_adapter_is_a_model_loaded_into_its_bases_engine() -> None:
                 **fleet(m={"vram_gb": 1, "command": "x {port}"}),
                 "cluster": {"redis_url": "redis://127.0.0.1:6379/0", "replica": "r"},
             },
-            "[fleet]: not in a [cluster] yet",
+            "fleet.node: required in a [cluster] (the node whose GPUs this replica starts engines on; one of",
+        ),
+        (
+            {
+                "fleet": {**fleet(m={"vram_gb": 1, "command": "x {port}"})["fleet"], "node": "nowhere"},
+                "cluster": {"redis_url": "redis://127.0.0.1:6379/0", "replica": "r"},
+            },
+            "fleet.node: expected the name of one of the fleet's nodes",
+        ),
+        (
+            {"fleet": {**fleet(m={"vram_gb": 1, "command": "x {port}"})["fleet"], "node": "a"}},
+            "fleet.node: only in a [cluster]",
         ),
         ({"fleet": {"nodes": NODE}}, "fleet.models: at least one model"),
         (

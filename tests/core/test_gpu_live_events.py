@@ -148,3 +148,49 @@ def test_a_preloaded_model_that_lost_its_replica_is_loaded_again_into_free_vram(
     assert [(ld.model, ld.gpu_ids) for ld in loads] == [("q", ("g0", "g1"))]  # q takes both GPUs
     assert sched.reload("p", 6.0) == []
     assert sched.snapshot().model_loads == 2  # (p again, then q; the preload was none)
+
+
+# -- a cluster's leader: engines placed by a leader before it, nodes nobody starts engines on --
+def test_an_engine_placed_before_is_adopted_where_it_runs_and_takes_work_at_once() -> None:
+    inv = inventory([gpu("a0", 24, "a"), gpu("b0", 24, "b")], [model("m", 20), model("n", 20)])
+    sched = gpu_sched(inv)
+    sched.adopt_replica("n#7@b0", "n", ("b0",), 0.0)
+    planner = sched.planner
+    assert planner is not None and planner.used == {"a0": 0.0, "b0": 20.0}
+    sched.submit(greq("r0", 2, 0.0, "n"), 0.0)
+    out = sched.schedule(0.0)
+    assert [(d.request_id, d.worker_id) for d in out if type(d) is Dispatch] == [("r0", "n#7@b0")]
+    # the ids it makes from now on are new ones
+    sched.submit(greq("r1", 2, 0.0, "m"), 0.0)
+    (load,) = _loads(sched.schedule(0.0))
+    assert load.replica_id == "m#8@a0"
+    sched.check_invariants()
+    planner.check()
+    # what cannot be: an unknown model, GPUs taken, a replica known already
+    for rid, m, gpus, why in [
+        ("x#1@a0", "x", ("a0",), "no model 'x'"),
+        ("n#9@a0", "n", ("a0",), "no room for 'n' left on a0"),
+        ("n#7@b0", "n", ("b0",), "placed already"),
+        ("n#9@z0", "n", ("z0",), "cannot hold 'n'"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            sched.adopt_replica(rid, m, gpus, 1.0)
+    planner.check()
+
+
+def test_nothing_is_loaded_on_an_offline_node_until_it_is_back() -> None:
+    inv = inventory([gpu("a0", 24, "a"), gpu("b0", 80, "b")], [model("m", 20)])
+    sched = gpu_sched(inv)
+    sched.set_offline({"a"})
+    sched.submit(greq("r0", 2, 0.0, "m"), 0.0)
+    (load,) = _loads(sched.schedule(0.0))
+    assert load.gpu_ids == ("b0",)  # (a0 fits best, but its node is offline)
+    sched.set_offline({"a", "b"})
+    sched.submit(greq("r1", 2, 0.0, "m"), 0.0)
+    sched.submit(greq("r2", 2, 0.0, "m"), 0.0)
+    sched.submit(greq("r3", 2, 0.0, "m"), 0.0)
+    sched.submit(greq("r4", 2, 0.0, "m"), 0.0)
+    assert _loads(sched.schedule(1.0)) == []  # (more demand than one replica: still nowhere to load)
+    sched.set_offline(set())
+    (again,) = _loads(sched.schedule(2.0))
+    assert again.gpu_ids == ("a0",)

@@ -6,11 +6,15 @@ with its tag, and the one place that knows how each is laid out on the wire.
   :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
   :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`SlotCap` (``x``),
   :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``),
-  :class:`CachedOn` (``l``).
+  :class:`CachedOn` (``l``); of a fleet: :class:`Owns` (``n``), :class:`EngineReady` (``e``),
+  :class:`EngineGone` (``z``), :class:`ModelFailing` (``b``), :class:`AdapterTook` (``y``),
+  :class:`AdapterFailed` (``j``), :class:`Reload` (``r``).
 - *Orders*, the leader to a replica (its stream of decisions): the core's
   :class:`~laneway.core.Dispatch` (``D``), :class:`~laneway.core.Preempt` (``P``) and
   :class:`~laneway.core.Reject` (``R``), and :class:`LoanGranted` (``G``),
-  :class:`CensusAsked` (``K``).
+  :class:`CensusAsked` (``K``); to the replica that owns a fleet's node, the core's
+  :class:`~laneway.core.Load` (``L``), :class:`~laneway.core.Evict` (``E``),
+  :class:`~laneway.core.LoadAdapter` (``A``) and :class:`~laneway.core.UnloadAdapter` (``U``).
 - :class:`TableEntry`: a live request in the leader's table (``PREFIX reqs``), written as
   a JSON object of named fields, so that an entry can gain a field without moving others
   (a table written as positional lists, by an earlier version, is read too).
@@ -26,7 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from laneway.core import Dispatch, Preempt, Reject, Request, StopMode
+from laneway.core import Dispatch, Evict, Load, Preempt, Reject, Request, StopMode
+from laneway.core.decisions import LoadAdapter, UnloadAdapter
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +336,86 @@ class Census:
         return cls(str(items[0]), str(items[1]), tuple(TableEntry.from_wire(e) for e in items[2]))
 
 
+@dataclass(frozen=True, slots=True)
+class Owns(Flat):
+    """Replica ``home`` starts the engines of the fleet's node ``node``."""
+
+    TAG: ClassVar[str] = "n"
+    node: str
+    home: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReady(Flat):
+    """The engine of fleet replica ``replica`` (``model`` on ``gpus``) is ready after
+    ``took_s`` (``wake``: woken from sleep; ``preload``: started with its owner); every
+    replica reaches it through ``PREFIX engines``, written before."""
+
+    TAG: ClassVar[str] = "e"
+    replica: str
+    model: str
+    gpus: tuple[str, ...]
+    took_s: float
+    wake: bool = False
+    preload: bool = False
+
+    def to_wire(self) -> list[Any]:
+        return [self.replica, self.model, list(self.gpus), self.took_s, self.wake, self.preload]
+
+    @classmethod
+    def from_wire(cls, items: list[Any]) -> EngineReady:
+        r, m, g, t, *rest = items
+        return cls(str(r), str(m), tuple(str(x) for x in g), float(t), *(bool(x) for x in rest[:2]))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineGone(Flat):
+    """Fleet replica ``replica``'s engine (of ``model``) is gone without an eviction (its
+    launch failed, it died; ``asleep``: while asleep)."""
+
+    TAG: ClassVar[str] = "z"
+    replica: str
+    model: str
+    asleep: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailing(Flat):
+    """``model`` (or an adapter) could not be started (``reason``): its requests are refused
+    for ``backoff_s``, on every replica."""
+
+    TAG: ClassVar[str] = "b"
+    model: str
+    reason: str
+    backoff_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterTook(Flat):
+    """A load of LoRA ``adapter`` took ``seconds``."""
+
+    TAG: ClassVar[str] = "y"
+    adapter: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterFailed(Flat):
+    """LoRA ``adapter`` could not be loaded into fleet replica ``replica``."""
+
+    TAG: ClassVar[str] = "j"
+    replica: str
+    adapter: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reload(Flat):
+    """Preloaded ``model`` lost its replica: one is to be loaded again."""
+
+    TAG: ClassVar[str] = "r"
+    model: str
+
+
 Event = (
     Submitted
     | Finished
@@ -346,6 +431,13 @@ Event = (
     | LoanTaken
     | Census
     | CachedOn
+    | Owns
+    | EngineReady
+    | EngineGone
+    | ModelFailing
+    | AdapterTook
+    | AdapterFailed
+    | Reload
 )
 
 
@@ -368,7 +460,7 @@ class CensusAsked(Flat):
     census_id: str
 
 
-Order = Dispatch | Preempt | Reject | LoanGranted | CensusAsked
+Order = Dispatch | Preempt | Reject | LoanGranted | CensusAsked | Load | Evict | LoadAdapter | UnloadAdapter
 
 
 def _inf(v: float | None) -> float:
@@ -379,14 +471,26 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-_DECISION_TAGS: dict[type, str] = {Dispatch: "D", Preempt: "P", Reject: "R"}
+_DECISION_TAGS: dict[type, str] = {
+    Dispatch: "D",
+    Preempt: "P",
+    Reject: "R",
+    Load: "L",
+    Evict: "E",
+    LoadAdapter: "A",
+    UnloadAdapter: "U",
+}
 
 
-def _decision_wire(d: Dispatch | Preempt | Reject) -> list[Any]:
+def _decision_wire(d: Dispatch | Preempt | Reject | Load | Evict | LoadAdapter | UnloadAdapter) -> list[Any]:
     if type(d) is Reject:
         # (an infinite wait is not JSON: None on the wire, infinite again once read)
         return [d.request_id, d.reason, d.message, _finite(d.estimated_wait_s), _finite(d.retry_after_s)]
     return list(d)
+
+
+def _gpus(v: Any) -> tuple[str, ...]:
+    return tuple(str(g) for g in v)
 
 
 def encode(msg: Event | Order) -> list[Any]:
@@ -414,12 +518,23 @@ _EVENTS: dict[str, Callable[[list[Any]], Event]] = {
         LoanTaken,
         Census,
         CachedOn,
+        Owns,
+        EngineReady,
+        EngineGone,
+        ModelFailing,
+        AdapterTook,
+        AdapterFailed,
+        Reload,
     )
 }
 _ORDERS: dict[str, Callable[[list[Any]], Order]] = {
     "D": lambda e: Dispatch(e[0], e[1], None if e[2] is None else StopMode(e[2])),
     "P": lambda e: Preempt(e[0], e[1], StopMode(e[2]), e[3]),
     "R": lambda e: Reject(e[0], e[1], e[2], _inf(e[3]), _inf(e[4])),
+    "L": lambda e: Load(str(e[0]), str(e[1]), _gpus(e[2]), float(e[3]), bool(e[4])),
+    "E": lambda e: Evict(str(e[0]), str(e[1]), _gpus(e[2]), bool(e[3])),
+    "A": lambda e: LoadAdapter(str(e[0]), str(e[1]), float(e[2])),
+    "U": lambda e: UnloadAdapter(str(e[0]), str(e[1])),
     LoanGranted.TAG: LoanGranted.from_wire,
     CensusAsked.TAG: CensusAsked.from_wire,
 }

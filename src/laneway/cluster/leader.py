@@ -55,6 +55,7 @@ from laneway.cluster.codec import (
     encode,
 )
 from laneway.cluster.commit import COMMIT, commit_args
+from laneway.cluster.fleet_book import FLEET_EVENTS, FleetBook
 from laneway.cluster.lease import Lease, NotLeader
 from laneway.cluster.lending import Lender
 from laneway.cluster.liveness import ALIVE_TTL_S, DEAD_TTL_S, REAP
@@ -74,6 +75,7 @@ from laneway.core import (
 )
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
+from laneway.runtime import fleet_view
 from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
@@ -109,8 +111,10 @@ class Leader:
         *,
         lend_reserve: int = 1,
         lending: bool = False,
+        fleet: FleetBook | None = None,
     ) -> None:
         self.r = client
+        self.fleet = fleet  # (a GPU fleet's: its core places models on the nodes' GPUs)
         self.p = prefix
         self.replica = replica
         self.me = home  # this process's home id (its requests are delivered without Redis)
@@ -198,7 +202,14 @@ class Leader:
     # ------------------------------------------------------------------ rebuild
     async def _rebuild(self) -> None:
         now = time.time()
-        core = Scheduler(self.specs, self.config, self.policy)
+        if self.fleet is not None:  # (its engines that run are taken in before the requests on them)
+            core = self.fleet.core()
+            alive = set()
+            async for key in self.r.scan_iter(match=self.p + "alive:*", count=1000):
+                alive.add(text(key).removeprefix(self.p + "alive:"))
+            await self.fleet.adopt(self.r, self.p, core, alive, now)
+        else:
+            core = Scheduler(self.specs, self.config, self.policy)
         raw = text_map(await self.r.hgetall(self.p + "reqs"))
         loans = text_map(await self.r.hgetall(self.p + "loans"))
         applied = text_map(await self.r.hgetall(self.p + "applied"))
@@ -311,6 +322,8 @@ class Leader:
                         continue
                     self._apply(event, now, sets, dels, out)
             self.lender.hold_in(core)  # (loans that came back: their slots are the core's again)
+            if self.fleet is not None and self.fleet.orphaned:
+                self.fleet.settle(core, now)
             if self.census_pending and now >= self.census_until:
                 log.warning(
                     "leader %s: no census from %s; scheduling on what Redis holds of them",
@@ -382,6 +395,8 @@ class Leader:
                     core.finished(
                         e.request_id, now, failed=e.failed, tokens=e.tokens, prompt_tokens=e.prompt_tokens
                     )
+                except InvalidTransition:  # (queued again by a rebuild, its worker gone: it ended)
+                    core.cancel(e.request_id, now, tokens=e.tokens)
                 finally:
                     self._forget(e.request_id, sets, dels)
             elif kind is Cancelled:
@@ -422,6 +437,8 @@ class Leader:
                 self.lender.report(e.home, e.worker, e.seq, e.used)
             elif kind is Census:  # a replica's census: its requests now
                 self._census(e, now, sets, dels, out)
+            elif kind in FLEET_EVENTS and self.fleet is not None:  # an owner's engines
+                apply(self.fleet.apply(e, core, now, out), Relay(self, sets, dels, out), now)
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             pass  # (an end of what ended before, a request this leader does not know)
 
@@ -513,8 +530,10 @@ class Leader:
         """Cancel the requests of replicas that stopped saying they live (each taken for dead
         in one script with its tombstone: :mod:`laneway.cluster.liveness`); the homes whose
         event numbers are forgotten."""
+        engines = set(self.fleet.started_by.values()) if self.fleet is not None else set()
         homes = sorted(
-            (set(self.home.values()) | self.lender.homes() | set(self.applied) | self.reaping) - {self.me}
+            (set(self.home.values()) | self.lender.homes() | set(self.applied) | self.reaping | engines)
+            - {self.me}
         )
         if not homes:
             return []
@@ -526,6 +545,8 @@ class Leader:
             return []
         self.dead |= dead
         self.reaping -= dead
+        if self.fleet is not None and self.core is not None:
+            self.fleet.dead(dead, self.core)
         for h in dead:
             self.applied.pop(h, None)
         core = self.core
@@ -640,6 +661,14 @@ class Leader:
             "leader": self.replica,
             "pace": self.pace.decode_tokens_s,
         }
+        if self.fleet is not None and self.fleet.planner is not None:  # (its engines, where placed)
+            planner = self.fleet.planner
+            fig["engines"] = sorted(planner.replicas)
+            fig["fleet"] = fleet_view.placed(
+                planner, now, lambda rid: planner.replicas[rid].ready and rid not in planner.down
+            )
+            self.fleet.failing = {m: f for m, f in self.fleet.failing.items() if f[1] > now}
+            fig["failing"] = self.fleet.failing
         with contextlib.suppress(aioredis.RedisError, OSError):
             await self.r.set(self.p + "est", json.dumps(fig), px=5000)
             await self.r.xtrim(self.p + "events", minid=self.pos)
@@ -665,6 +694,9 @@ class Relay:
         if home is not None:
             self.leader._running(d.request_id, d.worker_id, self.sets)
             self.out.append((home, encode(d)))
+        elif self.leader.core is not None:  # (no replica holds it: its slot is free again)
+            with contextlib.suppress(LanewayError):
+                self.leader.core.finished(d.request_id, now, failed=True)
 
     def preempt(self, d: Preempt, now: float) -> None:
         home = self.leader.home.get(d.request_id)
@@ -677,14 +709,26 @@ class Relay:
             self.leader._forget(d.request_id, self.sets, self.dels)
             self.out.append((home, encode(d)))
 
+    def _owner(self, d: Load | Evict | LoadAdapter | UnloadAdapter) -> None:
+        """A fleet's decision goes to the replica that owns its node."""
+        fleet = self.leader.fleet
+        if fleet is None:
+            log.error("a decision to load or unload (%s) in a cluster without a fleet", type(d).__name__)
+            return
+        home = fleet.route(d)
+        if home is None:  # (its node's owner is gone: its engines with it)
+            log.warning("%s: no replica owns the node of %s", type(d).__name__, d.replica_id)
+            return
+        self.out.append((home, encode(d)))
+
     def load(self, d: Load, now: float) -> None:
-        """(A cluster's core places on slots: it never loads models.)"""
+        self._owner(d)
 
     def evict(self, d: Evict, now: float) -> None:
-        """(Nor evicts them.)"""
+        self._owner(d)
 
     def load_adapter(self, d: LoadAdapter, now: float) -> None:
-        """(Nor loads adapters.)"""
+        self._owner(d)
 
     def unload_adapter(self, d: UnloadAdapter, now: float) -> None:
-        """(Nor unloads them.)"""
+        self._owner(d)

@@ -19,10 +19,13 @@ import contextlib
 import json
 import logging
 import uuid
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from laneway.bus import BusUnavailable, connect
+from laneway.cluster.fleet_book import FleetBook
+from laneway.cluster.fleet_replica import ClusterPlacing, EngineDirectory
 from laneway.cluster.generation import CHECK, RECORD, Generation, Loss
 from laneway.cluster.journal import Journal
 from laneway.cluster.leader import Leader
@@ -180,6 +183,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         raise ConfigError(f"cluster.redis_url: {exc}") from None
     await client.ping()
     config = runtime.config
+    fleet = runtime.fleet
     remote = RemoteScheduler(
         client,
         cluster.key_prefix,
@@ -188,7 +192,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         runtime.kick,
         specs=runtime.specs,
         config=config.scheduler,
-        lend_max_s=cluster.lend_max_s,
+        lend_max_s=cluster.lend_max_s if fleet is None else 0.0,  # (a fleet's engines come and go)
     )
     remote.on_lent_start = runtime.metrics.lent_starts.inc
     runtime.use_scheduler(remote)
@@ -204,8 +208,23 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         runtime.models,
         remote.deliver,
         lend_reserve=cluster.lend_reserve,
-        lending=cluster.lend_max_s > 0,
+        lending=cluster.lend_max_s > 0 and fleet is None,
+        fleet=None if config.fleet is None else FleetBook(config.fleet, config.scheduler, config.policy),
     )
+    placing: ClusterPlacing | None = None
+    if fleet is not None:  # this replica starts the engines of its node; it reaches the others'
+        assert config.fleet is not None
+        fleet.node = remote.node = config.fleet.node
+        fleet.placing = placing = ClusterPlacing(runtime, remote, client, cluster.key_prefix)
+        directory = EngineDirectory(runtime, fleet, client, cluster.key_prefix)
+        remote.knows, remote.fetch = directory.knows, directory.fetch
+        remote.on_engines = directory.listed
+        remote.on_failing = fleet.failing_elsewhere
+
+        def shown(view: dict[str, Any]) -> None:
+            fleet.cluster_view = view
+
+        remote.on_fleet = shown
 
     async def engine_load(worker: str) -> int | None:
         w = runtime.workers.get(worker)
@@ -219,6 +238,8 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
 
     def reborn(home: str, lost: list[str]) -> None:
         leader.me = home
+        if placing is not None:  # (its engines, under its new name)
+            runtime.spawn(placing.reborn())
         for rid in lost:
             ticket = runtime.tickets.get(rid)
             if ticket is not None:

@@ -25,7 +25,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -42,6 +42,7 @@ from laneway.cluster.codec import (
     Event,
     Finished,
     LoanGranted,
+    Owns,
     Pace,
     Preempted,
     Progress,
@@ -57,7 +58,7 @@ from laneway.cluster.codec import (
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
 from laneway.cluster.redis_io import stream_entries
-from laneway.core import Decision, Dispatch, Reject, Request, WaitRange, WorkerSpec
+from laneway.core import Decision, Dispatch, Preempt, Reject, Request, WaitRange, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.prefix_cache import PrefixIndex
@@ -168,6 +169,18 @@ class RemoteScheduler:
         # dispatches that came while this replica could have been taken for dead (a pause past
         # its liveness): started only once a heartbeat says it was not
         self._held: list[Decision] = []
+        # a fleet's (laneway.cluster.fleet_replica): the node whose engines this replica starts,
+        # whether a worker is known here, how an engine another replica started is reached; the
+        # decisions held (in order) while the worker of a dispatch among them is made
+        self.node: str | None = None
+        self.knows: Callable[[str], bool] | None = None
+        self.fetch: Callable[[str], Awaitable[None]] = _nothing
+        self._gated: list[Decision] = []
+        self._gating: asyncio.Task[None] | None = None
+        # (the node hears) which engines the leader places on, and the models it cannot start
+        self.on_engines: Callable[[set[str]], None] = lambda ids: None
+        self.on_failing: Callable[[dict[str, tuple[str, float]]], None] = lambda failing: None
+        self.on_fleet: Callable[[dict[str, Any]], None] = lambda view: None  # (where the leader placed what)
 
     def share(self, sizing: Sizing) -> SharedSizing:
         """``sizing`` as a replica of the cluster measures: with every replica's pace."""
@@ -179,6 +192,7 @@ class RemoteScheduler:
         self._heartbeat_script = self.r.register_script(HEARTBEAT)
         await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
         self.last_heartbeat = time.monotonic()
+        self._owns()
         start_id = "0-0"  # (a stream of this process's own)
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -188,6 +202,8 @@ class RemoteScheduler:
         ]
 
     async def close(self) -> None:
+        if self._gating is not None:
+            self._tasks.append(self._gating)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -203,6 +219,12 @@ class RemoteScheduler:
     def _emit(self, event: Event) -> None:
         self._out.append(encode(event))
         self._wake.set()
+
+    emit = _emit  # (what a fleet's engines tell the leader goes with the other events, in order)
+
+    def _owns(self) -> None:
+        if self.node is not None:
+            self._emit(Owns(self.node, self.home))
 
     def submit(self, req: Request, now: float) -> Reject | None:
         req.arrival_s = time.time()  # (the cluster's clock: every replica's wall clock)
@@ -330,9 +352,28 @@ class RemoteScheduler:
                 req = self._reqs.get(d.request_id)
                 if req is not None and req.prefix and d.worker_id in self.borrower.index:
                     self.borrower.index.record(d.worker_id, req.prefix)
-            self._inbox.append(d)  # (a decision of the core: Dispatch, Preempt or Reject)
+            if self._gated or (
+                type(d) is Dispatch and self.knows is not None and not self.knows(d.worker_id)
+            ):
+                self._gated.append(d)  # (after the worker of an engine another replica started is made)
+                if self._gating is None:
+                    self._gating = asyncio.get_running_loop().create_task(self._resolve())
+                continue
+            self._inbox.append(d)  # (a decision of the core: Dispatch, Preempt, Reject; Load, Evict, ...)
         if self._inbox:
             self.kick()
+
+    async def _resolve(self) -> None:
+        """Hand the held decisions over in order, each dispatch once its worker is made."""
+        try:
+            while self._gated:
+                d = self._gated[0]
+                if type(d) is Dispatch and self.knows is not None and not self.knows(d.worker_id):
+                    await self.fetch(d.worker_id)
+                self._inbox.append(self._gated.pop(0))
+                self.kick()
+        finally:
+            self._gating = None
 
     def _census(self, census_id: str) -> None:
         """Tell the leader every live request of this replica, queued or running where (the
@@ -352,11 +393,13 @@ class RemoteScheduler:
             entries.append(TableEntry(sent) if worker is None else TableEntry(sent, RUNNING, worker))
         self.borrower = Borrower(self.borrower.specs, down=self.borrower.down, index=self.borrower.index)
         self._emit(Census(census_id, self.home, tuple(entries)))
+        self._owns()
 
     def schedule(self, now: float) -> list[Decision]:
         out, self._inbox = self._inbox, []
         for d in out:
-            self._deadlines.pop(d.request_id, None)  # type: ignore[union-attr]
+            if type(d) in (Dispatch, Reject, Preempt):
+                self._deadlines.pop(d.request_id, None)  # type: ignore[union-attr]
         if out and not self.fresh:  # (fencing: nothing starts on slots the leader may have given away)
             self._held += [d for d in out if type(d) is Dispatch]
             out = [d for d in out if type(d) is not Dispatch]
@@ -509,6 +552,21 @@ class RemoteScheduler:
         pace = fig.get("pace")
         if self.sizing is not None and isinstance(pace, dict):
             self.sizing.adopt(pace)
+        engines = fig.get("engines")
+        if isinstance(engines, list):
+            self.on_engines({str(e) for e in engines})
+        if isinstance(fig.get("fleet"), dict):
+            self.on_fleet(fig["fleet"])
+        failing = fig.get("failing")
+        if isinstance(failing, dict):
+            now = time.time()
+            self.on_failing(
+                {
+                    str(m): (str(v[0]), float(v[1]) - now)
+                    for m, v in failing.items()
+                    if isinstance(v, list) and len(v) == 2 and isinstance(v[1], int | float)
+                }
+            )
 
     async def _heartbeat(self) -> None:
         while True:
@@ -550,6 +608,7 @@ class RemoteScheduler:
         self._deadlines.clear()
         self._held = []
         self._inbox = []
+        self._gated = []
         self.borrower = Borrower(self.borrower.specs, index=self.borrower.index)
         await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
         self.last_heartbeat = time.monotonic()
@@ -561,3 +620,8 @@ class RemoteScheduler:
             self.home,
         )
         self.on_reborn(self.home, lost)
+        self._owns()
+
+
+async def _nothing(worker: str) -> None:
+    """(No fleet: every worker is known.)"""

@@ -55,7 +55,7 @@ LAUNCH_KEYS = (
     "ready_timeout_s",
     "stop_grace_s",
 )
-FLEET_KEYS = ("nodes", "models", "preload", "switch_wait_s", "max_asleep")
+FLEET_KEYS = ("nodes", "models", "preload", "switch_wait_s", "max_asleep", "node")
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,9 @@ class FleetConfig:
     cuda: Mapping[str, int]  # per GPU id: its CUDA id on its node
     switch_wait_s: float = 60.0  # a request waits this long before replicas are drained for its model
     adapters: Mapping[str, AdapterSource] = field(default_factory=dict)  # per LoRA adapter
+    # in a [cluster]: the node whose GPUs this replica starts engines on (every replica has
+    # the same fleet and names its own node; the leader places across all of them)
+    node: str | None = None
 
 
 def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
@@ -173,10 +176,16 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
     wait = data.get("switch_wait_s", 60.0)
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
         errors.append(f"fleet.switch_wait_s: expected a number of seconds >= 0, got {wait!r}")
+    node = data.get("node")
+    if node is not None and (
+        not isinstance(node, str) or (inventory is not None and node not in inventory.nodes)
+    ):
+        known = ", ".join(inventory.nodes) if inventory is not None else ""
+        errors.append(f"fleet.node: expected the name of one of the fleet's nodes ({known}), got {node!r}")
     if errors:
         raise ConfigError("\n".join(dict.fromkeys(errors)))
     assert inventory is not None
-    return FleetConfig(inventory, launch, cuda, float(wait), adapters)
+    return FleetConfig(inventory, launch, cuda, float(wait), adapters, node)
 
 
 def _adapter(key: str, name: str, body: Mapping[str, Any], errors: list[str]) -> AdapterSource | None:

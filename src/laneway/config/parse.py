@@ -119,8 +119,13 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         cluster=_cluster(top.table("cluster")),
         fleet=fleet,
     )
-    if fleet is not None and config.cluster is not None:
-        raise ConfigError("[fleet]: not in a [cluster] yet (a fleet is one server's, on one host)")
+    if fleet is not None and config.cluster is not None and fleet.node is None:
+        raise ConfigError(
+            "fleet.node: required in a [cluster] (the node whose GPUs this replica starts engines "
+            f"on; one of {', '.join(fleet.inventory.nodes)})"
+        )
+    if fleet is not None and fleet.node is not None and config.cluster is None:
+        raise ConfigError("fleet.node: only in a [cluster] (a server alone starts engines on every node)")
     if config.ops_auth and not config.auth:
         raise ConfigError("server.ops_auth: needs API keys ([tenants.NAME] key_sha256) to check")
     if config.cluster is not None and any(w.type == "local" for w in workers):

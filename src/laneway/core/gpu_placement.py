@@ -85,6 +85,9 @@ class GpuPlacement:
         self._seq = 0
         self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
         self.down: set[str] = set()  # replicas out of placement until they recover
+        # nodes nothing is loaded on now (a cluster's node whose owning replica is not known
+        # to live: nobody there would start the engine)
+        self.offline: set[str] = set()
         # replicas of models with a sleep mode, evicted to sleep: they hold no VRAM and wake
         # in ``wake_s`` where they were (at most ``max_asleep``; the oldest beyond is stopped)
         self.asleep: dict[str, Replica] = {}
@@ -295,6 +298,8 @@ class GpuPlacement:
         mine = [r for r in self.asleep.values() if r.model.name == model.name]
         for r in sorted(mine, key=lambda r: (-r.last_used, r.id)):
             group = [self.gpus[gid] for gid in r.gpus]
+            if group[0].node in self.offline:
+                continue
             if all(
                 g.admits(cls) and self._room(g, demand, force, now, model, cls)[1] >= model.per_gpu_gb - _EPS
                 for g in group
@@ -372,7 +377,7 @@ class GpuPlacement:
         with queued demand). ``None`` if no group fits."""
         need = model.per_gpu_gb - _EPS
         best: tuple[tuple[float, ...], list[GpuSpec]] | None = None
-        for gpus in self.nodes.values():
+        for gpus in self._online():
             rows = []
             for g in gpus:
                 if not g.admits(cls):
@@ -399,6 +404,10 @@ class GpuPlacement:
             if best is None or score < best[0]:
                 best = (score, [row[1] for row in picked])
         return None if best is None else best[1]
+
+    def _online(self) -> list[list[GpuSpec]]:
+        """The GPUs of each node that models may be loaded on now."""
+        return [gpus for node, gpus in self.nodes.items() if node not in self.offline]
 
     def _load_of(self, gpu: GpuSpec) -> float:
         return float(sum(len(r.worker.running) for r in self.on_gpu[gpu.id].values()))
@@ -521,6 +530,39 @@ class GpuPlacement:
             if r.model.name == model:
                 r.model = new
 
+    def adopt(self, replica_id: str, model: str, gpus: tuple[str, ...], now: float) -> None:
+        """A replica whose engine runs already, placed by an earlier scheduler (a cluster's
+        leader before this one): held where it is, as loading until :meth:`loaded`. A
+        :class:`ConfigError` names why it cannot be (an unknown model or GPU, GPUs of two
+        nodes or of the wrong count, VRAM taken)."""
+        spec = self.inv.models.get(model)
+        if spec is None or spec.adapter_of is not None:
+            raise ConfigError(f"replica {replica_id}: no model {model!r} to load in the fleet")
+        if replica_id in self.replicas or replica_id in self.asleep:
+            raise ConfigError(f"replica {replica_id}: placed already")
+        group = [self.gpus.get(gid) for gid in gpus]
+        if any(g is None for g in group) or len(gpus) != spec.gpus or len({g.node for g in group if g}) != 1:
+            raise ConfigError(f"replica {replica_id}: GPUs {', '.join(gpus)} cannot hold {model!r}")
+        for gid in gpus:
+            if self.gpus[gid].usable_gb - self.used[gid] < spec.per_gpu_gb - _EPS:
+                raise ConfigError(f"replica {replica_id}: no room for {model!r} left on {gid}")
+        seq = replica_id.rpartition("#")[2].partition("@")[0]
+        if seq.isdigit():  # (the ids this placement makes from now on are new ones)
+            self._seq = max(self._seq, int(seq))
+        r = Replica(
+            replica_id,
+            spec,
+            tuple(gpus),
+            classes_of([self.gpus[g] for g in gpus]),
+            self.adapters_of.get(model, ()),
+        )
+        r.last_used = r.ready_at = now
+        self.replicas[replica_id] = r
+        self.by_model.setdefault(model, []).append(r)
+        for gid in gpus:
+            self.used[gid] += spec.per_gpu_gb
+            self.on_gpu[gid][replica_id] = r
+
     def loaded(self, replica_id: str, now: float) -> WorkerState:
         r = self.replicas[replica_id]
         r.ready = True
@@ -546,7 +588,7 @@ class GpuPlacement:
             return None
         need = model.per_gpu_gb - _EPS
         best: tuple[tuple[int, int], set[Replica]] | None = None
-        for gpus in self.nodes.values():
+        for gpus in self._online():
             options: list[tuple[int, int, set[Replica]]] = []
             for g in gpus:
                 if not g.admits(req.cls) or g.usable_gb < need:
@@ -585,7 +627,7 @@ class GpuPlacement:
         share would fit, never a model's last ready replica while that model is
         in demand, nor a replica of ``model`` itself.
         """
-        for gpus in sorted(self.nodes.values(), key=len, reverse=True):
+        for gpus in sorted(self._online(), key=len, reverse=True):
             usable = [g for g in gpus if g.admits(cls) and g.usable_gb >= model.per_gpu_gb]
             if len(usable) < model.gpus:
                 continue

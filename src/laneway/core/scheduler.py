@@ -575,6 +575,20 @@ class Scheduler:
             raise LanewayError("this scheduler's placement does not load models")
         self.loads.loaded(replica_id, now)
 
+    def adopt_replica(self, replica_id: str, model: str, gpus: tuple[str, ...], now: float) -> None:
+        """A replica whose engine already runs and serves ``model`` on ``gpus`` (placed by a
+        scheduler before this one: a cluster's earlier leader) takes work from now on."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        self.loads.planner.adopt(replica_id, model, gpus, now)
+        self.loads.loaded(replica_id, now)
+
+    def set_offline(self, nodes: set[str]) -> None:
+        """Nothing is loaded on ``nodes`` from now on (what runs there stays until told)."""
+        if self.loads is None:
+            raise LanewayError("this scheduler's placement does not load models")
+        self.loads.planner.offline = set(nodes)
+
     def unloaded(self, replica_id: str, now: float) -> None:
         """Replica ``replica_id`` is gone without an ``Evict`` (its load failed, or its
         engine died after its requests were ended or queued again): its GPUs' VRAM is free

@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from laneway.backends.base import Worker
 from laneway.backends.factory import build_upstream
@@ -63,6 +63,122 @@ BACKOFF_S = 5.0
 BACKOFF_MAX_S = 300.0
 DRAIN_POLL_S = 0.1
 DRAIN_POLLS = 300  # (an engine that died: its requests are ended or moved within 30 s)
+
+
+class Placing(Protocol):
+    """What the fleet tells the placement that decided its loads: the core in this process
+    (:class:`LocalPlacing`), or a cluster's leader (:mod:`laneway.cluster.fleet`)."""
+
+    def hold(self, rid: str) -> None:
+        """Preloaded replica ``rid`` takes no work until its engine is ready."""
+
+    async def ready(
+        self,
+        rid: str,
+        model: str,
+        gpus: tuple[str, ...],
+        engine: EngineInfo,
+        took_s: float,
+        *,
+        preload: bool,
+        wake: bool,
+    ) -> None:
+        """Replica ``rid``'s engine is ready (loaded, or woken) after ``took_s``."""
+
+    def gone(self, rid: str, model: str) -> None:
+        """Replica ``rid`` (of ``model``) is gone without an eviction (its launch failed, its
+        engine died): its GPUs are free once nothing runs on it."""
+
+    def slept_away(self, rid: str, model: str) -> None:
+        """Replica ``rid``'s engine is gone while asleep (it could not sleep, or died)."""
+
+    def failed(self, model: str, reason: str, backoff_s: float) -> None:
+        """``model`` (or an adapter) could not be started: its requests are refused for
+        ``backoff_s``."""
+
+    def adapter_took(self, adapter: str, seconds: float) -> None:
+        """A load of LoRA ``adapter`` took ``seconds``."""
+
+    def adapter_failed(self, rid: str, adapter: str) -> None:
+        """LoRA ``adapter`` could not be loaded into replica ``rid``."""
+
+    def reload(self, model: str) -> None:
+        """Preloaded ``model`` lost its replica: load one again where there is room."""
+
+    def evicted(self, rid: str) -> None:
+        """Replica ``rid``'s engine was stopped or put to sleep, as decided."""
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """A ready engine as every replica of a cluster reaches it."""
+
+    url: str
+    served: str  # the name the engine serves its model under
+    slots: int
+    adapters: tuple[str, ...] = ()  # the names its LoRA adapters are served under
+
+    def to_json(self) -> dict[str, object]:
+        return {"url": self.url, "served": self.served, "slots": self.slots, "adapters": list(self.adapters)}
+
+
+class LocalPlacing:
+    """The fleet's placement in this process: its own core."""
+
+    def __init__(self, runtime: Runtime, core: Scheduler, planner: GpuPlacement) -> None:
+        self.rt = runtime
+        self.core = core
+        self.planner = planner
+
+    def hold(self, rid: str) -> None:
+        self.core.set_available(rid, False)
+
+    async def ready(
+        self,
+        rid: str,
+        model: str,
+        gpus: tuple[str, ...],
+        engine: EngineInfo,
+        took_s: float,
+        *,
+        preload: bool,
+        wake: bool,
+    ) -> None:
+        self.core.load_took(model, took_s, wake=wake)
+        if preload:
+            self.core.set_available(rid, True)
+        else:
+            self.core.loaded(rid, self.rt.now())
+
+    def gone(self, rid: str, model: str) -> None:
+        replica = self.planner.replicas.get(rid)
+        if replica is not None and not replica.worker.running:
+            self.core.unloaded(rid, self.rt.now())
+
+    def slept_away(self, rid: str, model: str) -> None:
+        if rid in self.planner.asleep:
+            self.core.unloaded(rid, self.rt.now())
+
+    def failed(self, model: str, reason: str, backoff_s: float) -> None:
+        """(This process refuses them itself.)"""
+
+    def adapter_took(self, adapter: str, seconds: float) -> None:
+        self.core.load_took(adapter, seconds)
+
+    def adapter_failed(self, rid: str, adapter: str) -> None:
+        if rid in self.planner.replicas:
+            self.core.adapter_failed(rid, adapter, self.rt.now())
+
+    def reload(self, model: str) -> None:
+        rt = self.rt
+        now = rt.now()
+        decisions = self.core.reload(model, now)
+        if decisions:
+            log.info("starting preloaded %s again", model)
+        apply(decisions, rt, now)
+
+    def evicted(self, rid: str) -> None:
+        """(The core evicted it itself.)"""
 
 
 @dataclass
@@ -95,6 +211,12 @@ class Fleet:
         self._adapter_model = {a.lora_name: name for name, a in config.adapters.items()}
         self._adapter_calls: dict[str, asyncio.Lock] = {}
         self._adapter_in: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._falling_asleep: dict[str, bool] = {}  # replica -> whether it is to stop once asleep
+        # where its loads were decided: this process's core, or (set by a cluster's node) the leader
+        self.placing: Placing = LocalPlacing(runtime, core, planner)
+        self.node: str | None = None  # (in a cluster: the node whose GPUs this replica starts engines on)
+        # (in a cluster: where the leader placed what, as it publishes it: fleet_view.placed)
+        self.cluster_view: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, runtime: Runtime, config: ServerConfig) -> Fleet:
@@ -118,11 +240,15 @@ class Fleet:
     async def start(self) -> None:
         """Start the preloaded replicas (the core has them ready already: out of placement
         until their engines are) and wait for them."""
-        preloads = [rid for rid, r in self.planner.replicas.items() if r.ready]
+        replicas = self.planner.replicas
+        preloads = [rid for rid, r in replicas.items() if r.ready and self._mine(r.gpus)]
         for rid in preloads:
-            self.core.set_available(rid, False)
+            self.placing.hold(rid)
         results = await asyncio.gather(
-            *(self._launch(rid, self.planner.replicas[rid].model.name, preload=True) for rid in preloads)
+            *(
+                self._launch(rid, replicas[rid].model.name, replicas[rid].gpus, preload=True)
+                for rid in preloads
+            )
         )
         ready = sum(results)
         if preloads:
@@ -148,17 +274,27 @@ class Fleet:
         self.rt.spawn(self._load(d))
 
     async def _load(self, d: Load) -> None:
-        await self._launch(d.replica_id, d.model, preload=False)
+        await self._launch(d.replica_id, d.model, d.gpu_ids, preload=False)
+
+    def _mine(self, gpus: tuple[str, ...]) -> bool:
+        """Whether this server starts the engines of ``gpus`` (a cluster's replica: of its node)."""
+        gpu = self.planner.gpus.get(gpus[0]) if gpus else None
+        return self.node is None or (gpu is not None and gpu.node == self.node)
 
     def evict(self, d: Evict, now: float) -> None:
         rid = d.replica_id
         engine = self.sleeping.pop(rid, None)  # (one asleep: its engine stops)
         if engine is None:
             log.info("%s %s", "putting to sleep" if d.sleep else "evicting", rid)
-            self.rt.spawn(self._remove_worker(rid))
+            self.rt.spawn(self.remove_worker(rid))
             engine = self.engines.pop(rid, None)
         if engine is None:
+            if rid in self._falling_asleep:  # (told to stop it while it falls asleep)
+                self._falling_asleep[rid] = True
             return
+        self.placing.evicted(rid)
+        if d.sleep:
+            self._falling_asleep[rid] = False
         coro = self._sleep(rid, engine) if d.sleep else engine.stop()
         task = asyncio.get_running_loop().create_task(coro)
         for gid in d.gpu_ids:  # (what starts on these GPUs next waits for their memory)
@@ -188,15 +324,14 @@ class Fleet:
                 await engine_adapters.load(engine.url, lora, self.cfg.adapters[adapter].path)
             except engine_adapters.AdapterFailed as exc:
                 self.rt.metrics.adapter_loads.labels(adapter, "failed").inc()
-                if rid in self.planner.replicas:
-                    self.core.adapter_failed(rid, adapter, self.rt.now())
+                self.placing.adapter_failed(rid, adapter)
                 self._back_off(adapter, f"{rid}: adapter {adapter!r} could not be loaded", str(exc))
                 raise self.unavailable(adapter) from None
         took = time.monotonic() - t0
         log.info("adapter %s loaded into %s in %.2f s", adapter, rid, took)
         self.failing.pop(adapter, None)
         self.rt.metrics.adapter_loads.labels(adapter, "loaded").inc()
-        self.core.load_took(adapter, took)
+        self.placing.adapter_took(adapter, took)
 
     async def _unload_adapter(self, rid: str, adapter: str, lora: str) -> None:
         async with self._adapter_calls.setdefault(rid, asyncio.Lock()):
@@ -228,12 +363,13 @@ class Fleet:
         try:
             await engine_sleep.sleep(engine)
         except engine_sleep.SleepFailed as exc:
+            self._falling_asleep.pop(rid, None)
             log.warning("%s could not sleep (%s): its engine is stopped instead", rid, exc)
             await engine.stop()
-            if rid in self.planner.asleep:
-                self.core.unloaded(rid, self.rt.now())
+            self.placing.slept_away(rid, engine.model)
             return
-        if rid in self.planner.asleep and not self.rt.closed:
+        stop = self._falling_asleep.pop(rid, True)
+        if not stop and not self.rt.closed:
             self.sleeping[rid] = engine
         else:  # (told to stop it while it fell asleep)
             await engine.stop()
@@ -255,22 +391,20 @@ class Fleet:
             self.engines.pop(rid, None)
             if engine is not None:
                 await engine.stop()
-            if rid in self.planner.replicas and not self.planner.replicas[rid].worker.running:
-                self.core.unloaded(rid, rt.now())
+            self.placing.gone(rid, d.model)
             rt.kick()
             return
         took = time.monotonic() - t0
         log.info("%s awake in %.2f s", rid, took)
-        await self._join(rid, d.model, engine, took, preload=False, wake=True)
+        await self._join(rid, d.model, d.gpu_ids, engine, took, preload=False, wake=True)
 
-    async def _launch(self, rid: str, model: str, *, preload: bool) -> bool:
+    async def _launch(self, rid: str, model: str, gpus: tuple[str, ...], *, preload: bool) -> bool:
         rt = self.rt
         launch = self.cfg.launch[model]
-        replica = self.planner.replicas[rid]
-        cuda = tuple(self.cfg.cuda[g] for g in replica.gpus)
-        engine = EngineProcess(rid, model, launch, cuda, self.log_dir, replica.gpus)
+        cuda = tuple(self.cfg.cuda[g] for g in gpus)
+        engine = EngineProcess(rid, model, launch, cuda, self.log_dir, gpus)
         self.engines[rid] = engine
-        await self._after_stops(replica.gpus)  # (the engines evicted for it still free their memory)
+        await self._after_stops(gpus)  # (the engines evicted for it still free their memory)
         if rt.closed or self.engines.get(rid) is not engine:  # (laneway stops meanwhile)
             return False
         try:
@@ -284,7 +418,7 @@ class Fleet:
             await engine.stop()
             return False
         log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
-        if not await self._join(rid, model, engine, engine.ready_s, preload=preload):
+        if not await self._join(rid, model, gpus, engine, engine.ready_s, preload=preload):
             return False
         self.failing.pop(model, None)
         self.load_times.setdefault(model, []).append(engine.ready_s)
@@ -295,18 +429,28 @@ class Fleet:
         return True
 
     async def _join(
-        self, rid: str, model: str, engine: EngineProcess, took_s: float, *, preload: bool, wake: bool = False
+        self,
+        rid: str,
+        model: str,
+        gpus: tuple[str, ...],
+        engine: EngineProcess,
+        took_s: float,
+        *,
+        preload: bool,
+        wake: bool = False,
     ) -> bool:
         """A started (or woken) engine becomes the replica's worker, once it serves its model."""
         rt = self.rt
         launch = self.cfg.launch[model]
         served = launch.engine_model or model
-        spec = self.planner.replicas[rid].model
-        worker = build_upstream(
-            WorkerConfig(
-                name=rid, type="upstream", model=served, served_name=model, slots=spec.slots, url=engine.url
-            )
+        adapters = self.cfg.inventory.adapters.get(model, ())
+        info = EngineInfo(
+            engine.url,
+            served,
+            self.cfg.inventory.models[model].slots,
+            tuple(self.lora_names[a] for a in adapters),
         )
+        worker = self.worker_of(rid, model, info)
         health = await worker.health()  # (up, but is it what laneway will send requests to?)
         if not health.ok:
             await worker.close()
@@ -315,28 +459,36 @@ class Fleet:
             hint = "" if launch.engine_model else " (the name it serves the model under: engine_model)"
             self._failed(rid, model, f"its engine is up but {health.detail}{hint}")
             return False
-        core = self.core
-        core.load_took(model, took_s, wake=wake)
-        adapters = self.planner.adapters_of.get(model)
         if adapters and isinstance(worker, UpstreamWorker):  # (its requests may name its adapters)
-            worker.adapters = frozenset(self.lora_names[a] for a in adapters)
             worker.gate = self._gate(rid)
-        self._add_worker(rid, worker, model, served)
-        if preload:
-            core.set_available(rid, True)
-        else:
-            core.loaded(rid, rt.now())
+        self.add_worker(rid, worker, model, served)
+        await self.placing.ready(rid, model, gpus, info, took_s, preload=preload, wake=wake)
         await rt.prober.add(rid)
         rt.kick()
         return True
+
+    @staticmethod
+    def worker_of(rid: str, model: str, info: EngineInfo) -> Worker:
+        """The upstream worker that sends replica ``rid``'s requests to its engine."""
+        worker = build_upstream(
+            WorkerConfig(
+                name=rid,
+                type="upstream",
+                model=info.served,
+                served_name=model,
+                slots=info.slots,
+                url=info.url,
+            )
+        )
+        if info.adapters and isinstance(worker, UpstreamWorker):  # (its requests may name its adapters)
+            worker.adapters = frozenset(info.adapters)
+        return worker
 
     # ------------------------------------------------------------ failures
     def _failed(self, rid: str, model: str, reason: str) -> None:
         rt = self.rt
         rt.metrics.load_failures.labels(model).inc()
-        replica = self.planner.replicas.get(rid)
-        if replica is not None and not replica.worker.running:
-            self.core.unloaded(rid, rt.now())
+        self.placing.gone(rid, model)
         backoff = self._back_off(model, f"{rid} could not be started", reason)
         self._preload_again(model, backoff)
         rt.kick()
@@ -350,11 +502,30 @@ class Fleet:
         backoff = BACKOFF_S if last is None else min(last.backoff_s * 2, BACKOFF_MAX_S)
         self.failing[model] = Failing(reason, now + backoff, backoff)
         log.error("%s (retried after %g s): %s", what, backoff, reason)
+        self._withdraw(model)
+        self.placing.failed(model, reason, backoff)
+        return backoff
+
+    def _withdraw(self, model: str) -> None:
+        """Refuse the queued requests of ``model`` now (it cannot be started for a while)."""
+        rt = self.rt
         err = self.unavailable(model)
         for ticket in list(rt.tickets.values()):
             if ticket.job.model == model and ticket.phase is Phase.QUEUED:
                 rt.withdraw(ticket, err)
-        return backoff
+
+    def failing_elsewhere(self, failing: dict[str, tuple[str, float]]) -> None:
+        """What a cluster's leader says cannot be started now (model -> reason, seconds
+        left): refused here too, its queued requests at once."""
+        now = self.rt.now()
+        for model, (reason, left) in failing.items():
+            if model not in self.cfg.inventory.models or left <= 0:
+                continue
+            mine = self.failing.get(model)
+            if mine is not None and mine.until >= now + left - 1:
+                continue  # (known: refused here already)
+            self.failing[model] = Failing(str(reason), now + left, float(left))
+            self._withdraw(model)
 
     def _preload_again(self, model: str, after_s: float) -> None:
         """A preloaded model lost its replica: start one again after ``after_s`` (the core
@@ -363,14 +534,8 @@ class Fleet:
             return
 
         def again() -> None:
-            rt = self.rt
-            if rt.closed:
-                return
-            now = rt.now()
-            decisions = self.core.reload(model, now)
-            if decisions:
-                log.info("starting preloaded %s again", model)
-            apply(decisions, rt, now)
+            if not self.rt.closed:
+                self.placing.reload(model)
 
         self.rt.loop.call_later(after_s, again)
 
@@ -398,8 +563,7 @@ class Fleet:
         if self.sleeping.get(rid) is engine:  # it died asleep: a later request starts it afresh
             del self.sleeping[rid]
             log.error("the engine of %s exited asleep with status %s", rid, status)
-            if rid in self.planner.asleep:
-                self.core.unloaded(rid, self.rt.now())
+            self.placing.slept_away(rid, engine.model)
             return
         if self.engines.get(rid) is not engine:
             return
@@ -408,20 +572,18 @@ class Fleet:
         rt = self.rt
         rt.prober.take_out(rid, f"its engine exited with status {status}")
         for _ in range(DRAIN_POLLS):  # (its requests fail over as any upstream's: elsewhere, or queued)
-            if not self._runs_on(rid):
+            if not self.runs_on(rid):
                 break
             await asyncio.sleep(DRAIN_POLL_S)
         else:
             log.error("%s still runs requests %g s after its engine exited", rid, DRAIN_POLLS * DRAIN_POLL_S)
-        await self._remove_worker(rid)
-        replica = self.planner.replicas.get(rid)
-        if replica is not None and not replica.worker.running:
-            self.core.unloaded(rid, rt.now())
-        self._preload_again(replica.model.name if replica is not None else engine.model, 0.0)
+        await self.remove_worker(rid)
+        self.placing.gone(rid, engine.model)
+        self._preload_again(engine.model, 0.0)
         rt.kick()
 
     # ------------------------------------------------------------ the runtime's workers
-    def _add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:
+    def add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:
         """``worker`` (an engine, ready) serves ``model`` from now on, as ``name``."""
         rt = self.rt
         rt.workers[name] = worker
@@ -430,7 +592,7 @@ class Fleet:
         rt.upstream_model[name] = engine_model
         rt.engines.kv_tokens.setdefault(name, None)
 
-    async def _remove_worker(self, name: str) -> None:
+    async def remove_worker(self, name: str) -> None:
         """Worker ``name`` leaves (its replica was evicted, or its engine died and what it
         ran has failed over)."""
         rt = self.rt
@@ -451,7 +613,7 @@ class Fleet:
             log.exception("closing worker %s failed", name)
         rt.workers.pop(name, None)
 
-    def _runs_on(self, name: str) -> bool:
+    def runs_on(self, name: str) -> bool:
         """Whether some request runs (or is being stopped) on worker ``name``."""
         busy = (Phase.RUNNING, Phase.STOPPING)
         return any(t.worker == name and t.phase in busy for t in self.rt.tickets.values())

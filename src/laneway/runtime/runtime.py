@@ -322,7 +322,7 @@ class Runtime(WorkerEvents):
                 "request %s is %s: a dispatch to %s ignored", ticket.id, ticket.phase.name, d.worker_id
             )
             return
-        worker = self.workers[d.worker_id]
+        worker = self.workers.get(d.worker_id)
         ticket.queue_s += now - ticket.enqueued_s
         self.alerts.check(ticket, now)
         if math.isnan(ticket.first_start_s):
@@ -331,6 +331,11 @@ class Runtime(WorkerEvents):
         ticket.phase = Phase.RUNNING
         ticket.worker = d.worker_id
         ticket.run += 1
+        if worker is None:  # (an engine of a cluster's fleet that cannot be reached from here)
+            self._failed(
+                ticket, ticket.run, GenerationFailed(f"worker {d.worker_id} cannot be reached from here")
+            )
+            return
         sink = self._sink(ticket, ticket.run, worker)
         ckpt, ticket.checkpoint = ticket.checkpoint, None
         self.tracing.run_started(ticket, d.worker_id, ckpt is not None)

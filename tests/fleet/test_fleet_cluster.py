@@ -1,0 +1,159 @@
+"""A fleet across a cluster: two replicas of ``laneway serve`` on one real ``redis-server``, each
+owning a node of declared GPUs. The leader places across both nodes; the replica that owns the
+chosen node starts the engine (a real process, its child), and every replica reaches it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from fleet_util import complete, engine_processes, replicas, standin_model, wait_gone
+from laneway.fault_harness import replica_toml
+from laneway.testing import ServeProcess
+
+NODES = (
+    '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 } ]\n'
+    '[fleet.nodes.b]\ngpus = [ { id = "b0", vram_gb = 24 } ]\n'
+)
+
+
+def _config(tmp: Path, redis_url: str, prefix: str, name: str, node: str) -> Path:
+    models = standin_model("small", 14, load_s=0.2) + standin_model("other", 14, load_s=0.2)
+    text = replica_toml(tmp / name, redis_url, name, prefix) + (
+        f'[fleet]\nnode = "{node}"\npreload = ["small"]\nswitch_wait_s = 1\n\n{NODES}\n{models}'
+    )
+    path = tmp / f"{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _wait_ready(url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = httpx.get(url + "/readyz", timeout=5)
+        if got.status_code == 200:
+            return
+        time.sleep(0.1)
+    raise AssertionError(got.text)
+
+
+def test_two_replicas_each_start_the_engines_of_their_own_node_and_both_reach_every_engine(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}:"
+    a = ServeProcess(["--config", str(_config(tmp_path, redis_url, prefix, "ra", "a"))], tmp_path / "ra.log")
+    b = None
+    try:
+        b = ServeProcess(
+            ["--config", str(_config(tmp_path, redis_url, prefix, "rb", "b"))], tmp_path / "rb.log"
+        )
+        _wait_ready(a.url)
+        _wait_ready(b.url)
+        # the preload: placed on the first node, started by its owner alone
+        engines = engine_processes()
+        mine = {pid: e for pid, e in engines.items() if _parent(pid) in (a.proc.pid, b.proc.pid)}
+        assert [(e["model"], e["gpus"], _parent(pid)) for pid, e in mine.items()] == [
+            ("small", "a0", a.proc.pid)
+        ], mine
+        # a request to the other replica runs on it all the same
+        got = complete(b.url, "small")
+        assert got.status_code == 200, got.text
+        assert got.json()["laneway"]["worker"] == "small#1@a0"
+
+        # a model with no room on a0: loaded on b0, started by the replica that owns node b,
+        # for a request sent to the other one
+        got = complete(a.url, "other")
+        assert got.status_code == 200, got.text
+        worker = got.json()["laneway"]["worker"]
+        assert worker.endswith("@b0"), worker
+        engines = {
+            pid: e for pid, e in engine_processes().items() if _parent(pid) in (a.proc.pid, b.proc.pid)
+        }
+        placed = sorted(
+            (e["model"], e["gpus"], "ra" if _parent(pid) == a.proc.pid else "rb")
+            for pid, e in engines.items()
+        )
+        assert placed == [("other", "b0", "rb"), ("small", "a0", "ra")], engines
+        assert complete(b.url, "other").json()["laneway"]["worker"] == worker
+        # each replica shows the fleet as the leader placed it, with the processes it started
+        for server, own in ((a, "small#1@a0"), (b, worker)):
+            deadline = time.monotonic() + 10
+            while True:
+                shown = replicas(server.url)
+                states = {rid: (r["model"], r["gpus"], r["state"]) for rid, r in shown.items()}
+                if states == {"small#1@a0": ("small", ["a0"], "ready"), worker: ("other", ["b0"], "ready")}:
+                    break
+                assert time.monotonic() < deadline, shown
+                time.sleep(0.1)
+            assert {rid for rid, r in shown.items() if r["pid"] is not None} == {own}, shown
+        metrics = httpx.get(b.url + "/metrics", timeout=5).text
+        assert 'laneway_gpu_vram_used_bytes{gpu="a0",node="a"} 1.4e+10' in metrics, metrics
+
+        # a replica stopped takes its engines with it; the other goes on serving its own
+        pids_b = [pid for pid, e in engines.items() if _parent(pid) == b.proc.pid]
+        b.stop()
+        assert wait_gone(pids_b) == []
+        assert complete(a.url, "small").status_code == 200
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()
+    log = a.text()
+    assert "Traceback" not in log, log
+
+
+def _leader(url: str) -> str | None:
+    got = httpx.get(url + "/readyz", timeout=5).json()
+    return got.get("cluster", {}).get("leader")
+
+
+def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica_killed(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}:"
+    # rb starts first: it leads; ra owns node a, where the preload goes
+    b = ServeProcess(["--config", str(_config(tmp_path, redis_url, prefix, "rb", "b"))], tmp_path / "rb.log")
+    a = None
+    try:
+        a = ServeProcess(
+            ["--config", str(_config(tmp_path, redis_url, prefix, "ra", "a"))], tmp_path / "ra.log"
+        )
+        _wait_ready(a.url)
+        assert "replica rb leads" in b.text()
+        assert complete(b.url, "small").json()["laneway"]["worker"] == "small#1@a0"
+        got = complete(a.url, "other")
+        assert got.status_code == 200, got.text
+        assert got.json()["laneway"]["worker"].endswith("@b0")
+        pids_b = [pid for pid in engine_processes() if _parent(pid) == b.proc.pid]
+        assert len(pids_b) == 1
+
+        b.proc.kill()  # (SIGKILL: the leader and node b's owner, gone at once)
+        b.proc.wait(5)
+        assert wait_gone(pids_b) == []
+        deadline = time.monotonic() + 20
+        while "replica ra leads" not in a.text():
+            assert time.monotonic() < deadline, a.text()
+            time.sleep(0.1)
+        # the engine that runs on node a is taken in, not started again
+        got = complete(a.url, "small")
+        assert got.status_code == 200, got.text
+        assert got.json()["laneway"]["worker"] == "small#1@a0"
+        assert "1 engines of the fleet taken in" in a.text()
+        # node b has no owner now: "other" is loaded on node a (small, idle, makes room)
+        got = complete(a.url, "other")
+        assert got.status_code == 200, got.text
+        assert got.json()["laneway"]["worker"].endswith("@a0")
+        placed = [e for pid, e in engine_processes().items() if _parent(pid) == a.proc.pid]
+        assert [(e["model"], e["gpus"]) for e in placed] == [("other", "a0")], placed
+    finally:
+        b.stop()
+        if a is not None:
+            a.stop()
+    assert "Traceback" not in a.text(), a.text()
