@@ -4,6 +4,7 @@ chosen node starts the engine (a real process, its child), and every replica rea
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -157,3 +158,51 @@ def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica
         if a is not None:
             a.stop()
     assert "Traceback" not in a.text(), a.text()
+
+
+def test_a_model_whose_engine_fails_on_one_node_is_refused_by_every_replica_naming_why(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}:"
+    fails = "import sys; print('no weights here'); sys.exit(3)"
+    broken = (
+        "[fleet.models.broken]\nvram_gb = 30\nload_s = 0.2\nstop_grace_s = 5\n"
+        f'command = ["{sys.executable}", "-c", "{fails}", "{{port}}"]\n'
+    )
+    nodes = (
+        '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 } ]\n'
+        '[fleet.nodes.b]\ngpus = [ { id = "b0", vram_gb = 48 } ]\n'
+    )
+
+    def config(name: str, node: str) -> Path:
+        text = replica_toml(tmp_path / name, redis_url, name, prefix) + (
+            f'[fleet]\nnode = "{node}"\n\n{nodes}\n{standin_model("small", 14, load_s=0.2)}\n{broken}'
+        )
+        path = tmp_path / f"{name}.toml"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    a = ServeProcess(["--config", str(config("ra", "a"))], tmp_path / "ra.log")
+    b = None
+    try:
+        b = ServeProcess(["--config", str(config("rb", "b"))], tmp_path / "rb.log")
+        _wait_ready(b.url)
+        # only b0 holds it: started by rb, for a request sent to ra
+        got = complete(a.url, "broken")
+        assert got.status_code == 503, got.text
+        err = got.json()["error"]
+        assert err["code"] == "model_unavailable" and "broken" in err["message"], err
+        assert "exited with status 3" in err["message"], err
+        assert int(got.headers["retry-after"]) >= 1
+        # refused at once now, by either replica, while it backs off; the other model serves
+        for server in (a, b):
+            again = complete(server.url, "broken")
+            assert again.status_code == 503 and again.json()["error"]["code"] == "model_unavailable", (
+                again.text
+            )
+        assert complete(a.url, "small").status_code == 200
+        assert b.text().count("starting broken#") == 1, b.text()
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()

@@ -17,8 +17,11 @@ replicas leave placement; each is dropped once nothing runs on it (:meth:`FleetB
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -35,7 +38,7 @@ from laneway.cluster.codec import (
 )
 from laneway.cluster.redis_io import text_map
 from laneway.config.fleet import FleetConfig
-from laneway.core import ConfigError, Decision, Evict, Load, Scheduler
+from laneway.core import ConfigError, Decision, Evict, LanewayError, Load, Reject, Scheduler
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import LoadAdapter, UnloadAdapter
 from laneway.core.gpu_placement import GpuPlacement
@@ -154,9 +157,28 @@ class FleetBook:
             gpus = rep.gpus if rep is not None else ()
         return self.owners.get(self.node_of[gpus[0]]) if gpus else None
 
+    def refusal(self, request_id: str, model: str | None, now: float) -> Reject | None:
+        """Why a new request of ``model`` is refused now (its engine cannot be started), or None."""
+        failing = self.failing.get(model or "")
+        if failing is None or failing[1] <= now:
+            return None
+        back = max(math.ceil(failing[1] - now), 1)
+        reason = str(failing[0]).splitlines()[0] if failing[0] else "its engine failed"
+        return Reject(
+            request_id, "model_unavailable", f"model {model!r} could not be started: {reason}", back, back
+        )
+
     # ------------------------------------------------------------------ events in
-    def apply(self, e: Any, core: Scheduler, now: float, out: list[tuple[str, list[Any]]]) -> list[Decision]:
-        """An event of an owner applied to the core; decisions it makes (to apply)."""
+    def apply(
+        self,
+        e: Any,
+        core: Scheduler,
+        now: float,
+        out: list[tuple[str, list[Any]]],
+        queued: Callable[[str], list[str]],
+    ) -> list[Decision]:
+        """An event of an owner applied to the core; decisions it makes (to apply).
+        ``queued(model)``: the requests of ``model`` queued now."""
         planner = self.planner
         assert planner is not None
         kind = type(e)
@@ -195,8 +217,15 @@ class FleetBook:
                 elif rep is not None:  # (what runs there fails over; then it goes)
                     core.set_available(e.replica, False)
                     self.orphaned.add(e.replica)
-        elif kind is ModelFailing:  # (its requests are refused for a while, on every replica)
+        elif kind is ModelFailing:  # its requests are refused for a while, on every replica
             self.failing[e.model] = [e.reason, now + e.backoff_s]
+            withdrawn: list[Decision] = []
+            for rid in queued(e.model):
+                r = self.refusal(rid, e.model, now)
+                if r is not None:
+                    with contextlib.suppress(LanewayError):
+                        withdrawn.append(core.withdraw(rid, now, r.reason, r.message, r.retry_after_s))
+            return withdrawn
         elif kind is AdapterTook:
             core.load_took(e.adapter, e.seconds)
         elif kind is AdapterFailed:

@@ -383,7 +383,8 @@ class Leader:
                 rid = sent.id
                 if rid in self.entries:
                     return  # (sent twice)
-                refused = core.submit(sent.request(), now)
+                refused = self.fleet.refusal(rid, sent.model, now) if self.fleet is not None else None
+                refused = refused or core.submit(sent.request(), now)
                 if refused is not None:
                     out.append((sent.home, encode(refused)))
                     return
@@ -438,7 +439,8 @@ class Leader:
             elif kind is Census:  # a replica's census: its requests now
                 self._census(e, now, sets, dels, out)
             elif kind in FLEET_EVENTS and self.fleet is not None:  # an owner's engines
-                apply(self.fleet.apply(e, core, now, out), Relay(self, sets, dels, out), now)
+                decided = self.fleet.apply(e, core, now, out, self._queued_of)
+                apply(decided, Relay(self, sets, dels, out), now)
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             pass  # (an end of what ended before, a request this leader does not know)
 
@@ -507,6 +509,15 @@ class Leader:
                 adopted,
                 requeued,
             )
+
+    def _queued_of(self, model: str) -> list[str]:
+        """The requests of ``model`` queued now, in arrival order."""
+        entries = self.entries.items()
+        return [
+            rid
+            for rid, e in sorted(entries, key=lambda kv: kv[1].sent.arrival_s)
+            if not e.running and e.sent.model == model
+        ]
 
     def _forget(self, rid: str, sets: dict[str, TableEntry], dels: set[str]) -> None:
         self.home.pop(rid, None)

@@ -108,6 +108,7 @@ REJECT_REASONS = (
     "not_entitled",  # tenant may not use this class (403)
     "unplaceable",  # no worker could ever run it (404/400)
     "unavailable",  # no worker for its model is up now, nor came back while it was held (503)
+    "model_unavailable",  # a fleet's model whose engine could not be started, for a back-off (503)
 )
 
 Decision = Dispatch | Preempt | Reject | Load | Evict | LoadAdapter | UnloadAdapter

@@ -270,6 +270,10 @@ class Fleet:
             self.rt.metrics.model_wakes.labels(d.model).inc()
             self.rt.spawn(self._wake(d))
             return
+        if self.node is not None and self.refusal(d.model) is not None:
+            # (a cluster's leader decided it before it heard the model fails: not tried again yet)
+            self.placing.gone(d.replica_id, d.model)
+            return
         self.rt.metrics.model_loads.labels(d.model).inc()
         self.rt.spawn(self._load(d))
 

@@ -6,7 +6,9 @@ from laneway.core import Reject
 from laneway.errors import ClassNotAllowed, ModelNotFound, QuotaExceeded, RequestError, Unavailable
 
 QUOTA = frozenset({"rate_limited", "concurrency"})  # 429
-UNAVAILABLE = frozenset({"queue_timeout", "queue_full", "shed", "overloaded", "unavailable"})  # 503
+UNAVAILABLE = frozenset(
+    {"queue_timeout", "queue_full", "shed", "overloaded", "unavailable", "model_unavailable"}
+)  # 503
 
 
 def error_for(reject: Reject) -> RequestError:
