@@ -206,3 +206,45 @@ def test_a_model_whose_engine_fails_on_one_node_is_refused_by_every_replica_nami
         if b is not None:
             b.stop()
         a.stop()
+
+
+def test_an_adapter_is_loaded_by_the_engines_owner_and_a_request_sent_elsewhere_waits_for_it(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}:"
+    sql = tmp_path / "sql"
+    sql.mkdir()
+    (sql / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}', encoding="utf-8")
+    base = standin_model(
+        "base",
+        14,
+        load_s=0.2,
+        extra=f'max_adapters = 1\nenv = {{ VLLM_ALLOW_RUNTIME_LORA_UPDATING = "True" }}\n'
+        f'[fleet.models.sql]\nadapter_of = "base"\npath = "{sql}"\nload_s = 0.5\n',
+    ).replace("--load-s 0.2", "--load-s 0.2 --enable-lora --lora-load-s 0.5")
+
+    def config(name: str, node: str) -> Path:
+        text = replica_toml(tmp_path / name, redis_url, name, prefix) + (
+            f'[fleet]\nnode = "{node}"\npreload = ["base"]\n\n{NODES}\n{base}'
+        )
+        path = tmp_path / f"{name}.toml"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    a = ServeProcess(["--config", str(config("ra", "a"))], tmp_path / "ra.log")
+    b = None
+    try:
+        b = ServeProcess(["--config", str(config("rb", "b"))], tmp_path / "rb.log")
+        _wait_ready(b.url)
+        plain = complete(b.url, "base")
+        got = complete(b.url, "sql")  # (rb sends it; ra loads the adapter into its engine first)
+        assert got.status_code == 200, got.text
+        answer = got.json()
+        assert answer["model"] == "sql" and answer["laneway"]["worker"] == "base#1@a0"
+        assert answer["choices"][0]["text"] != plain.json()["choices"][0]["text"]
+        assert "adapter sql loaded into base#1@a0" in a.text()
+        assert complete(a.url, "sql").status_code == 200
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()

@@ -8,9 +8,13 @@ An adapter it holds already counts as loaded, one it does not hold as unloaded.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import httpx
 
 TIMEOUT_S = 120.0  # (an adapter's weights read from disk)
+POLL_S = 0.05
 
 
 class AdapterFailed(Exception):
@@ -33,6 +37,24 @@ async def unload(engine_url: str, lora_name: str) -> None:
     status, detail = await _post(engine_url + "/unload_lora_adapter", {"lora_name": lora_name})
     if status not in (200, 404):
         raise AdapterFailed(f"unloading it answered {status}: {detail}")
+
+
+async def wait_listed(engine_url: str, lora_name: str, timeout_s: float = TIMEOUT_S) -> None:
+    """Until the engine at ``engine_url`` lists ``lora_name`` among its models (another replica
+    of a cluster loads it there); :class:`AdapterFailed` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
+        while True:
+            try:
+                r = await client.get(engine_url + "/models")
+                listed = {m.get("id") for m in r.json().get("data", ())} if r.status_code == 200 else set()
+            except (httpx.HTTPError, ValueError, AttributeError):
+                listed = set()
+            if lora_name in listed:
+                return
+            if time.monotonic() >= deadline:
+                raise AdapterFailed(f"it was not loaded into its engine within {timeout_s:g} s")
+            await asyncio.sleep(POLL_S)
 
 
 async def _post(url: str, body: dict[str, str]) -> tuple[int, str]:
