@@ -162,9 +162,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     models = ", ".join(config.models)
     if config.fleet is not None:
         inv = config.fleet.inventory
-        counted = (
-            f"a fleet of {_count(len(inv.gpus), 'GPU')} on {_count(len(inv.nodes), 'node')}, "
+        counted = f"a fleet of {_count(len(inv.gpus), 'GPU')} on {_count(len(inv.nodes), 'node')}, " + (
             f"{_count(len(inv.preload), 'engine')} to start"
+            if config.fleet.node is None
+            else f"this replica starts the engines of node {config.fleet.node}"
         )
     else:
         counted = f"{_count(len(workers), 'worker')}, {_count(slots, 'slot')}"
