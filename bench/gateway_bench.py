@@ -379,9 +379,9 @@ def wrk_load(server: ServeProcess, body: bytes, args: argparse.Namespace) -> dic
     return wrk(server.url + "/v1/completions", body, args.clients, args.duration, server.cpu_s)
 
 
-def wrk(url: str, body: bytes, clients: int, duration: float, cpu_s: Any) -> dict[str, Any]:
-    """``wrk`` POSTing ``body`` to ``url`` from ``clients`` connections for ``duration`` seconds
-    (after a 1 s warm-up); ``cpu_s()`` reads the server's CPU seconds."""
+def wrk(url: str, body: bytes, clients: int, duration: float, cpu_s: Any, threads: int = 2) -> dict[str, Any]:
+    """``wrk`` POSTing ``body`` to ``url`` from ``clients`` connections over ``threads`` threads
+    for ``duration`` seconds (after a 1 s warm-up); ``cpu_s()`` reads the server's CPU seconds."""
     seconds = max(1, round(duration))
     with tempfile.TemporaryDirectory(prefix="gateway-bench-wrk-") as tmp:
         script = Path(tmp) / "post.lua"
@@ -389,7 +389,7 @@ def wrk(url: str, body: bytes, clients: int, duration: float, cpu_s: Any) -> dic
             'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
             f"wrk.body = {json.dumps(body.decode())}\n"
         )
-        base = ["wrk", "-t2", f"-c{clients}", "--latency", "-s", str(script)]
+        base = ["wrk", f"-t{threads}", f"-c{clients}", "--latency", "-s", str(script)]
         subprocess.run([*base, "-d1s", url], capture_output=True, timeout=30, check=True)  # warm-up
         cpu0 = cpu_s()
         done = subprocess.run(

@@ -293,7 +293,8 @@ def throughput(
     url: str, port: int, path: str, body: dict[str, Any], cpu_s: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
     if shutil.which("wrk") is not None:
-        r = wrk(url.removesuffix("/v1") + path, json.dumps(body).encode(), args.clients, args.duration, cpu_s)
+        target = url.removesuffix("/v1") + path
+        r = wrk(target, json.dumps(body).encode(), args.clients, args.duration, cpu_s, args.wrk_threads)
         r["loadgen"] = "wrk"
         return r
     raw = post_bytes(path, body)
@@ -488,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ms-per-token", type=float, default=2.0)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument(
+        "--wrk-threads", type=int, default=2, help="wrk's threads (they share a core with the engine here)"
+    )
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--vllm", metavar="VENV")
     ap.add_argument("--vllm-model", metavar="DIR")
