@@ -4,6 +4,8 @@ chosen node starts the engine (a real process, its child), and every replica rea
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 import uuid
@@ -248,3 +250,42 @@ def test_an_adapter_is_loaded_by_the_engines_owner_and_a_request_sent_elsewhere_
         if b is not None:
             b.stop()
         a.stop()
+
+
+def test_an_owner_paused_past_its_liveness_gets_its_engines_back_into_placement(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}:"
+    b = ServeProcess(["--config", str(_config(tmp_path, redis_url, prefix, "rb", "b"))], tmp_path / "rb.log")
+    a = None
+    try:
+        a = ServeProcess(
+            ["--config", str(_config(tmp_path, redis_url, prefix, "ra", "a"))], tmp_path / "ra.log"
+        )
+        _wait_ready(a.url)
+        assert complete(b.url, "small").json()["laneway"]["worker"] == "small#1@a0"
+        os.kill(a.proc.pid, signal.SIGSTOP)  # (past its liveness: taken for dead, node a offline)
+        try:
+            deadline = time.monotonic() + 20
+            while "node a: no replica starts engines there now" not in b.text():
+                assert time.monotonic() < deadline, b.text()
+                time.sleep(0.1)
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while "was taken for dead" not in a.text():
+            assert time.monotonic() < deadline, a.text()
+            time.sleep(0.1)
+        # its engine is told again under its new name: taken back, not started anew
+        deadline = time.monotonic() + 20
+        while True:
+            got = complete(b.url, "small")
+            if got.status_code == 200 and got.json()["laneway"]["worker"] == "small#1@a0":
+                break
+            assert time.monotonic() < deadline, got.text
+            time.sleep(0.2)
+        assert a.text().count("starting small#") == 1 and "starting small#" not in b.text()
+    finally:
+        b.stop()
+        if a is not None:
+            a.stop()

@@ -131,7 +131,8 @@ class FleetBook:
                     core.set_available(rid, False)
                 self.orphaned.add(rid)
         if nodes:
-            log.warning("nodes %s: no replica starts engines there now", ", ".join(sorted(nodes)))
+            named = ", ".join(f"node {n}" for n in sorted(nodes))
+            log.warning("%s: no replica starts engines there now (nothing is loaded there)", named)
 
     def settle(self, core: Scheduler, now: float) -> None:
         """Drop the orphaned replicas that run nothing now."""
