@@ -112,7 +112,7 @@ config_st = st.builds(
 )
 
 # An event is one integer, decoded below (one draw per event keeps generation cheap).
-_KINDS = ["submit"] * 8 + ["finish"] * 3 + ["ack"] * 2 + ["cancel"] + ["advance"] * 3 + ["loaded"]
+_KINDS = ["submit"] * 8 + ["finish"] * 3 + ["ack"] * 2 + ["cancel"] + ["advance"] * 3 + ["loaded", "offline"]
 _TIMEOUTS = [None, None, None, 5.0, math.inf]
 _HINTS = [None, None, 1.0, 30.0, 300.0]
 _STEPS = [0.0, 0.1, 1.0, 5.0, 20.0, 70.0]
@@ -131,6 +131,8 @@ def decode(n: int) -> tuple[object, ...]:
         return ("finish", n % 41, (n // 41) % 5 == 4)
     if kind == "advance":
         return ("advance", _STEPS[n % len(_STEPS)])
+    if kind == "offline":  # (a cluster's nodes with no live owner: a mask of the fleet's nodes)
+        return ("offline", n % 8)
     return (kind, n % 41)
 
 
@@ -166,8 +168,11 @@ def run(fleet: Fleet, cfg: SchedulerConfig, policy: str, events: list[tuple[obje
     placement = GpuPlacement(fleet.inv, naive=policy == "naive", switch_wait_s=fleet.switch_wait_s)
     d = GpuDriver(Scheduler([], cfg, policy, placement=placement))
     names = sorted(fleet.inv.models)
+    nodes = sorted(fleet.inv.nodes)
+    offline: set[str] = set()
     for ev in events:
         kind = ev[0]
+        loads = len(d.loads)
         if kind == "submit":
             _, cls, m, timeout, hint, preemptible = ev
             name = names[m % len(names)] if m < 7 else "unknown"  # type: ignore[operator]
@@ -194,10 +199,17 @@ def run(fleet: Fleet, cfg: SchedulerConfig, policy: str, events: list[tuple[obje
         elif kind == "loaded":  # the runtime ends a load early (a warm cache, say)
             if d.loading:
                 d.load_done(sorted(d.loading)[ev[1] % len(d.loading)])  # type: ignore[operator]
+        elif kind == "offline":
+            offline = {node for i, node in enumerate(nodes) if ev[1] >> i & 1}  # type: ignore[operator]
+            d.sched.set_offline(offline)
         else:
             d.advance(ev[1])  # type: ignore[arg-type]
         d.step()
         agree(d)
+        on = {fleet.inv.gpus[i].id: fleet.inv.gpus[i].node for i in range(len(fleet.inv.gpus))}
+        placed_offline = [x for _, x in d.loads[loads:] if on[x.gpu_ids[0]] in offline]
+        assert placed_offline == [], f"loaded on offline nodes {sorted(offline)}: {placed_offline}"
+    d.sched.set_offline(set())  # (every node back: what waits for one is served)
     d.drain()
     agree(d)
     return d
