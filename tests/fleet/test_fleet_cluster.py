@@ -4,11 +4,13 @@ chosen node starts the engine (a real process, its child), and every replica rea
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,14 +25,37 @@ NODES = (
 )
 
 
-def _config(tmp: Path, redis_url: str, prefix: str, name: str, node: str) -> Path:
-    models = standin_model("small", 14, load_s=0.2) + standin_model("other", 14, load_s=0.2)
-    text = replica_toml(tmp / name, redis_url, name, prefix) + (
-        f'[fleet]\nnode = "{node}"\npreload = ["small"]\nswitch_wait_s = 1\n\n{NODES}\n{models}'
-    )
-    path = tmp / f"{name}.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
+MODELS = standin_model("small", 14, load_s=0.2) + standin_model("other", 14, load_s=0.2)
+
+
+@contextlib.contextmanager
+def _pair(
+    tmp: Path,
+    redis_url: str,
+    *,
+    first: str = "ra",
+    models: str = MODELS,
+    nodes: str = NODES,
+    preload: str = '"small"',
+) -> Iterator[tuple[ServeProcess, ServeProcess]]:
+    """Replicas ``ra`` (owning node a) and ``rb`` (node b) of one cluster, ``first`` started
+    first (it leads), the other once it is up; both ready."""
+    prefix = f"f{uuid.uuid4().hex[:8]}:"
+    started: dict[str, ServeProcess] = {}
+    try:
+        for name in (first, "rb" if first == "ra" else "ra"):
+            text = replica_toml(tmp / name, redis_url, name, prefix) + (
+                f'[fleet]\nnode = "{name[1]}"\npreload = [{preload}]\nswitch_wait_s = 1\n\n{nodes}\n{models}'
+            )
+            path = tmp / f"{name}.toml"
+            path.write_text(text, encoding="utf-8")
+            started[name] = ServeProcess(["--config", str(path)], tmp / f"{name}.log")
+        for server in started.values():
+            _wait_ready(server.url)
+        yield started["ra"], started["rb"]
+    finally:
+        for server in started.values():
+            server.stop()
 
 
 def _parent(pid: int) -> int:
@@ -50,18 +75,9 @@ def _wait_ready(url: str, timeout_s: float = 30.0) -> None:
 def test_two_replicas_each_start_the_engines_of_their_own_node_and_both_reach_every_engine(
     tmp_path: Path, redis_url: str
 ) -> None:
-    prefix = f"f{uuid.uuid4().hex[:8]}:"
-    a = ServeProcess(["--config", str(_config(tmp_path, redis_url, prefix, "ra", "a"))], tmp_path / "ra.log")
-    b = None
-    try:
-        b = ServeProcess(
-            ["--config", str(_config(tmp_path, redis_url, prefix, "rb", "b"))], tmp_path / "rb.log"
-        )
-        _wait_ready(a.url)
-        _wait_ready(b.url)
+    with _pair(tmp_path, redis_url) as (a, b):
         # the preload: placed on the first node, started by its owner alone
-        engines = engine_processes()
-        mine = {pid: e for pid, e in engines.items() if _parent(pid) in (a.proc.pid, b.proc.pid)}
+        mine = {pid: e for pid, e in engine_processes().items() if _parent(pid) in (a.proc.pid, b.proc.pid)}
         assert [(e["model"], e["gpus"], _parent(pid)) for pid, e in mine.items()] == [
             ("small", "a0", a.proc.pid)
         ], mine
@@ -104,31 +120,14 @@ def test_two_replicas_each_start_the_engines_of_their_own_node_and_both_reach_ev
         b.stop()
         assert wait_gone(pids_b) == []
         assert complete(a.url, "small").status_code == 200
-    finally:
-        if b is not None:
-            b.stop()
-        a.stop()
-    log = a.text()
-    assert "Traceback" not in log, log
-
-
-def _leader(url: str) -> str | None:
-    got = httpx.get(url + "/readyz", timeout=5).json()
-    return got.get("cluster", {}).get("leader")
+    assert "Traceback" not in a.text(), a.text()
 
 
 def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica_killed(
     tmp_path: Path, redis_url: str
 ) -> None:
-    prefix = f"f{uuid.uuid4().hex[:8]}:"
     # rb starts first: it leads; ra owns node a, where the preload goes
-    b = ServeProcess(["--config", str(_config(tmp_path, redis_url, prefix, "rb", "b"))], tmp_path / "rb.log")
-    a = None
-    try:
-        a = ServeProcess(
-            ["--config", str(_config(tmp_path, redis_url, prefix, "ra", "a"))], tmp_path / "ra.log"
-        )
-        _wait_ready(a.url)
+    with _pair(tmp_path, redis_url, first="rb") as (a, b):
         assert "replica rb leads" in b.text()
         assert complete(b.url, "small").json()["laneway"]["worker"] == "small#1@a0"
         got = complete(a.url, "other")
@@ -140,10 +139,7 @@ def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica
         b.proc.kill()  # (SIGKILL: the leader and node b's owner, gone at once)
         b.proc.wait(5)
         assert wait_gone(pids_b) == []
-        deadline = time.monotonic() + 20
-        while "replica ra leads" not in a.text():
-            assert time.monotonic() < deadline, a.text()
-            time.sleep(0.1)
+        _wait_for(a, "replica ra leads")
         # the engine that runs on node a is taken in, not started again
         got = complete(a.url, "small")
         assert got.status_code == 200, got.text
@@ -155,40 +151,20 @@ def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica
         assert got.json()["laneway"]["worker"].endswith("@a0")
         placed = [e for pid, e in engine_processes().items() if _parent(pid) == a.proc.pid]
         assert [(e["model"], e["gpus"]) for e in placed] == [("other", "a0")], placed
-    finally:
-        b.stop()
-        if a is not None:
-            a.stop()
     assert "Traceback" not in a.text(), a.text()
 
 
 def test_a_model_whose_engine_fails_on_one_node_is_refused_by_every_replica_naming_why(
     tmp_path: Path, redis_url: str
 ) -> None:
-    prefix = f"f{uuid.uuid4().hex[:8]}:"
     fails = "import sys; print('no weights here'); sys.exit(3)"
     broken = (
         "[fleet.models.broken]\nvram_gb = 30\nload_s = 0.2\nstop_grace_s = 5\n"
         f'command = ["{sys.executable}", "-c", "{fails}", "{{port}}"]\n'
     )
-    nodes = (
-        '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 } ]\n'
-        '[fleet.nodes.b]\ngpus = [ { id = "b0", vram_gb = 48 } ]\n'
-    )
-
-    def config(name: str, node: str) -> Path:
-        text = replica_toml(tmp_path / name, redis_url, name, prefix) + (
-            f'[fleet]\nnode = "{node}"\n\n{nodes}\n{standin_model("small", 14, load_s=0.2)}\n{broken}'
-        )
-        path = tmp_path / f"{name}.toml"
-        path.write_text(text, encoding="utf-8")
-        return path
-
-    a = ServeProcess(["--config", str(config("ra", "a"))], tmp_path / "ra.log")
-    b = None
-    try:
-        b = ServeProcess(["--config", str(config("rb", "b"))], tmp_path / "rb.log")
-        _wait_ready(b.url)
+    nodes = NODES.replace('id = "b0", vram_gb = 24', 'id = "b0", vram_gb = 48')
+    models = standin_model("small", 14, load_s=0.2) + broken
+    with _pair(tmp_path, redis_url, models=models, nodes=nodes, preload="") as (a, b):
         # only b0 holds it: started by rb, for a request sent to ra
         got = complete(a.url, "broken")
         assert got.status_code == 503, got.text
@@ -199,21 +175,15 @@ def test_a_model_whose_engine_fails_on_one_node_is_refused_by_every_replica_nami
         # refused at once now, by either replica, while it backs off; the other model serves
         for server in (a, b):
             again = complete(server.url, "broken")
-            assert again.status_code == 503 and again.json()["error"]["code"] == "model_unavailable", (
-                again.text
-            )
+            assert again.status_code == 503, again.text
+            assert again.json()["error"]["code"] == "model_unavailable", again.text
         assert complete(a.url, "small").status_code == 200
         assert b.text().count("starting broken#") == 1, b.text()
-    finally:
-        if b is not None:
-            b.stop()
-        a.stop()
 
 
 def test_an_adapter_is_loaded_by_the_engines_owner_and_a_request_sent_elsewhere_waits_for_it(
     tmp_path: Path, redis_url: str
 ) -> None:
-    prefix = f"f{uuid.uuid4().hex[:8]}:"
     sql = tmp_path / "sql"
     sql.mkdir()
     (sql / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}', encoding="utf-8")
@@ -224,20 +194,7 @@ def test_an_adapter_is_loaded_by_the_engines_owner_and_a_request_sent_elsewhere_
         extra=f'max_adapters = 1\nenv = {{ VLLM_ALLOW_RUNTIME_LORA_UPDATING = "True" }}\n'
         f'[fleet.models.sql]\nadapter_of = "base"\npath = "{sql}"\nload_s = 0.5\n',
     ).replace("--load-s 0.2", "--load-s 0.2 --enable-lora --lora-load-s 0.5")
-
-    def config(name: str, node: str) -> Path:
-        text = replica_toml(tmp_path / name, redis_url, name, prefix) + (
-            f'[fleet]\nnode = "{node}"\npreload = ["base"]\n\n{NODES}\n{base}'
-        )
-        path = tmp_path / f"{name}.toml"
-        path.write_text(text, encoding="utf-8")
-        return path
-
-    a = ServeProcess(["--config", str(config("ra", "a"))], tmp_path / "ra.log")
-    b = None
-    try:
-        b = ServeProcess(["--config", str(config("rb", "b"))], tmp_path / "rb.log")
-        _wait_ready(b.url)
+    with _pair(tmp_path, redis_url, models=base, preload='"base"') as (a, b):
         plain = complete(b.url, "base")
         got = complete(b.url, "sql")  # (rb sends it; ra loads the adapter into its engine first)
         assert got.status_code == 200, got.text
@@ -246,36 +203,19 @@ def test_an_adapter_is_loaded_by_the_engines_owner_and_a_request_sent_elsewhere_
         assert answer["choices"][0]["text"] != plain.json()["choices"][0]["text"]
         assert "adapter sql loaded into base#1@a0" in a.text()
         assert complete(a.url, "sql").status_code == 200
-    finally:
-        if b is not None:
-            b.stop()
-        a.stop()
 
 
 def test_an_owner_paused_past_its_liveness_gets_its_engines_back_into_placement(
     tmp_path: Path, redis_url: str
 ) -> None:
-    prefix = f"f{uuid.uuid4().hex[:8]}:"
-    b = ServeProcess(["--config", str(_config(tmp_path, redis_url, prefix, "rb", "b"))], tmp_path / "rb.log")
-    a = None
-    try:
-        a = ServeProcess(
-            ["--config", str(_config(tmp_path, redis_url, prefix, "ra", "a"))], tmp_path / "ra.log"
-        )
-        _wait_ready(a.url)
+    with _pair(tmp_path, redis_url, first="rb") as (a, b):
         assert complete(b.url, "small").json()["laneway"]["worker"] == "small#1@a0"
         os.kill(a.proc.pid, signal.SIGSTOP)  # (past its liveness: taken for dead, node a offline)
         try:
-            deadline = time.monotonic() + 20
-            while "node a: no replica starts engines there now" not in b.text():
-                assert time.monotonic() < deadline, b.text()
-                time.sleep(0.1)
+            _wait_for(b, "node a: no replica starts engines there now")
         finally:
             os.kill(a.proc.pid, signal.SIGCONT)
-        deadline = time.monotonic() + 20
-        while "was taken for dead" not in a.text():
-            assert time.monotonic() < deadline, a.text()
-            time.sleep(0.1)
+        _wait_for(a, "was taken for dead")
         # its engine is told again under its new name: taken back, not started anew
         deadline = time.monotonic() + 20
         while True:
@@ -285,7 +225,10 @@ def test_an_owner_paused_past_its_liveness_gets_its_engines_back_into_placement(
             assert time.monotonic() < deadline, got.text
             time.sleep(0.2)
         assert a.text().count("starting small#") == 1 and "starting small#" not in b.text()
-    finally:
-        b.stop()
-        if a is not None:
-            a.stop()
+
+
+def _wait_for(server: ServeProcess, line: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while line not in server.text():
+        assert time.monotonic() < deadline, server.text()
+        time.sleep(0.1)
