@@ -30,7 +30,7 @@ from laneway.cluster.codec import (
 from laneway.cluster.remote import RemoteScheduler
 from laneway.errors import Unavailable
 from laneway.runtime import engine_adapters
-from laneway.runtime.fleet import EngineInfo, Fleet
+from laneway.runtime.fleet import EngineInfo, Fleet, Started
 
 if TYPE_CHECKING:
     from laneway.runtime.runtime import Runtime
@@ -48,30 +48,19 @@ class ClusterPlacing:
         self.remote = remote
         self.r = client
         self.key = prefix + "engines"
-        # the engines ready here: replica -> (model, GPUs, how it is reached, its load time)
-        self.running: dict[str, tuple[str, tuple[str, ...], EngineInfo, float]] = {}
+        self.running: dict[str, Started] = {}  # the engines ready here
 
     def hold(self, rid: str) -> None:
         """(The leader holds the preloads itself until they are ready.)"""
 
-    async def ready(
-        self,
-        rid: str,
-        model: str,
-        gpus: tuple[str, ...],
-        engine: EngineInfo,
-        took_s: float,
-        *,
-        preload: bool,
-        wake: bool,
-    ) -> None:
-        self.running[rid] = (model, gpus, engine, took_s)
-        await self._publish(rid)
-        self.remote.emit(EngineReady(rid, model, gpus, took_s, wake, preload))
+    async def ready(self, s: Started) -> None:
+        self.running[s.rid] = s
+        await self._publish(s.rid)
+        self.remote.emit(EngineReady(s.rid, s.model, s.gpus, s.took_s, s.wake, s.preload))
 
     async def _publish(self, rid: str) -> None:
-        model, gpus, engine, _ = self.running[rid]
-        entry = {"home": self.remote.home, "model": model, "gpus": list(gpus), **engine.to_json()}
+        s = self.running[rid]
+        entry = {"home": self.remote.home, "model": s.model, "gpus": list(s.gpus), **s.engine.to_json()}
         try:
             await self.r.hset(self.key, rid, json.dumps(entry))
         except (aioredis.RedisError, OSError) as exc:  # (other replicas cannot reach it: only this one)
@@ -80,9 +69,9 @@ class ClusterPlacing:
     async def reborn(self) -> None:
         """This replica lives on under a new name: its engines are told again (the leader
         took them out of placement with the old name)."""
-        for rid, (model, gpus, _, took_s) in list(self.running.items()):
+        for rid, s in list(self.running.items()):
             await self._publish(rid)
-            self.remote.emit(EngineReady(rid, model, gpus, took_s))
+            self.remote.emit(EngineReady(rid, s.model, s.gpus, s.took_s))
 
     def _forget(self, rid: str) -> None:
         if self.running.pop(rid, None) is not None:

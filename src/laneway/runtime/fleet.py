@@ -67,23 +67,13 @@ DRAIN_POLLS = 300  # (an engine that died: its requests are ended or moved withi
 
 class Placing(Protocol):
     """What the fleet tells the placement that decided its loads: the core in this process
-    (:class:`LocalPlacing`), or a cluster's leader (:mod:`laneway.cluster.fleet`)."""
+    (:class:`LocalPlacing`), or a cluster's leader (:mod:`laneway.cluster.fleet_replica`)."""
 
     def hold(self, rid: str) -> None:
         """Preloaded replica ``rid`` takes no work until its engine is ready."""
 
-    async def ready(
-        self,
-        rid: str,
-        model: str,
-        gpus: tuple[str, ...],
-        engine: EngineInfo,
-        took_s: float,
-        *,
-        preload: bool,
-        wake: bool,
-    ) -> None:
-        """Replica ``rid``'s engine is ready (loaded, or woken) after ``took_s``."""
+    async def ready(self, s: Started) -> None:
+        """A replica's engine is ready (loaded, or woken)."""
 
     def gone(self, rid: str, model: str) -> None:
         """Replica ``rid`` (of ``model``) is gone without an eviction (its launch failed, its
@@ -122,6 +112,20 @@ class EngineInfo:
         return {"url": self.url, "served": self.served, "slots": self.slots, "adapters": list(self.adapters)}
 
 
+@dataclass(frozen=True)
+class Started:
+    """Replica ``rid``'s engine (``model`` on ``gpus``), ready after ``took_s``: started with
+    the server (``preload``), or woken from sleep (``wake``)."""
+
+    rid: str
+    model: str
+    gpus: tuple[str, ...]
+    engine: EngineInfo
+    took_s: float
+    preload: bool = False
+    wake: bool = False
+
+
 class LocalPlacing:
     """The fleet's placement in this process: its own core."""
 
@@ -133,22 +137,12 @@ class LocalPlacing:
     def hold(self, rid: str) -> None:
         self.core.set_available(rid, False)
 
-    async def ready(
-        self,
-        rid: str,
-        model: str,
-        gpus: tuple[str, ...],
-        engine: EngineInfo,
-        took_s: float,
-        *,
-        preload: bool,
-        wake: bool,
-    ) -> None:
-        self.core.load_took(model, took_s, wake=wake)
-        if preload:
-            self.core.set_available(rid, True)
+    async def ready(self, s: Started) -> None:
+        self.core.load_took(s.model, s.took_s, wake=s.wake)
+        if s.preload:
+            self.core.set_available(s.rid, True)
         else:
-            self.core.loaded(rid, self.rt.now())
+            self.core.loaded(s.rid, self.rt.now())
 
     def gone(self, rid: str, model: str) -> None:
         replica = self.planner.replicas.get(rid)
@@ -466,7 +460,7 @@ class Fleet:
         if adapters and isinstance(worker, UpstreamWorker):  # (its requests may name its adapters)
             worker.gate = self._gate(rid)
         self.add_worker(rid, worker, model, served)
-        await self.placing.ready(rid, model, gpus, info, took_s, preload=preload, wake=wake)
+        await self.placing.ready(Started(rid, model, gpus, info, took_s, preload, wake))
         await rt.prober.add(rid)
         rt.kick()
         return True
