@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
-from laneway.backends.upstream import UpstreamWorker
 from laneway.cluster.codec import (
     AdapterFailed,
     AdapterTook,
@@ -28,8 +26,6 @@ from laneway.cluster.codec import (
     Reload,
 )
 from laneway.cluster.remote import RemoteScheduler
-from laneway.errors import Unavailable
-from laneway.runtime import engine_adapters
 from laneway.runtime.fleet import EngineInfo, Fleet, Started
 
 if TYPE_CHECKING:
@@ -135,9 +131,7 @@ class EngineDirectory:
             return
         if worker in self.rt.workers:  # (made meanwhile)
             return
-        made = Fleet.worker_of(worker, model, info)
-        if info.adapters and isinstance(made, UpstreamWorker):  # (its owner loads them; sent once there)
-            made.gate = _listed_gate(info.url, frozenset(info.adapters))
+        made = Fleet.worker_of(worker, model, info, elsewhere=True)
         self.fleet.add_worker(worker, made, model, info.served)
         self.added.add(worker)
         await self.rt.prober.add(worker)
@@ -149,20 +143,3 @@ class EngineDirectory:
             if not self.fleet.runs_on(rid):
                 self.added.discard(rid)
                 self.rt.spawn(self.fleet.remove_worker(rid))
-
-
-def _listed_gate(url: str, adapters: frozenset[str]) -> Callable[[str], Awaitable[None]]:
-    """What a request for one of ``adapters`` awaits before it is sent to the engine at ``url``
-    (started by another replica, which loads the adapter there as the leader decided): the
-    engine lists it."""
-
-    async def gate(model: str) -> None:
-        if model in adapters:
-            try:
-                await engine_adapters.wait_listed(url, model)
-            except engine_adapters.AdapterFailed as exc:
-                raise Unavailable(
-                    f"adapter {model!r}: {exc}", code="model_unavailable", retry_after_s=5.0
-                ) from None
-
-    return gate

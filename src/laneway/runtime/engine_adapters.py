@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import httpx
+
+from laneway.errors import Unavailable
 
 TIMEOUT_S = 120.0  # (an adapter's weights read from disk)
 POLL_S = 0.05
@@ -70,3 +73,20 @@ async def _post(url: str, body: dict[str, str]) -> tuple[int, str]:
     except (ValueError, KeyError, TypeError):
         message = r.text
     return r.status_code, " ".join(str(message).split())[:300]
+
+
+def listed_gate(url: str, adapters: frozenset[str]) -> Callable[[str], Awaitable[None]]:
+    """What a request for one of ``adapters`` awaits before it is sent to the engine at ``url``
+    when another replica of a cluster started it (and loads the adapter there, as the leader
+    decided): the engine lists it."""
+
+    async def gate(model: str) -> None:
+        if model in adapters:
+            try:
+                await wait_listed(url, model)
+            except AdapterFailed as exc:
+                raise Unavailable(
+                    f"adapter {model!r}: {exc}", code="model_unavailable", retry_after_s=5.0
+                ) from None
+
+    return gate

@@ -466,8 +466,9 @@ class Fleet:
         return True
 
     @staticmethod
-    def worker_of(rid: str, model: str, info: EngineInfo) -> Worker:
-        """The upstream worker that sends replica ``rid``'s requests to its engine."""
+    def worker_of(rid: str, model: str, info: EngineInfo, *, elsewhere: bool = False) -> Worker:
+        """The upstream worker that sends replica ``rid``'s requests to its engine (one another
+        replica of a cluster started: ``elsewhere``)."""
         worker = build_upstream(
             WorkerConfig(
                 name=rid,
@@ -480,6 +481,8 @@ class Fleet:
         )
         if info.adapters and isinstance(worker, UpstreamWorker):  # (its requests may name its adapters)
             worker.adapters = frozenset(info.adapters)
+            if elsewhere:  # (its owner loads them: a request is sent once the engine has it)
+                worker.gate = engine_adapters.listed_gate(info.url, worker.adapters)
         return worker
 
     # ------------------------------------------------------------ failures
