@@ -369,7 +369,12 @@ class RemoteScheduler:
             while self._gated:
                 d = self._gated[0]
                 if type(d) is Dispatch and self.knows is not None and not self.knows(d.worker_id):
-                    await self.fetch(d.worker_id)
+                    try:
+                        await self.fetch(d.worker_id)
+                    except Exception:  # (the dispatch goes on: its request fails over from there)
+                        log.exception(
+                            "replica %s: the worker %s could not be made", self.replica, d.worker_id
+                        )
                 self._inbox.append(self._gated.pop(0))
                 self.kick()
         finally:
