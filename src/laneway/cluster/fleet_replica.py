@@ -26,7 +26,8 @@ from laneway.cluster.codec import (
     Reload,
 )
 from laneway.cluster.remote import RemoteScheduler
-from laneway.runtime.fleet import EngineInfo, Fleet, Started
+from laneway.runtime.fleet import Fleet
+from laneway.runtime.placing import EngineInfo, Started
 
 if TYPE_CHECKING:
     from laneway.runtime.runtime import Runtime

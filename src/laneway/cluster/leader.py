@@ -159,15 +159,20 @@ class Leader:
         self.led += 1
         self._task = asyncio.get_running_loop().create_task(self._guarded())
 
+    async def _alive(self) -> set[str]:
+        """The homes whose liveness has not expired."""
+        return {
+            text(key).removeprefix(self.p + "alive:")
+            async for key in self.r.scan_iter(match=self.p + "alive:*", count=1000)
+        }
+
     async def _ask_census(self, census_id: str) -> None:
         """Ask every replica that lives or has requests in the table what its requests do now
         (:meth:`_census`): what Redis held may lack what was written last (or all of it).
         Nothing is dispatched until every one of them answered, or :data:`CENSUS_WAIT_S`
         passed. (A replica also tells each new leader it sees in the lease, unasked: one whose
         heartbeat had not come back yet when the leader looked is heard all the same.)"""
-        homes = {self.me, *self.home.values(), *self.lender.homes()}
-        async for key in self.r.scan_iter(match=self.p + "alive:*", count=1000):
-            homes.add(text(key).removeprefix(self.p + "alive:"))
+        homes = {self.me, *self.home.values(), *self.lender.homes(), *await self._alive()}
         self.census_pending = set(homes)
         self.census_from = time.time() + CENSUS_MIN_S
         self.census_until = time.time() + CENSUS_WAIT_S
@@ -204,10 +209,7 @@ class Leader:
         now = time.time()
         if self.fleet is not None:  # (its engines that run are taken in before the requests on them)
             core = self.fleet.core()
-            alive = set()
-            async for key in self.r.scan_iter(match=self.p + "alive:*", count=1000):
-                alive.add(text(key).removeprefix(self.p + "alive:"))
-            await self.fleet.adopt(self.r, self.p, core, alive, now)
+            await self.fleet.adopt(self.r, self.p, core, await self._alive(), now)
         else:
             core = Scheduler(self.specs, self.config, self.policy)
         raw = text_map(await self.r.hgetall(self.p + "reqs"))
@@ -674,7 +676,6 @@ class Leader:
         }
         if self.fleet is not None and self.fleet.planner is not None:  # (its engines, where placed)
             planner = self.fleet.planner
-            fig["engines"] = sorted(planner.replicas)
             fig["fleet"] = fleet_view.placed(
                 planner, now, lambda rid: planner.replicas[rid].ready and rid not in planner.down
             )

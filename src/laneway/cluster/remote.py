@@ -557,11 +557,12 @@ class RemoteScheduler:
         pace = fig.get("pace")
         if self.sizing is not None and isinstance(pace, dict):
             self.sizing.adopt(pace)
-        engines = fig.get("engines")
-        if isinstance(engines, list):
-            self.on_engines({str(e) for e in engines})
-        if isinstance(fig.get("fleet"), dict):
-            self.on_fleet(fig["fleet"])
+        fleet = fig.get("fleet")
+        if isinstance(fleet, dict) and isinstance(
+            fleet.get("replicas"), dict
+        ):  # (where the leader placed what)
+            self.on_engines(set(fleet["replicas"]))
+            self.on_fleet(fleet)
         failing = fig.get("failing")
         if isinstance(failing, dict):
             now = time.time()
