@@ -12,27 +12,51 @@ from laneway.backends.capabilities import STATE_GAUGES, sglang_kv_tokens_in, sta
 from laneway.config import load_config
 from laneway.core import ConfigError
 from laneway.runtime.engine_watch import HitCount
-from laneway.runtime.saturation import KV_FULL, Saturation, Window
+from laneway.runtime.saturation import KV_FULL, REPROBE, SETTLE_S, Saturation, Window
 
 
-def test_saturated_halves_to_the_floor_and_keeping_up_adds_one_to_the_ceiling() -> None:
-    w = Window(slots=8, floor=2, limit=8)
-    assert w.observe(EngineState(4, 3), in_flight=8) == 4  # it queues: halve
-    assert w.observe(EngineState(4, 1), in_flight=8) == 2
-    assert w.observe(EngineState(2, 1), in_flight=6) == 2  # (never under the floor)
-    assert w.observe(EngineState(2, 0, KV_FULL), in_flight=2) == 2  # its KV cache is full
-    assert w.observe(EngineState(2, 0, 0.5), in_flight=2) == 3  # drained, all used: one more
-    assert w.observe(EngineState(2, 0, 0.5), in_flight=2) == 3  # not all used: as it is
-    for _ in range(10):
-        w.observe(EngineState(8, 0, 0.5), in_flight=w.limit)
-    assert w.limit == 8  # (never over its slots)
+def test_an_engine_that_queues_is_given_what_it_runs_and_the_rest_is_taken_back() -> None:
+    w = Window(slots=16, floor=2, limit=16)
+    # laneway sent 16, the engine runs 4 and queues 12: 4 at once, 12 to take back
+    assert w.observe(EngineState(4, 12), in_flight=16, now=10.0) == 4
+    assert (w.ceiling, w.take_back, w.saturated) == (4, 12, True)
+    # its gauges lag the requests taken back: no second cut while they settle
+    assert w.observe(EngineState(4, 12), in_flight=4, now=10.0 + SETTLE_S / 2) == 4
+    assert w.take_back == 0
+    # a queue that is not laneway's (it runs all laneway sends): halved, never under the floor
+    assert w.observe(EngineState(6, 3), in_flight=4, now=20.0) == 2
+    assert w.observe(EngineState(6, 3), in_flight=2, now=30.0) == 2
+    assert w.take_back == 0  # (nothing of laneway's over the limit)
+    # its KV cache is full: halved
+    w = Window(slots=16, floor=1, limit=8)
+    assert w.observe(EngineState(8, 0, KV_FULL), in_flight=8, now=0.0) == 4 and w.take_back == 0
 
 
-def test_an_engine_that_says_nothing_keeps_its_slots() -> None:
-    s = Saturation({"up0": Window(4, 1, 4)})
-    assert s.observe("up0", None, 4) is None and s.windows["up0"].limit == 4
-    assert s.observe("other", EngineState(1, 5), 4) is None  # (a worker that does not adapt)
-    assert s.observe("up0", EngineState(4, 2), 4) == 2
+def test_the_limit_grows_back_to_its_ceiling_and_past_it_only_to_reprobe() -> None:
+    w = Window(slots=8, floor=1, limit=8)
+    assert w.observe(EngineState(3, 5), in_flight=8, now=0.0) == 3  # (3 is its ceiling)
+    w.observe(EngineState(2, 0, 0.5), in_flight=1, now=5.0)
+    assert w.limit == 3  # not all used: as it is
+    w.limit = 2  # (say it was lower)
+    assert w.observe(EngineState(2, 0, 0.5), in_flight=2, now=6.0) == 3  # all used: one more
+    readings = 0
+    while w.limit == 3 and readings < 2 * REPROBE:
+        w.observe(EngineState(3, 0, 0.5), in_flight=3, now=7.0 + readings)
+        readings += 1
+    assert w.limit == 4 and w.ceiling is None  # once, after REPROBE readings at the ceiling
+    assert REPROBE - 2 <= readings <= REPROBE
+    for i in range(10):  # it took more: it grows again, to its slots at most
+        w.observe(EngineState(w.limit, 0, 0.5), in_flight=w.limit, now=100.0 + i)
+    assert w.limit == 8
+
+
+def test_an_engine_is_read_soon_only_when_sent_more_than_it_was_seen_to_run() -> None:
+    w = Window(slots=8, floor=1, limit=8)
+    assert w.unproven(1)  # nothing seen yet
+    w.observe(EngineState(3, 0, 0.1), in_flight=3, now=0.0)
+    assert not w.unproven(3) and w.unproven(4)
+    w.observe(EngineState(3, 2), in_flight=5, now=1.0)  # cut to 3: its ceiling
+    assert not w.unproven(3) and w.unproven(4)
 
 
 def test_min_slots_is_at_most_slots(tmp_path: Path) -> None:

@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from laneway.backends.base import EngineState, Worker
 from laneway.runtime.metrics import Metrics
-from laneway.runtime.saturation import Saturation
+from laneway.runtime.saturation import QUICK_READ_S, Saturation
 from laneway.runtime.scheduling import SchedulerPort
 
 log = logging.getLogger("laneway.runtime")
@@ -56,6 +57,7 @@ class EngineWatch:
         sched: Callable[[], SchedulerPort],
         metrics: Metrics,
         kick: Callable[[], None],
+        take_back: Callable[[str, int], int] = lambda name, n: 0,
     ) -> None:
         self.workers = workers
         # each worker's KV space as the scheduler has it: configured, or as its engine says
@@ -65,6 +67,9 @@ class EngineWatch:
         self._sched = sched  # (a replica's core may be replaced by its leader's)
         self.metrics = metrics
         self._kick = kick
+        self._take_back = take_back  # (worker, n): runs that made nothing taken back; how many
+        self._soon: set[str] = set()  # workers whose engine is to be read soon
+        self._tasks: set[asyncio.Task[None]] = set()
         self.hits: dict[str, HitCount] = {}
         for name, window in saturation.windows.items():
             metrics.set_concurrency(name, window.limit)
@@ -72,15 +77,49 @@ class EngineWatch:
     async def probed(self, name: str) -> None:
         """Worker ``name`` answered its probe: read what its engine says."""
         self.learnt(name)
+        await self.read(name)
+
+    async def read(self, name: str) -> None:
+        """Read worker ``name``'s engine gauges: its prefix hits, and its window."""
         state = await self.workers[name].engine_state()
         if state is None:
             return
         self._count_hits(name, state)
-        limit = self.saturation.observe(name, state, self.workers[name].capacity().busy)
+        limit = self.saturation.observe(
+            name, state, self.workers[name].capacity().busy, asyncio.get_running_loop().time()
+        )
         if limit is not None:
             self._sched().set_slots(name, limit)
             self.metrics.set_concurrency(name, limit)
             self._kick()
+        window = self.saturation.windows.get(name)
+        if window is not None and window.take_back:
+            n = self._take_back(name, window.take_back)
+            if n:
+                log.info("worker %s: %d requests waiting in its engine's queue taken back", name, n)
+
+    def started(self, name: str, worker: Worker) -> None:
+        """A run is starting on worker ``name``: where it now runs more than its engine was
+        seen to run without queueing, read the engine soon."""
+        window = self.saturation.windows.get(name)
+        if window is None or name in self._soon or not window.unproven(worker.capacity().busy + 1):
+            return
+        self._soon.add(name)
+        asyncio.get_running_loop().call_later(QUICK_READ_S, self._read_soon, name)
+
+    def _read_soon(self, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._quick(name))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _quick(self, name: str) -> None:
+        try:
+            if name in self.workers:
+                await self.read(name)
+        except Exception:  # (an aid, as at a probe: a failure reads nothing)
+            log.debug("worker %s: a quick read of its engine failed", name, exc_info=True)
+        finally:
+            self._soon.discard(name)
 
     def learnt(self, name: str) -> None:
         """What the worker learnt of its engine reaches the scheduler: its KV space, where

@@ -12,11 +12,16 @@ it stopped (an upstream that died or stalled mid-stream), it goes on from there
 on another worker, as a preempted request would — the client's stream just
 continues — at most ``max_migrations`` times; with no worker for its model up, it is
 held like any request of that model (503 once the hold is over).
+
+A request waiting in an engine's own queue (the saturation gate saw it queue:
+:mod:`laneway.runtime.saturation`) is taken back the same way: stopped there
+before it made anything, and queued again in laneway, where priority holds.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from laneway.runtime.ticket import Phase, Ticket
@@ -85,3 +90,31 @@ class Recovery:
             )
         rt.kick()
         return True
+
+    def take_back(self, worker: str, n: int) -> int:
+        """Take back up to ``n`` of the requests running on ``worker`` that have made nothing
+        yet (the lowest class first, the last queued first): each is stopped there and
+        queued again, at the head of its class. How many were."""
+        rt = self.rt
+        runs = [
+            t
+            for t in rt.tickets.values()
+            if t.worker == worker
+            and t.phase is Phase.RUNNING
+            and not t.tokens
+            and math.isnan(t.first_token_s)
+        ]
+        runs.sort(key=lambda t: (t.priority, t.enqueued_s), reverse=True)
+        w = rt.workers.get(worker)
+        now = rt.now()
+        for ticket in runs[:n]:
+            ticket.run += 1  # (what the stopped run still sends is stale)
+            if w is not None:
+                rt.spawn(w.cancel(ticket.id))
+            rt.sched.requeue(ticket.id, now)
+            ticket.phase = Phase.QUEUED
+            ticket.enqueued_s = now
+            rt.alerts.watch(ticket, now)
+        if runs[:n]:
+            rt.kick()
+        return len(runs[:n])

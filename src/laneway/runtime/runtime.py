@@ -116,7 +116,13 @@ class Runtime(WorkerEvents):
         }
         # what the engines say of themselves at each probe (KV space, load, prefix hits)
         self.engines = EngineWatch(
-            self.workers, kv, Saturation(windows), lambda: self.sched, self.metrics, self.kick
+            self.workers,
+            kv,
+            Saturation(windows),
+            lambda: self.sched,
+            self.metrics,
+            self.kick,
+            lambda worker, n: self.recovery.take_back(worker, n),
         )
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
@@ -355,6 +361,7 @@ class Runtime(WorkerEvents):
                 job = replace(job, model=model)
             start = worker.run(job, sink)
         self.spawn(self._started(ticket, ticket.run, start))
+        self.engines.started(d.worker_id, worker)
 
     async def _started(self, ticket: Ticket, run: int, start: object) -> None:
         try:
