@@ -6,9 +6,9 @@ with its tag, and the one place that knows how each is laid out on the wire.
   :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
   :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`SlotCap` (``x``),
   :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``),
-  :class:`CachedOn` (``l``); of a fleet: :class:`Owns` (``n``), :class:`EngineReady` (``e``),
-  :class:`EngineGone` (``z``), :class:`ModelFailing` (``b``), :class:`AdapterTook` (``y``),
-  :class:`AdapterFailed` (``j``), :class:`Reload` (``r``).
+  :class:`CachedOn` (``l``); of a fleet (their records in :mod:`laneway.cluster.fleet_messages`):
+  ``Owns`` (``n``), ``EngineReady`` (``e``), ``EngineGone`` (``z``), ``ModelFailing`` (``b``),
+  ``AdapterTook`` (``y``), ``AdapterFailed`` (``j``), ``Reload`` (``r``).
 - *Orders*, the leader to a replica (its stream of decisions): the core's
   :class:`~laneway.core.Dispatch` (``D``), :class:`~laneway.core.Preempt` (``P``) and
   :class:`~laneway.core.Reject` (``R``), and :class:`LoanGranted` (``G``),
@@ -20,16 +20,27 @@ with its tag, and the one place that knows how each is laid out on the wire.
   (a table written as positional lists, by an earlier version, is read too).
 
 On the wire an event or an order is a JSON list, its tag first: compact, as thousands a
-second go through. :func:`encode` and :func:`decode` are the only code that indexes them.
+second go through (most are :class:`~laneway.cluster.flat.Flat`: their fields in order).
+:func:`encode` and :func:`decode` are the only code that indexes them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from laneway.cluster.flat import Flat
+from laneway.cluster.fleet_messages import (
+    AdapterFailed,
+    AdapterTook,
+    EngineGone,
+    EngineReady,
+    ModelFailing,
+    Owns,
+    Reload,
+)
 from laneway.core import Dispatch, Evict, Load, Preempt, Reject, Request, StopMode
 from laneway.core.decisions import LoadAdapter, UnloadAdapter
 
@@ -155,40 +166,6 @@ class TableEntry:
     def from_wire(cls, items: list[Any]) -> TableEntry:
         n = len(items) - 3  # (the tag, the request's fields, its state and worker)
         return cls(_sent(items[1 : 1 + n]), items[1 + n], items[2 + n])
-
-
-def _coerce(annotation: str) -> Callable[[Any], Any]:
-    """How a field of this annotation is read off the wire (JSON gave its value): numbers
-    and flags made what they say, ``None`` kept where allowed, anything else as it came."""
-    kind, _, optional = annotation.partition(" | ")
-    make: Callable[[Any], Any] | None = {"int": int, "float": float, "bool": bool}.get(kind)
-    if make is None:
-        return lambda v: v
-    if optional == "None":
-        return lambda v: None if v is None else make(v)
-    return make
-
-
-class Flat:
-    """A record whose wire form is its fields in order (after its tag). Trailing fields with
-    defaults may be missing (an earlier version did not send them); numbers and flags are
-    made what their annotation says."""
-
-    __slots__ = ()
-    TAG: ClassVar[str]
-
-    def to_wire(self) -> list[Any]:
-        return [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> Any:
-        convert = _CONVERTERS.get(cls)
-        if convert is None:  # (worked out once a kind: thousands of events a second are read)
-            convert = _CONVERTERS[cls] = [_coerce(str(f.type)) for f in fields(cls)]  # type: ignore[arg-type]
-        return cls(*(c(v) for c, v in zip(convert, items, strict=False)))
-
-
-_CONVERTERS: dict[type, list[Callable[[Any], Any]]] = {}
 
 
 # ---------------------------------------------------------------------- events
@@ -334,86 +311,6 @@ class Census:
     @classmethod
     def from_wire(cls, items: list[Any]) -> Census:
         return cls(str(items[0]), str(items[1]), tuple(TableEntry.from_wire(e) for e in items[2]))
-
-
-@dataclass(frozen=True, slots=True)
-class Owns(Flat):
-    """Replica ``home`` starts the engines of the fleet's node ``node``."""
-
-    TAG: ClassVar[str] = "n"
-    node: str
-    home: str
-
-
-@dataclass(frozen=True, slots=True)
-class EngineReady(Flat):
-    """The engine of fleet replica ``replica`` (``model`` on ``gpus``) is ready after
-    ``took_s`` (``wake``: woken from sleep; ``preload``: started with its owner); every
-    replica reaches it through ``PREFIX engines``, written before."""
-
-    TAG: ClassVar[str] = "e"
-    replica: str
-    model: str
-    gpus: tuple[str, ...]
-    took_s: float
-    wake: bool = False
-    preload: bool = False
-
-    def to_wire(self) -> list[Any]:
-        return [self.replica, self.model, list(self.gpus), self.took_s, self.wake, self.preload]
-
-    @classmethod
-    def from_wire(cls, items: list[Any]) -> EngineReady:
-        r, m, g, t, *rest = items
-        return cls(str(r), str(m), tuple(str(x) for x in g), float(t), *(bool(x) for x in rest[:2]))
-
-
-@dataclass(frozen=True, slots=True)
-class EngineGone(Flat):
-    """Fleet replica ``replica``'s engine (of ``model``) is gone without an eviction (its
-    launch failed, it died; ``asleep``: while asleep)."""
-
-    TAG: ClassVar[str] = "z"
-    replica: str
-    model: str
-    asleep: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFailing(Flat):
-    """``model`` (or an adapter) could not be started (``reason``): its requests are refused
-    for ``backoff_s``, on every replica."""
-
-    TAG: ClassVar[str] = "b"
-    model: str
-    reason: str
-    backoff_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class AdapterTook(Flat):
-    """A load of LoRA ``adapter`` took ``seconds``."""
-
-    TAG: ClassVar[str] = "y"
-    adapter: str
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class AdapterFailed(Flat):
-    """LoRA ``adapter`` could not be loaded into fleet replica ``replica``."""
-
-    TAG: ClassVar[str] = "j"
-    replica: str
-    adapter: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reload(Flat):
-    """Preloaded ``model`` lost its replica: one is to be loaded again."""
-
-    TAG: ClassVar[str] = "r"
-    model: str
 
 
 Event = (

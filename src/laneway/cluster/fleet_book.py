@@ -2,7 +2,7 @@
 node, and the replica that owns a node starts and stops the engines there.
 
 Every replica has the same ``[fleet]`` and names its own node (``fleet.node``); it tells the
-leader so (:class:`~laneway.cluster.codec.Owns`, at start and with each census). A node whose
+leader so (:class:`~laneway.cluster.fleet_messages.Owns`, at start and with each census). A node whose
 owner is not known to live is *offline*: nothing is loaded there. The core's ``Load``,
 ``Evict``, ``LoadAdapter`` and ``UnloadAdapter`` go to the owner of the node they concern
 (:meth:`FleetBook.route`); the owner reports back (:meth:`FleetBook.apply`): an engine ready
@@ -26,7 +26,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from laneway.cluster.codec import (
+from laneway.cluster.codec import encode
+from laneway.cluster.fleet_messages import (
     AdapterFailed,
     AdapterTook,
     EngineGone,
@@ -34,7 +35,6 @@ from laneway.cluster.codec import (
     ModelFailing,
     Owns,
     Reload,
-    encode,
 )
 from laneway.cluster.redis_io import text_map
 from laneway.config.fleet import FleetConfig

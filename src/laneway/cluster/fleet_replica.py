@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
-from laneway.cluster.codec import (
+from laneway.cluster.fleet_messages import (
     AdapterFailed,
     AdapterTook,
     EngineGone,

@@ -24,6 +24,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from laneway.bus import BusUnavailable, connect
+from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.cluster.fleet_book import FleetBook
 from laneway.cluster.fleet_replica import ClusterPlacing, EngineDirectory
 from laneway.cluster.generation import CHECK, RECORD, Generation, Loss
@@ -217,7 +218,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         fleet.node = remote.node = config.fleet.node
         fleet.placing = placing = ClusterPlacing(runtime, remote, client, cluster.key_prefix)
         directory = EngineDirectory(runtime, fleet, client, cluster.key_prefix)
-        remote.knows, remote.fetch = directory.knows, directory.fetch
+        remote.gate = DispatchGate(directory.knows, directory.fetch, remote.handed, remote.replica)
         remote.on_engines = directory.listed
         remote.on_failing = fleet.failing_elsewhere
 

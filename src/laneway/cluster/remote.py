@@ -25,7 +25,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -55,6 +55,7 @@ from laneway.cluster.codec import (
     decode_order,
     encode,
 )
+from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
 from laneway.cluster.redis_io import stream_entries
@@ -169,14 +170,10 @@ class RemoteScheduler:
         # dispatches that came while this replica could have been taken for dead (a pause past
         # its liveness): started only once a heartbeat says it was not
         self._held: list[Decision] = []
-        # a fleet's (laneway.cluster.fleet_replica): the node whose engines this replica starts,
-        # whether a worker is known here, how an engine another replica started is reached; the
-        # decisions held (in order) while the worker of a dispatch among them is made
+        # a fleet's (laneway.cluster.fleet_replica): the node whose engines this replica starts;
+        # the decisions held (in order) while the worker of a dispatch among them is made
         self.node: str | None = None
-        self.knows: Callable[[str], bool] | None = None
-        self.fetch: Callable[[str], Awaitable[None]] = _nothing
-        self._gated: list[Decision] = []
-        self._gating: asyncio.Task[None] | None = None
+        self.gate: DispatchGate | None = None
         # (the node hears) which engines the leader places on, and the models it cannot start
         self.on_engines: Callable[[set[str]], None] = lambda ids: None
         self.on_failing: Callable[[dict[str, tuple[str, float]]], None] = lambda failing: None
@@ -202,8 +199,8 @@ class RemoteScheduler:
         ]
 
     async def close(self) -> None:
-        if self._gating is not None:
-            self._tasks.append(self._gating)
+        if self.gate is not None:
+            await self.gate.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -352,33 +349,16 @@ class RemoteScheduler:
                 req = self._reqs.get(d.request_id)
                 if req is not None and req.prefix and d.worker_id in self.borrower.index:
                     self.borrower.index.record(d.worker_id, req.prefix)
-            if self._gated or (
-                type(d) is Dispatch and self.knows is not None and not self.knows(d.worker_id)
-            ):
-                self._gated.append(d)  # (after the worker of an engine another replica started is made)
-                if self._gating is None:
-                    self._gating = asyncio.get_running_loop().create_task(self._resolve())
-                continue
+            if self.gate is not None and self.gate.holds(d):
+                continue  # (handed on once the worker of an engine another replica started is made)
             self._inbox.append(d)  # (a decision of the core: Dispatch, Preempt, Reject; Load, Evict, ...)
         if self._inbox:
             self.kick()
 
-    async def _resolve(self) -> None:
-        """Hand the held decisions over in order, each dispatch once its worker is made."""
-        try:
-            while self._gated:
-                d = self._gated[0]
-                if type(d) is Dispatch and self.knows is not None and not self.knows(d.worker_id):
-                    try:
-                        await self.fetch(d.worker_id)
-                    except Exception:  # (the dispatch goes on: its request fails over from there)
-                        log.exception(
-                            "replica %s: the worker %s could not be made", self.replica, d.worker_id
-                        )
-                self._inbox.append(self._gated.pop(0))
-                self.kick()
-        finally:
-            self._gating = None
+    def handed(self, d: Decision) -> None:
+        """A decision held by the gate goes on to the runtime."""
+        self._inbox.append(d)
+        self.kick()
 
     def _census(self, census_id: str) -> None:
         """Tell the leader every live request of this replica, queued or running where (the
@@ -614,7 +594,8 @@ class RemoteScheduler:
         self._deadlines.clear()
         self._held = []
         self._inbox = []
-        self._gated = []
+        if self.gate is not None:
+            self.gate.clear()
         self.borrower = Borrower(self.borrower.specs, index=self.borrower.index)
         await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
         self.last_heartbeat = time.monotonic()
@@ -627,7 +608,3 @@ class RemoteScheduler:
         )
         self.on_reborn(self.home, lost)
         self._owns()
-
-
-async def _nothing(worker: str) -> None:
-    """(No fleet: every worker is known.)"""
