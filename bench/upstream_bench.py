@@ -2,7 +2,8 @@
 
     python bench/upstream_bench.py [--only flood,overhead,vllm,gate] [--traces] [--batch 200] [--tokens 1000]
         [--urgent 20] [--urgent-tokens 16] [--slots 4] [--ms-per-token 2] [--requests 2000]
-        [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--gate-slots 16] [--json out.json]
+        [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--gate-slots 16] [--gate-batch 64]
+        [--json out.json]
 
 Every engine and server is a subprocess on 127.0.0.1 (logs in a temporary
 directory), stopped afterwards; every loop is bounded in count and time.
@@ -220,7 +221,7 @@ def engine_waiting(metrics_url: str, stop: threading.Event, seen: list[int]) -> 
 def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
     if args.vllm is None or args.vllm_model is None:
         raise SystemExit("upstream_bench: --only gate needs --vllm VENV --vllm-model DIR")
-    out: dict[str, Any] = {"batch": args.vllm_batch, "tokens": args.vllm_tokens, "slots": args.gate_slots}
+    out: dict[str, Any] = {"batch": args.gate_batch, "tokens": args.vllm_tokens, "slots": args.gate_slots}
     with tempfile.TemporaryDirectory(prefix="upstream-bench-gate-") as tmp:
         log = Path(tmp) / "vllm.log"
         with vllm_process(
@@ -240,7 +241,7 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
                 with gateway(here, v.url, "tiny", args.gate_slots, worker) as url:
                     watcher.start()
                     try:
-                        r = _run_fast(flood(url, "tiny", args, args.vllm_batch, args.vllm_tokens, via=True))
+                        r = _run_fast(flood(url, "tiny", args, args.gate_batch, args.vllm_tokens, via=True))
                     finally:
                         stop.set()
                         watcher.join(10)
@@ -503,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-model", metavar="DIR")
     ap.add_argument("--vllm-batch", type=int, default=24)
     ap.add_argument("--vllm-tokens", type=int, default=400)
+    ap.add_argument(
+        "--gate-batch",
+        type=int,
+        default=64,
+        help="gate: P2 requests of the flood (long enough for ~20 urgent requests under it)",
+    )
     ap.add_argument(
         "--gate-slots", type=int, default=16, help="gate: laneway's slots for the vLLM (too many)"
     )
