@@ -60,21 +60,19 @@ from laneway.cluster.lease import Lease, NotLeader
 from laneway.cluster.lending import Lender
 from laneway.cluster.liveness import ALIVE_TTL_S, DEAD_TTL_S, REAP
 from laneway.cluster.redis_io import stream_entries, text, text_map
+from laneway.cluster.relay import Relay
 from laneway.cluster.remote import ESTIMATES_EVERY_S
+from laneway.cluster.table import LiveTable
 from laneway.core import (
     Dispatch,
-    Evict,
     InvalidTransition,
     LanewayError,
-    Load,
-    Preempt,
-    Reject,
     Scheduler,
     UnknownRequest,
     WorkerSpec,
 )
 from laneway.core.config import SchedulerConfig
-from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
+from laneway.core.decisions import apply
 from laneway.runtime import fleet_view
 from laneway.runtime.sizing import Sizing
 
@@ -130,8 +128,7 @@ class Leader:
         self.lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
         self._commit: Callable[..., Any] | None = None
-        self.home: dict[str, str] = {}
-        self.entries: dict[str, TableEntry] = {}  # rid -> its table entry
+        self.table = LiveTable()  # the live requests: as sent, queued or running where, and their homes
         self.pos = "0-0"
         self.applied: dict[str, int] = {}  # home -> the last of its event entries applied
         # homes taken for dead (their tombstones): what they send after that is not applied (one
@@ -172,7 +169,7 @@ class Leader:
         Nothing is dispatched until every one of them answered, or :data:`CENSUS_WAIT_S`
         passed. (A replica also tells each new leader it sees in the lease, unasked: one whose
         heartbeat had not come back yet when the leader looked is heard all the same.)"""
-        homes = {self.me, *self.home.values(), *self.lender.homes(), *await self._alive()}
+        homes = {self.me, *self.table.home.values(), *self.lender.homes(), *await self._alive()}
         self.census_pending = set(homes)
         self.census_from = time.time() + CENSUS_MIN_S
         self.census_until = time.time() + CENSUS_WAIT_S
@@ -225,7 +222,7 @@ class Leader:
         # taken for dead again (their quarantine is written with the next commit)
         self.reaping = {text(h) for h in await self.r.smembers(self.p + "reaping")}
         self.healthy_since = time.time()  # (a new leader gives every replica a period to say it lives)
-        self.home, self.entries = {}, {}
+        self.table.clear()
         pending: list[tuple[str, list[Any]]] = []
         refused_ids: list[str] = []
         rows = sorted(
@@ -235,11 +232,11 @@ class Leader:
         adopted = queued = 0
         for rid, entry in rows:
             home = entry.sent.home
-            self.home[rid] = home
+            self.table.home[rid] = home
             if entry.running and entry.worker in core.workers:
                 try:
                     core.adopt(entry.sent.request(), entry.worker, now)
-                    self.entries[rid] = entry
+                    self.table.entries[rid] = entry
                     adopted += 1
                     continue
                 except LanewayError:
@@ -248,9 +245,9 @@ class Leader:
             if refused is not None:
                 pending.append((home, encode(refused)))
                 refused_ids.append(rid)
-                self.home.pop(rid, None)
+                self.table.home.pop(rid, None)
                 continue
-            self.entries[rid] = entry.queued()
+            self.table.entries[rid] = entry.queued()
             queued += 1
         self.lender.restore({k: json.loads(v) for k, v in loans.items()}, core.workers)
         for w, lent, held in self.lender.hold_in(core):
@@ -352,7 +349,7 @@ class Leader:
             if not self.census_pending and now >= self.census_from:
                 self._lend(core, out)
             if moved or sets or dels or out or self.lender.changed or unapplied:
-                changed = [(rid, self.entries[rid]) for rid in sets if rid in self.entries]
+                changed = [(rid, self.table.entries[rid]) for rid in sets if rid in self.table.entries]
                 while True:  # the core has moved on: this must be written (or the lease is lost)
                     try:
                         await self._write(changed, dels, out, applied, unapplied)
@@ -383,15 +380,14 @@ class Leader:
             if kind is Submitted:
                 sent = e.sent
                 rid = sent.id
-                if rid in self.entries:
+                if rid in self.table.entries:
                     return  # (sent twice)
                 refused = self.fleet.refusal(rid, sent.model, now) if self.fleet is not None else None
                 refused = refused or core.submit(sent.request(), now)
                 if refused is not None:
                     out.append((sent.home, encode(refused)))
                     return
-                self.home[rid] = sent.home
-                self.entries[rid] = sets[rid] = TableEntry(sent)
+                self.table.add(rid, TableEntry(sent), sets)
                 dels.discard(rid)
             elif kind is Finished:
                 try:
@@ -401,12 +397,12 @@ class Leader:
                 except InvalidTransition:  # (queued again by a rebuild, its worker gone: it ended)
                     core.cancel(e.request_id, now, tokens=e.tokens)
                 finally:
-                    self._forget(e.request_id, sets, dels)
+                    self.table.forget(e.request_id, sets, dels)
             elif kind is Cancelled:
                 try:
                     core.cancel(e.request_id, now, tokens=e.tokens)
                 finally:
-                    self._forget(e.request_id, sets, dels)
+                    self.table.forget(e.request_id, sets, dels)
             elif kind is Preempted:
                 try:
                     core.preempted(
@@ -418,10 +414,10 @@ class Leader:
                     )
                 except InvalidTransition:  # preempted by a leader before this one: it runs here
                     core.requeue(e.request_id, now)
-                self._queued(e.request_id, sets)
+                self.table.queued(e.request_id, sets)
             elif kind is Requeued:
                 core.requeue(e.request_id, now)
-                self._queued(e.request_id, sets)
+                self.table.queued(e.request_id, sets)
             elif kind is Progress:
                 core.progress(e.request_id, e.tokens, now)
             elif kind is Availability:
@@ -441,7 +437,7 @@ class Leader:
             elif kind is Census:  # a replica's census: its requests now
                 self._census(e, now, sets, dels, out)
             elif kind in FLEET_EVENTS and self.fleet is not None:  # an owner's engines
-                decided = self.fleet.apply(e, core, now, out, self._queued_of)
+                decided = self.fleet.apply(e, core, now, out, self.table.queued_of)
                 apply(decided, Relay(self, sets, dels, out), now)
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             pass  # (an end of what ended before, a request this leader does not know)
@@ -465,16 +461,16 @@ class Leader:
         home = census.home
         self.census_pending.discard(home)
         reported = {e.sent.id: e for e in census.entries}
-        dropped = [rid for rid, h in self.home.items() if h == home and rid not in reported]
+        dropped = [rid for rid, h in self.table.home.items() if h == home and rid not in reported]
         for rid in dropped:
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                 core.cancel(rid, now)
-            self._forget(rid, sets, dels)
+            self.table.forget(rid, sets, dels)
         self.lender.drop([home])
         self.lender.hold_in(core)
         adopted = requeued = 0
         for rid, entry in reported.items():
-            known = self.entries.get(rid)
+            known = self.table.entries.get(rid)
             if known is not None:
                 if known.state == entry.state and known.worker == entry.worker:
                     continue
@@ -483,12 +479,12 @@ class Leader:
                     continue
                 with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                     core.cancel(rid, now)
-                self._forget(rid, sets, dels)
-            self.home[rid] = home
+                self.table.forget(rid, sets, dels)
+            self.table.home[rid] = home
             if entry.running and entry.worker in core.workers:
                 try:
                     core.adopt(entry.sent.request(), entry.worker, now)
-                    self.entries[rid] = sets[rid] = entry
+                    self.table.entries[rid] = sets[rid] = entry
                     dels.discard(rid)
                     adopted += 1
                     continue
@@ -497,9 +493,9 @@ class Leader:
             refused = core.submit(entry.sent.request(), now)
             if refused is not None:
                 out.append((home, encode(refused)))
-                self.home.pop(rid, None)
+                self.table.home.pop(rid, None)
                 continue
-            self.entries[rid] = sets[rid] = entry.queued()
+            self.table.entries[rid] = sets[rid] = entry.queued()
             dels.discard(rid)
             requeued += 1
         if dropped or adopted or requeued:
@@ -512,31 +508,6 @@ class Leader:
                 requeued,
             )
 
-    def _queued_of(self, model: str) -> list[str]:
-        """The requests of ``model`` queued now, in arrival order."""
-        entries = self.entries.items()
-        return [
-            rid
-            for rid, e in sorted(entries, key=lambda kv: kv[1].sent.arrival_s)
-            if not e.running and e.sent.model == model
-        ]
-
-    def _forget(self, rid: str, sets: dict[str, TableEntry], dels: set[str]) -> None:
-        self.home.pop(rid, None)
-        if self.entries.pop(rid, None) is not None:
-            dels.add(rid)
-        sets.pop(rid, None)
-
-    def _queued(self, rid: str, sets: dict[str, TableEntry]) -> None:
-        entry = self.entries.get(rid)
-        if entry is not None:
-            self.entries[rid] = sets[rid] = entry.queued()
-
-    def _running(self, rid: str, worker: str, sets: dict[str, TableEntry]) -> None:
-        entry = self.entries.get(rid)
-        if entry is not None:
-            self.entries[rid] = sets[rid] = entry.on(worker)
-
     async def _reap(
         self, now: float, sets: dict[str, TableEntry], dels: set[str], out: list[tuple[str, list[Any]]]
     ) -> list[str]:
@@ -545,7 +516,7 @@ class Leader:
         event numbers are forgotten."""
         engines = set(self.fleet.started_by.values()) if self.fleet is not None else set()
         homes = sorted(
-            (set(self.home.values()) | self.lender.homes() | set(self.applied) | self.reaping | engines)
+            (set(self.table.home.values()) | self.lender.homes() | set(self.applied) | self.reaping | engines)
             - {self.me}
         )
         if not homes:
@@ -573,18 +544,18 @@ class Leader:
                 held[(h, w)] = loan.hold
                 longest[(h, w)] = LENT_HOLD_S
         self.lender.drop(dead)
-        gone = [rid for rid, h in self.home.items() if h in dead]
+        gone = [rid for rid, h in self.table.home.items() if h in dead]
         for rid in gone:
-            entry = self.entries.get(rid)
+            entry = self.table.entries.get(rid)
             if entry is not None and entry.running and entry.worker in core.workers:
-                key = (self.home[rid], entry.worker)
+                key = (self.table.home[rid], entry.worker)
                 held[key] = held.get(key, 0) + 1
                 size = entry.sent.est_service_s
                 est = size if isinstance(size, int | float) else QUARANTINE_MAX_S
                 longest[key] = max(longest.get(key, 0.0), 2 * est + QUARANTINE_GRACE_S)
             with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                 core.cancel(rid, now)
-            self._forget(rid, sets, dels)
+            self.table.forget(rid, sets, dels)
         for (h, w), n in held.items():
             self.lender.quarantine(h, w, n, now + min(longest[(h, w)], QUARANTINE_MAX_S))
         if not gone and not held:
@@ -684,63 +655,3 @@ class Leader:
         with contextlib.suppress(aioredis.RedisError, OSError):
             await self.r.set(self.p + "est", json.dumps(fig), px=5000)
             await self.r.xtrim(self.p + "events", minid=self.pos)
-
-
-class Relay:
-    """The leader's :class:`~laneway.core.decisions.Actuator`: a decision about a request
-    goes to the stream of the replica that holds it, and the table of live requests
-    follows (written with the same commit)."""
-
-    __slots__ = ("dels", "leader", "out", "sets")
-
-    def __init__(
-        self, leader: Leader, sets: dict[str, TableEntry], dels: set[str], out: list[tuple[str, list[Any]]]
-    ) -> None:
-        self.leader = leader
-        self.sets = sets
-        self.dels = dels
-        self.out = out
-
-    def dispatch(self, d: Dispatch, now: float) -> None:
-        home = self.leader.home.get(d.request_id)
-        if home is not None:
-            self.leader._running(d.request_id, d.worker_id, self.sets)
-            self.out.append((home, encode(d)))
-        elif self.leader.core is not None:  # (no replica holds it: its slot is free again)
-            with contextlib.suppress(LanewayError):
-                self.leader.core.finished(d.request_id, now, failed=True)
-
-    def preempt(self, d: Preempt, now: float) -> None:
-        home = self.leader.home.get(d.request_id)
-        if home is not None:
-            self.out.append((home, encode(d)))
-
-    def reject(self, d: Reject, now: float) -> None:
-        home = self.leader.home.get(d.request_id)
-        if home is not None:
-            self.leader._forget(d.request_id, self.sets, self.dels)
-            self.out.append((home, encode(d)))
-
-    def _owner(self, d: Load | Evict | LoadAdapter | UnloadAdapter) -> None:
-        """A fleet's decision goes to the replica that owns its node."""
-        fleet = self.leader.fleet
-        if fleet is None:
-            log.error("a decision to load or unload (%s) in a cluster without a fleet", type(d).__name__)
-            return
-        home = fleet.route(d)
-        if home is None:  # (its node's owner is gone: its engines with it)
-            log.warning("%s: no replica owns the node of %s", type(d).__name__, d.replica_id)
-            return
-        self.out.append((home, encode(d)))
-
-    def load(self, d: Load, now: float) -> None:
-        self._owner(d)
-
-    def evict(self, d: Evict, now: float) -> None:
-        self._owner(d)
-
-    def load_adapter(self, d: LoadAdapter, now: float) -> None:
-        self._owner(d)
-
-    def unload_adapter(self, d: UnloadAdapter, now: float) -> None:
-        self._owner(d)
