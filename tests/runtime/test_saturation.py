@@ -3,16 +3,24 @@ when it keeps up with all it is given; what an engine's /metrics say of it."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from laneway.backends.base import EngineState
 from laneway.backends.capabilities import STATE_GAUGES, sglang_kv_tokens_in, state_in
+from laneway.backends.factory import build_upstream
+from laneway.backends.inprocess import InProcess
 from laneway.config import load_config
 from laneway.core import ConfigError
+from laneway.fault_harness import upstream_toml
 from laneway.runtime.engine_watch import HitCount
-from laneway.runtime.saturation import KV_FULL, REPROBE, SETTLE_S, Saturation, Window
+from laneway.runtime.saturation import KV_FULL, REPROBE, SETTLE_S, Window
+from laneway.standin import StandIn
+from live_server import LiveServer, live_server
 
 
 def test_an_engine_that_queues_is_given_what_it_runs_and_the_rest_is_taken_back() -> None:
@@ -107,3 +115,51 @@ def test_the_reported_hit_rate_counts_from_the_first_reading_and_anew_after_a_re
     assert count.ratio == pytest.approx(100 / 400)
     count.update(300.0, 240.0)  # its engine restarted: its counters began again at 0
     assert count.ratio == pytest.approx(240 / 300)
+
+
+def test_a_burst_past_what_the_engine_runs_is_gated_and_taken_back_before_the_next_probe(
+    tmp_path: Path,
+) -> None:
+    """12 slots in front of a stand-in engine that runs 4 (its own queue beyond): a burst of
+    12 long requests queues 8 inside it. Laneway reads its gauges a quarter second after
+    sending it more than it had seen it run (the next probe is 30 s away), cuts it to the 4
+    it runs and takes the 8 it queued back; a P0 sent then goes first in laneway's queue
+    and never waits inside the engine; every request ends, each with all its tokens."""
+    path = tmp_path / "laneway.toml"
+    path.write_text(
+        f'[server]\ndata_dir = "{tmp_path / "data"}"\nprobe_interval_s = 30\n'
+        + upstream_toml("up0", "http://up0.invalid/v1", 12)
+    )
+    config = load_config(path)
+    engine = StandIn(slots=4, ms_per_token=10)
+    workers = {w.name: build_upstream(w, connect=InProcess(engine)) for w in config.workers}
+
+    async def main(url: str, server: LiveServer) -> tuple[list[int], float, dict[str, int]]:
+        window = server.runtime.engines.saturation.windows["up0"]
+        seen = {"open_in_engine": 0, "queued_here": 0, "limit": 12}
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def one(i: int, priority: str, tokens: int) -> int:
+                body = {"model": "m", "prompt": f"job {i}", "max_tokens": tokens, "priority": priority}
+                r = await client.post(url + "/completions", json=body)
+                assert r.status_code == 200, r.text
+                return int(r.json()["usage"]["completion_tokens"])
+
+            flood = [asyncio.ensure_future(one(i, "P3", 300)) for i in range(12)]
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 2.0 and not (window.limit == 4 and engine.open_requests() == 4):
+                await asyncio.sleep(0.02)
+            seen["limit"] = window.limit
+            seen["open_in_engine"] = engine.open_requests()
+            seen["queued_here"] = server.runtime.sched.queued
+            t1 = time.monotonic()
+            assert await one(99, "P0", 2) == 2
+            urgent_s = time.monotonic() - t1
+            return list(await asyncio.gather(*flood)), urgent_s, seen
+
+    with live_server(config, workers) as server:
+        made, urgent_s, seen = asyncio.run(main(server.base_url, server))
+    assert made == [300] * 12
+    assert seen == {"limit": 4, "open_in_engine": 4, "queued_here": 8}, seen  # (none in its queue)
+    assert urgent_s < 2.0  # (behind the engine's own queue it would wait for 4 runs of 3 s)
+    assert engine.peak_requests <= 12
