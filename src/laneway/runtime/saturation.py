@@ -12,7 +12,7 @@ sets a window (additive increase, multiplicative decrease):
   those laneway has there less those waiting — are what it takes at once, and that is
   the new limit (halved where that cannot be told: the queue is not laneway's). The
   requests over it that have made nothing yet are taken back into laneway's queues
-  (:meth:`~laneway.runtime.engine_watch.EngineWatch.take_back`), where priority holds;
+  (:meth:`~laneway.runtime.recovery.Recovery.take_back`), where priority holds;
   those that have begun are left to end;
 - **its KV cache is full** (:data:`KV_FULL` used): the limit halves;
 - either way (never under ``min_slots``) the limit it was cut to is its **ceiling**: it
