@@ -231,23 +231,20 @@ class Leader:
         )
         adopted = queued = 0
         for rid, entry in rows:
-            home = entry.sent.home
-            self.table.home[rid] = home
             if entry.running and entry.worker in core.workers:
                 try:
                     core.adopt(entry.sent.request(), entry.worker, now)
-                    self.table.entries[rid] = entry
+                    self.table.put(rid, entry)
                     adopted += 1
                     continue
                 except LanewayError:
                     pass  # (a fresh one to queue instead)
             refused = core.submit(entry.sent.request(), now)
             if refused is not None:
-                pending.append((home, encode(refused)))
+                pending.append((entry.sent.home, encode(refused)))
                 refused_ids.append(rid)
-                self.table.home.pop(rid, None)
                 continue
-            self.table.entries[rid] = entry.queued()
+            self.table.put(rid, entry.queued())
             queued += 1
         self.lender.restore({k: json.loads(v) for k, v in loans.items()}, core.workers)
         for w, lent, held in self.lender.hold_in(core):
@@ -387,8 +384,7 @@ class Leader:
                 if refused is not None:
                     out.append((sent.home, encode(refused)))
                     return
-                self.table.add(rid, TableEntry(sent), sets)
-                dels.discard(rid)
+                self.table.put(rid, TableEntry(sent), sets, dels)
             elif kind is Finished:
                 try:
                     core.finished(
@@ -480,12 +476,10 @@ class Leader:
                 with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
                     core.cancel(rid, now)
                 self.table.forget(rid, sets, dels)
-            self.table.home[rid] = home
             if entry.running and entry.worker in core.workers:
                 try:
                     core.adopt(entry.sent.request(), entry.worker, now)
-                    self.table.entries[rid] = sets[rid] = entry
-                    dels.discard(rid)
+                    self.table.put(rid, entry, sets, dels)
                     adopted += 1
                     continue
                 except LanewayError:
@@ -493,10 +487,8 @@ class Leader:
             refused = core.submit(entry.sent.request(), now)
             if refused is not None:
                 out.append((home, encode(refused)))
-                self.table.home.pop(rid, None)
                 continue
-            self.table.entries[rid] = sets[rid] = entry.queued()
-            dels.discard(rid)
+            self.table.put(rid, entry.queued(), sets, dels)
             requeued += 1
         if dropped or adopted or requeued:
             log.warning(

@@ -22,10 +22,22 @@ class LiveTable:
     def clear(self) -> None:
         self.home, self.entries = {}, {}
 
-    def add(self, rid: str, entry: TableEntry, sets: dict[str, TableEntry]) -> None:
-        """A request submitted (queued)."""
+    def put(
+        self,
+        rid: str,
+        entry: TableEntry,
+        sets: dict[str, TableEntry] | None = None,
+        dels: set[str] | None = None,
+    ) -> None:
+        """``rid`` is in the table as ``entry``, held by the replica that sent it (written with
+        the commit under way, where ``sets`` and ``dels`` are given: a rebuild reads what is
+        written already)."""
         self.home[rid] = entry.sent.home
-        self.entries[rid] = sets[rid] = entry
+        self.entries[rid] = entry
+        if sets is not None:
+            sets[rid] = entry
+        if dels is not None:
+            dels.discard(rid)
 
     def forget(self, rid: str, sets: dict[str, TableEntry], dels: set[str]) -> None:
         """A request ended (or refused): out of the table."""

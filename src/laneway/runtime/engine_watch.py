@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from laneway.backends.base import EngineState, Worker
 from laneway.runtime.metrics import Metrics
@@ -57,7 +58,8 @@ class EngineWatch:
         sched: Callable[[], SchedulerPort],
         metrics: Metrics,
         kick: Callable[[], None],
-        take_back: Callable[[str, int], int] = lambda name, n: 0,
+        take_back: Callable[[str, int], int],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
         self.workers = workers
         # each worker's KV space as the scheduler has it: configured, or as its engine says
@@ -68,8 +70,8 @@ class EngineWatch:
         self.metrics = metrics
         self._kick = kick
         self._take_back = take_back  # (worker, n): runs that made nothing taken back; how many
+        self._spawn = spawn  # (the runtime's: its tasks are tracked and ended with it)
         self._soon: set[str] = set()  # workers whose engine is to be read soon
-        self._tasks: set[asyncio.Task[None]] = set()
         self.hits: dict[str, HitCount] = {}
         for name, window in saturation.windows.items():
             metrics.set_concurrency(name, window.limit)
@@ -108,9 +110,7 @@ class EngineWatch:
         asyncio.get_running_loop().call_later(QUICK_READ_S, self._read_soon, name)
 
     def _read_soon(self, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._quick(name))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._quick(name))
 
     async def _quick(self, name: str) -> None:
         try:

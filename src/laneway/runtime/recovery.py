@@ -105,9 +105,10 @@ class Recovery:
             and math.isnan(t.first_token_s)
         ]
         runs.sort(key=lambda t: (t.priority, t.enqueued_s), reverse=True)
+        taken = runs[:n]
         w = rt.workers.get(worker)
         now = rt.now()
-        for ticket in runs[:n]:
+        for ticket in taken:
             ticket.run += 1  # (what the stopped run still sends is stale)
             if w is not None:
                 rt.spawn(w.cancel(ticket.id))
@@ -115,6 +116,6 @@ class Recovery:
             ticket.phase = Phase.QUEUED
             ticket.enqueued_s = now
             rt.alerts.watch(ticket, now)
-        if runs[:n]:
+        if taken:
             rt.kick()
-        return len(runs[:n])
+        return len(taken)

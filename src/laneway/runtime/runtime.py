@@ -123,6 +123,7 @@ class Runtime(WorkerEvents):
             self.metrics,
             self.kick,
             lambda worker, n: self.recovery.take_back(worker, n),
+            self.spawn,
         )
         self.prober = Prober(self, config.probe_interval_s, config.unavailable_hold_s)
         self.tickets: dict[str, Ticket] = {}
