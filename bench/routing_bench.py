@@ -233,6 +233,11 @@ async def run(
         flood_makespan = max(flood_ends) - t0 if flood_ends else None
         stop.set()
         await sampler
+        preempted = None
+        if via is not None:  # (what laneway stopped to make room: each resume is another prefill)
+            text = (await client.get(via.removesuffix("/v1") + "/metrics", timeout=5)).text
+            found = re.findall(r"^laneway_preemptions_total\{[^}]*\} (\S+)$", text, re.M)
+            preempted = round(sum(float(v) for v in found))
     after = eng.counters()
     hits = []
     for b, a in zip(before, after, strict=True):
@@ -258,6 +263,7 @@ async def run(
         "idle_fraction": idle,
         "idle_with_work_fraction": idle_held,
         "per_engine": per_engine if via is None else None,
+        "preempted": preempted,
     }
 
 
@@ -338,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(
                     f"[dim]  makespan {r['makespan_s']:.1f} s, TTFT p50 {r['ttft_p50_s']:.2f} s, "
                     f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}"
+                    + (f", {r['preempted']} preempted" if r["preempted"] else "")
                     + (
                         f", engines idle with laneway's work on them {' / '.join(f'{x:.0%}' for x in held)}"
                         if held[0] is not None

@@ -264,3 +264,28 @@ def test_a_prompt_of_text_parts_is_sized_by_its_text() -> None:
     job = Job("r", "m", SamplingParams(), messages=({"role": "user", "content": parts},), kind=CHAT)
     plain = Job("p", "m", SamplingParams(), messages=({"role": "user", "content": "x" * 2400},), kind=CHAT)
     assert sizing.prompt_tokens(job) == sizing.prompt_tokens(plain) == 601
+
+
+def test_a_p0_s_slot_is_kept_for_its_next_request_then_goes_to_the_waiting_batch_work() -> None:
+    """The server's default ``hold_s`` (0.25 s): an urgent client's next request takes the
+    slot its last one freed, preempting nothing; when none comes, the batch work waiting
+    starts once the hold lapses (the runtime wakes for it)."""
+    hold_s = ServerConfig().scheduler.hold_s
+    assert hold_s == 0.25
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        first = rt.submit(job("turn1", 5), 0)
+        await until(lambda: first.phase is Phase.RUNNING)
+        batch = rt.submit(job("batch", 5), 3)
+        await first.result()
+        second = rt.submit(job("turn2", 5), 0)  # (the agent's next step, at once)
+        await second.result()
+        assert batch.preemptions == 0 and batch.phase is Phase.QUEUED
+        ended = asyncio.get_running_loop().time()
+        await until(lambda: batch.phase is not Phase.QUEUED)
+        waited = asyncio.get_running_loop().time() - ended
+        assert 0.1 < waited < 2.0  # (the hold, and no more than a generous bound)
+        assert (await batch.result()).finish_reason == "length"
+        assert rt.metrics.preemptions.labels("P3")._value.get() == 0
+
+    run_with(config(), 500.0, body)

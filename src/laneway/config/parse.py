@@ -279,6 +279,7 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
         aging_interval_s=table.float("aging_interval_s", base.aging_interval_s, positive=True),
         aging_ceiling=_rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
         drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
+        hold_s=table.float("hold_s", base.hold_s) or 0.0,
         max_preempt_loss=table.float("max_preempt_loss", base.max_preempt_loss),
         max_preemptions=table.int("max_preemptions", base.max_preemptions, low=0, optional=True),
         max_queued_total=table.int("max_queued_total", base.max_queued_total, low=1),

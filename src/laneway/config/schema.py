@@ -106,7 +106,7 @@ class ClusterConfig:
 
 # the server's scheduler defaults, where a bare SchedulerConfig (the simulator's) bounds
 # nothing: a flood is shed with 503 + Retry-After rather than queued without end
-SERVER_SCHEDULER = SchedulerConfig(max_queued_total=10_000, max_wait_s=120.0)
+SERVER_SCHEDULER = SchedulerConfig(max_queued_total=10_000, max_wait_s=120.0, hold_s=0.25)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ class SchedulerConfig:
       token counter (:mod:`laneway.core.fairness`; ``fair_prompt_weight`` and
       ``fair_output_weight`` price a prompt and an output token); ``False``:
       FIFO by arrival inside a class.
+    - ``hold_s``: when a request of a class that may preempt others ends, its slot is
+      kept this long for that class's next request before work it would preempt may take
+      it (:mod:`laneway.core.holds`; 0: not kept).
     - ``placement``: how work spreads over workers of fixed slots that may all take it:
       ``prefix`` (where its prompt is likely cached, unless that worker is much busier;
       else as ``least-loaded``), ``least-loaded`` (the one running the smallest share of
@@ -58,6 +61,7 @@ class SchedulerConfig:
     aging_interval_s: float | None = 60.0
     aging_ceiling: int = 2
     drain_cap_s: float = 30.0
+    hold_s: float = 0.0
     max_preempt_loss: float | None = 0.25
     max_preemptions: int | None = None
     max_queued_total: int | None = None
@@ -81,6 +85,8 @@ class SchedulerConfig:
             raise ConfigError(f"aging_ceiling: must be a class rank 0–{len(self.classes) - 1}")
         if self.drain_cap_s < 0:
             raise ConfigError("drain_cap_s: must be >= 0")
+        if not self.hold_s >= 0:
+            raise ConfigError("hold_s: must be >= 0")
         if self.max_preemptions is not None and self.max_preemptions < 0:
             raise ConfigError("max_preemptions: must be >= 0 (or none)")
         if self.max_preempt_loss is not None and not self.max_preempt_loss >= 0:

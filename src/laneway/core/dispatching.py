@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from laneway.core.decisions import Decision, Dispatch
 from laneway.core.fairness import FairShares
 from laneway.core.feedback import TimeSlices
+from laneway.core.holds import Holds
 from laneway.core.lanes import Lanes
 from laneway.core.measures import Calibration
 from laneway.core.occupancy import Occupancy
@@ -37,6 +38,7 @@ class Dispatcher:
         "counters",
         "fair",
         "feedback",
+        "holds",
         "interval_s",
         "lanes",
         "loads",
@@ -61,6 +63,7 @@ class Dispatcher:
         counters: Counters,
         slices: TimeSlices,
         loads: ModelLoads | None,
+        holds: Holds,
     ) -> None:
         self.lanes = lanes
         self.occ = occ
@@ -76,6 +79,7 @@ class Dispatcher:
         self.shares = tables.shares
         self.interval_s = tables.interval_s
         self.preemptible = tables.preemptible
+        self.holds = holds  # (free slots kept a moment for the class that freed them)
 
     def step(self, now: float, out: list[Decision]) -> None:
         """Start queued requests while slots are free (or loads may be planned)."""
@@ -85,6 +89,9 @@ class Dispatcher:
         loads = self.loads
         placement = self.placement
         counters = self.counters
+        holds = self.holds
+        if holds.count:
+            holds.lapse(now)
         while (occ.free > 0 or loads is not None) and lanes.total:
             if self.promises.reserved_total:
                 req = self.selector.reserved_head(now, blocked) or self.selector.select(now, blocked)
@@ -94,6 +101,11 @@ class Dispatcher:
                 req = select_strict(lanes, now, blocked, self.interval_s)
             if req is None:
                 return
+            if holds.count and occ.free <= holds.against(req.cls):  # (the free slots are held)
+                if blocked is NONE_BLOCKED:
+                    blocked = set()
+                blocked.add(req.lane)
+                continue
             # (where models load, the loop goes on with no slot free: loads may be planned)
             w = placement.take_slot(req, now) if loads is None or occ.free > 0 else None
             if w is None:
@@ -121,6 +133,8 @@ class Dispatcher:
             if loads is not None:  # (and the LoRA adapter loads it needs: before its dispatch)
                 loads.touch(w.id, now, out)
             counters.dispatched += 1
+            if holds.count:
+                holds.use(req.priority)
             out.append(_new_tuple(Dispatch, (req.id, w.id, req.resume)))  # Dispatch(rid, wid, req.resume)
             if self.feedback and self.preemptible[req.cls]:
                 self.slices.start(req, now)

@@ -75,3 +75,4 @@ def check_invariants(s: Scheduler) -> None:
             assert rid in occ.running[r.cls]
     assert queued == s.lanes.class_count, (queued, s.lanes.class_count)
     s.promises.check(reqs.values())
+    s.holds.check()

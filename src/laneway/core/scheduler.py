@@ -43,6 +43,7 @@ from laneway.core.expiry import Expiry
 from laneway.core.fairness import FairShares
 from laneway.core.feedback import TimeSlices, start_level
 from laneway.core.gpu_placement import GpuPlacement
+from laneway.core.holds import Holds
 from laneway.core.inheritance import Inheritance
 from laneway.core.inspection import check_invariants, snapshot
 from laneway.core.lanes import Lanes
@@ -87,6 +88,8 @@ class Scheduler:
         "_calibration",
         "_expiry",
         "_exposed_running",
+        "_hold_s",
+        "_holding",
         "_now",
         "_preempting",
         "_ranks",
@@ -99,6 +102,7 @@ class Scheduler:
         "dispatcher",
         "estimator",
         "fair",
+        "holds",
         "inheritance",
         "lanes",
         "live_requests",
@@ -188,8 +192,22 @@ class Scheduler:
             tables, cfg, reqs, lanes, occ, promises, selector, measures, counters, planner
         )
         self.slices = slices = TimeSlices(cfg.mlfq_slice_s, lanes, occ, preemptor)  # (empty but under mlfq)
+        # (slots kept a moment for the class that freed them: slot placements only)
+        self.holds = holds = Holds(tables.rights_of)
+        self._hold_s = cfg.hold_s if planner is None else 0.0
+        self._holding = tuple(bool(r) for r in tables.rights_of)  # the classes that may preempt
         self.dispatcher = Dispatcher(
-            tables, lanes, occ, promises, selector, self.fair, measures.calibration, counters, slices, loads
+            tables,
+            lanes,
+            occ,
+            promises,
+            selector,
+            self.fair,
+            measures.calibration,
+            counters,
+            slices,
+            loads,
+            holds,
         )
         self._now = 0.0  # the clock of the last schedule() call
         # (the parts' own objects, held here too for the hot path)
@@ -370,6 +388,8 @@ class Scheduler:
         self.occupancy.release(req)  # self._release(req), inline: the hot path
         if req.claimed_for is not None:
             self.promises.freed(req)
+        if self._hold_s and not failed and self._holding[req.priority]:
+            self.holds.hold(req.priority, now + self._hold_s)
         if failed:
             transition(req, _FAILED)
             self.counters.failed[req.priority] += 1
@@ -666,6 +686,8 @@ class Scheduler:
             t = min(t, self.loads.wakeup(self._now))
         if self.slices.heap:
             t = min(t, self.slices.next_due())
+        if self.holds.count and self.lanes.total:
+            t = min(t, self.holds.next_lapse())
         return t
 
     # ------------------------------------------------------------------ estimates
