@@ -3,7 +3,7 @@
     python bench/upstream_bench.py [--only flood,overhead,vllm,gate] [--traces] [--batch 200] [--tokens 1000]
         [--urgent 20] [--urgent-tokens 16] [--slots 4] [--ms-per-token 2] [--requests 2000]
         [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--gate-slots 16] [--gate-batch 64]
-        [--json out.json]
+        [--hold-s S] [--json out.json]
 
 Every engine and server is a subprocess on 127.0.0.1 (logs in a temporary
 directory), stopped afterwards; every loop is bounded in count and time.
@@ -238,6 +238,8 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
                 here = Path(tmp) / name.replace(" ", "-")
                 here.mkdir()
                 worker = f"adapt_slots = {'true' if adapt else 'false'}\n"
+                if args.hold_s is not None:
+                    worker += f"\n[scheduler]\nhold_s = {args.hold_s}\n"
                 with gateway(here, v.url, "tiny", args.gate_slots, worker) as url:
                     watcher.start()
                     try:
@@ -512,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--gate-slots", type=int, default=16, help="gate: laneway's slots for the vLLM (too many)"
+    )
+    ap.add_argument(
+        "--hold-s",
+        type=float,
+        default=None,
+        help="gate: laneway's [scheduler] hold_s (default: the server's, 0.25 s)",
     )
     ap.add_argument(
         "--traces",
