@@ -27,9 +27,11 @@ before each
 - ``laneway``: through ``laneway serve`` with nothing configured but the two workers (its
   default placement: where the prompt is likely cached, else the least loaded).
 
-Reported per mode: time to first token p50/p99, makespan, each engine's prefix-cache hit
-rate (its own ``vllm:prefix_cache_*`` counters) and how often it ran nothing (its
-``vllm:num_requests_running`` sampled every 0.25 s).
+Reported per mode: time to first token p50/p99 and mean, the mean time from the first
+token to the end (the decode, which no placement shortens: with ``--clients`` clients busy
+throughout, the makespan is about ``requests × (TTFT mean + that) ÷ clients``), makespan,
+each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) and how often
+it ran nothing (its ``vllm:num_requests_running`` sampled every 0.25 s).
 
 With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
@@ -180,6 +182,7 @@ async def run(
     queue = list(enumerate(bodies))
     queue.reverse()
     ttfts: list[float] = [0.0] * len(bodies)
+    latencies: list[float] = [0.0] * len(bodies)
     in_flight = [0] * len(eng.urls)
     per_engine = [0] * len(eng.urls)
     flood_ends: list[float] = []
@@ -216,7 +219,7 @@ async def run(
                     in_flight[e] += 1
                     per_engine[e] += 1
                 try:
-                    ttfts[i], _ = await urgent(client, url, body)  # (time to first text)
+                    ttfts[i], latencies[i] = await urgent(client, url, body)  # (first text, end)
                 finally:
                     if e >= 0:
                         in_flight[e] -= 1
@@ -257,6 +260,9 @@ async def run(
         "ttft_p50_s": statistics.median(ordered),
         "ttft_p99_s": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
         "makespan_s": makespan,
+        "ttft_mean_s": statistics.fmean(ttfts),
+        # (after the first text: the decode, which no placement shortens)
+        "rest_mean_s": statistics.fmean(lat - ttft for lat, ttft in zip(latencies, ttfts, strict=True)),
         "flood": len(flood),
         "flood_makespan_s": flood_makespan,
         "prefix_hit_rate": hits,
@@ -360,7 +366,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.order}) over two vLLM engines ({kv}){flooded}"
     )
     t.add_column("mode", no_wrap=True)
-    for c in ("TTFT p50 s", "TTFT p99 s", "makespan s", "prefix hits (engines)", "ran nothing (engines)"):
+    for c in (
+        "TTFT p50 s",
+        "TTFT p99 s",
+        "TTFT mean s",
+        "then to the end, mean s",
+        "makespan s",
+        "prefix hits (engines)",
+        "ran nothing (engines)",
+    ):
         t.add_column(c, justify="right")
     if batch:
         t.add_column("flood makespan s", justify="right")
@@ -369,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             r["mode"],
             f"{r['ttft_p50_s']:.2f}",
             f"{r['ttft_p99_s']:.2f}",
+            f"{r['ttft_mean_s']:.2f}",
+            f"{r['rest_mean_s']:.2f}",
             f"{r['makespan_s']:.1f}",
             " / ".join(f"{x:.0%}" for x in r["prefix_hit_rate"]),
             " / ".join(f"{x:.0%}" for x in r["idle_fraction"]),
