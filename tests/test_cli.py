@@ -47,6 +47,18 @@ def test_scenario_json_is_one_design_object(capsys: pytest.CaptureFixture[str]) 
     assert s["classes"]["P0"]["count"] > 0
 
 
+def test_hold_s_keeps_urgent_slots_and_preempts_less(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--hold-s``: the server's holds in the simulator. On support-desk (P0 chat beside
+    batch floods) fewer batch requests are preempted, and every request still ends."""
+    runs = []
+    for hold in ("0", "0.25"):
+        assert main(["simulate", "--scenario", "support-desk", "--json", "--hold-s", hold]) == 0
+        (s,) = json_lines(capsys.readouterr().out)
+        assert all(c["completed"] == c["count"] for c in s["classes"].values())
+        runs.append(s)
+    assert runs[1]["preemptions"] < runs[0]["preemptions"]
+
+
 def test_policy_list_and_all(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "fifo, laneway,fifo", "--json"]) == 0
     assert [s["policy"] for s in json_lines(capsys.readouterr().out)] == ["fifo", "laneway"]
@@ -214,6 +226,8 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
         (["simulate", "--scenario", "mixed", "--slots", "0"], "--slots"),
         (["simulate", "--scenario", "mixed", "--slots", "two"], "--slots"),
         (["simulate", "--scenario", "mixed", "--seed", "1.5"], "--seed"),
+        (["simulate", "--scenario", "mixed", "--hold-s", "-1"], "--hold-s"),
+        (["simulate", "--scenario", "mixed", "--hold-s", "soon"], "--hold-s"),
         (["simulate", "--scenario", "chat-vs-batch", "--requests", "10"], "--requests"),
         (["simulate", "--trace", "/no/such/trace.jsonl"], "/no/such/trace.jsonl"),
         (["simulate"], "--scenario"),

@@ -6,7 +6,8 @@
 ``laneway batch submit|status|results ...`` (see :mod:`laneway.batch.cli`)
 
 ``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
-[--slots N] [--upstreams N [--kv-tokens N]] [--seed N] [--requests N] [--json] [--report DIR]``
+[--slots N] [--upstreams N [--kv-tokens N]] [--seed N] [--requests N] [--hold-s S] [--json]
+[--report DIR]``
 
 Errors the user can fix (bad trace line, unknown scenario or policy, missing
 file, bad numbers) print one line, ``laneway: error: ...``, and exit with 2.
@@ -72,6 +73,16 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="laneway", description="Priority scheduling for LLM inference.")
     parser.add_argument("--version", action="version", version=f"laneway {__version__}")
@@ -123,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-fair-tenants",
         action="store_true",
         help="FIFO by arrival inside a class (default: tenants share a class by tokens)",
+    )
+    sim.add_argument(
+        "--hold-s",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="keep a P0/P1 request's slot S seconds for its class's next request, from the work "
+        "it would preempt (default 0; laneway serve's default is 0.25)",
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
@@ -283,7 +302,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 f"--report {args.report}: cannot make the folder: {exc.strerror or exc}"
             ) from None
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
-    config = SchedulerConfig(fair_tenants=False) if args.no_fair_tenants else None
+    config = (
+        SchedulerConfig(fair_tenants=not args.no_fair_tenants, hold_s=args.hold_s)
+        if args.no_fair_tenants or args.hold_s
+        else None
+    )
     results = run_policies(policies, sc, seed, config)
     summaries = [summarize(r) for r in results]
     if args.json:
