@@ -302,11 +302,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 f"--report {args.report}: cannot make the folder: {exc.strerror or exc}"
             ) from None
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
-    config = (
-        SchedulerConfig(fair_tenants=not args.no_fair_tenants, hold_s=args.hold_s)
-        if args.no_fair_tenants or args.hold_s
-        else None
-    )
+    config = SchedulerConfig(fair_tenants=not args.no_fair_tenants, hold_s=args.hold_s)
     results = run_policies(policies, sc, seed, config)
     summaries = [summarize(r) for r in results]
     if args.json:

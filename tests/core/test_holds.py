@@ -148,3 +148,11 @@ def test_holds_unit() -> None:
     h.use(1)  # (none left: nothing to use)
     assert h.count == 0
     h.check()
+
+
+def test_freed_holds_only_for_classes_with_rights() -> None:
+    h = Holds((frozenset({2, 3}), frozenset(), frozenset(), frozenset()), hold_s=0.25)
+    h.freed(1, 1.0)  # (P1 here may preempt nobody: nothing to keep its slot from)
+    assert h.count == 0
+    h.freed(0, 1.0)
+    assert h.count == 1 and h.next_lapse() == 1.25

@@ -21,12 +21,19 @@ from collections.abc import Sequence
 
 
 class Holds:
-    __slots__ = ("count", "rights_of", "until")
+    __slots__ = ("count", "hold_s", "rights_of", "until")
 
-    def __init__(self, rights_of: Sequence[frozenset[int]]) -> None:
+    def __init__(self, rights_of: Sequence[frozenset[int]], hold_s: float = 0.0) -> None:
         self.rights_of = rights_of  # per class rank: the ranks it may preempt
+        self.hold_s = hold_s  # (0: nothing is ever held)
         self.until: list[deque[float]] = [deque() for _ in rights_of]  # per class, oldest first
         self.count = 0
+
+    def freed(self, cls: int, now: float) -> None:
+        """A request of class ``cls`` ended at ``now``: its slot is kept for the class for
+        ``hold_s`` if the class may preempt anyone (else nothing is kept from anyone)."""
+        if self.rights_of[cls]:
+            self.hold(cls, now + self.hold_s)
 
     def hold(self, cls: int, until_s: float) -> None:
         """A slot freed by class ``cls`` is kept for it until ``until_s``."""

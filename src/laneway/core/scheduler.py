@@ -88,8 +88,6 @@ class Scheduler:
         "_calibration",
         "_expiry",
         "_exposed_running",
-        "_hold_s",
-        "_holding",
         "_now",
         "_preempting",
         "_ranks",
@@ -193,9 +191,7 @@ class Scheduler:
         )
         self.slices = slices = TimeSlices(cfg.mlfq_slice_s, lanes, occ, preemptor)  # (empty but under mlfq)
         # (slots kept a moment for the class that freed them: slot placements only)
-        self.holds = holds = Holds(tables.rights_of)
-        self._hold_s = cfg.hold_s if planner is None else 0.0
-        self._holding = tuple(bool(r) for r in tables.rights_of)  # the classes that may preempt
+        self.holds = holds = Holds(tables.rights_of, cfg.hold_s if planner is None else 0.0)
         self.dispatcher = Dispatcher(
             tables,
             lanes,
@@ -388,8 +384,8 @@ class Scheduler:
         self.occupancy.release(req)  # self._release(req), inline: the hot path
         if req.claimed_for is not None:
             self.promises.freed(req)
-        if self._hold_s and not failed and self._holding[req.priority]:
-            self.holds.hold(req.priority, now + self._hold_s)
+        if self.holds.hold_s and not failed:
+            self.holds.freed(req.priority, now)
         if failed:
             transition(req, _FAILED)
             self.counters.failed[req.priority] += 1
