@@ -40,7 +40,10 @@ directory), stopped afterwards; every loop is bounded in count and time.
    (``adapt_slots``, the default) and without: urgent requests idle and under
    the flood, and the most requests vLLM's own queue held (its ``/metrics``,
    read every 0.25 s). Without the gate the flood waits inside vLLM and an
-   urgent request behind it; with it, in laneway, where priority holds.
+   urgent request behind it; with it, in laneway, where priority holds. Beside
+   them, the engine's floor: urgent requests straight to vLLM beside ``--slots``
+   − 1 batch requests kept in flight, so that they never wait in its queue —
+   the most a gateway gives them without stopping all the engine's other work.
 """
 
 from __future__ import annotations
@@ -175,6 +178,43 @@ async def flood(
     return out
 
 
+async def beside(url: str, model: str, args: argparse.Namespace, running: int) -> dict[str, Any]:
+    """Urgent requests straight to the engine, idle and then beside ``running`` batch requests
+    kept in flight (each streamed, as laneway reads its upstream; the next sent as one ends):
+    the engine's own floor for an urgent request that never waits in its queue."""
+    limits = httpx.Limits(max_connections=running + 16, max_keepalive_connections=running + 16)
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+        hot = chat(model, args.urgent_tokens, "hotfix, are you there?", None, True)
+        for _ in range(3):
+            await urgent(client, url, hot)  # warm-up
+        idle = []
+        for _ in range(args.urgent):
+            idle.append(await urgent(client, url, hot))
+            await asyncio.sleep(0.05)
+        stop = asyncio.Event()
+
+        async def keep(k: int) -> None:
+            for i in range(10_000):
+                if stop.is_set():
+                    return
+                await urgent(client, url, chat(model, args.vllm_tokens, f"batch job {k}.{i}", None, True))
+
+        keepers = [asyncio.create_task(keep(k)) for k in range(running)]
+        await asyncio.sleep(1.0)
+        loaded = []
+        for i in range(args.urgent):
+            loaded.append(await urgent(client, url, hot))
+            await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]) + 0.013 * (i % 7))  # as in flood()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*keepers), REQUEST_TIMEOUT_S)
+    out: dict[str, Any] = {"running": running}
+    for name, i in (("ttft", 0), ("latency", 1)):
+        out[f"idle_{name}_p50_ms"] = statistics.median(x[i] * 1e3 for x in idle)
+        out[f"flood_{name}_p50_ms"] = statistics.median(x[i] * 1e3 for x in loaded)
+        out[f"{name}_ratio"] = out[f"flood_{name}_p50_ms"] / out[f"idle_{name}_p50_ms"]
+    return out
+
+
 def flood_pair(
     engine_url: str, model: str, args: argparse.Namespace, batch: int, tokens: int
 ) -> dict[str, Any]:
@@ -227,6 +267,8 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
         with vllm_process(
             Path(args.vllm), Path(args.vllm_model), log, "--max-num-seqs", str(args.slots)
         ) as v:
+            err.print(f"[dim]gate: the engine's floor, {args.slots - 1} batch requests beside P0, direct…[/]")
+            out["floor"] = _run_fast(beside(v.url, "tiny", args, args.slots - 1))
             for name, adapt in (("without the gate", False), ("with the gate", True)):
                 err.print(
                     f"[dim]gate: vLLM of {args.slots} sequences, laneway slots {args.gate_slots}, {name}…[/]"
@@ -448,7 +490,22 @@ def gate_table(r: dict[str, Any]) -> Table:
             str(x["engine_waiting_max"]),
             f"{x['makespan_s']:.1f}",
         )
-    t.caption = "medians (p50); target with the gate: TTFT ÷ idle ≤ 1.2"
+    if "floor" in r:
+        f = r["floor"]
+        t.add_row(
+            f"vLLM alone, {f['running']} beside P0",
+            f"{f['idle_ttft_p50_ms']:.1f}",
+            f"{f['flood_ttft_p50_ms']:.1f}",
+            f"{f['ttft_ratio']:.2f}",
+            f"{f['latency_ratio']:.2f}",
+            "0",
+            "–",
+        )
+    t.caption = (
+        "medians (p50); target with the gate: TTFT ÷ idle ≤ 1.2. Last row: straight to vLLM, "
+        "one sequence fewer than it runs kept busy, so that P0 never waits in its queue — what the "
+        "engine itself gives P0 beside that work"
+    )
     return t
 
 
