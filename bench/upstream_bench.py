@@ -43,7 +43,9 @@ directory), stopped afterwards; every loop is bounded in count and time.
    urgent request behind it; with it, in laneway, where priority holds. Beside
    them, the engine's floor: urgent requests straight to vLLM beside ``--slots``
    − 1 batch requests kept in flight, so that they never wait in its queue —
-   the most a gateway gives them without stopping all the engine's other work.
+   the most a gateway gives them without stopping all the engine's other work;
+   and ``--slots`` kept in flight, one stopped just before each urgent request
+   (what it costs the engine to swap a request, as a preemption does).
 """
 
 from __future__ import annotations
@@ -178,10 +180,15 @@ async def flood(
     return out
 
 
-async def beside(url: str, model: str, args: argparse.Namespace, running: int) -> dict[str, Any]:
+async def beside(
+    url: str, model: str, args: argparse.Namespace, running: int, stop_one: bool = False
+) -> dict[str, Any]:
     """Urgent requests straight to the engine, idle and then beside ``running`` batch requests
-    kept in flight (each streamed, as laneway reads its upstream; the next sent as one ends):
-    the engine's own floor for an urgent request that never waits in its queue."""
+    kept in flight (each streamed, as laneway reads its upstream; the next sent as one ends).
+    With one sequence fewer than the engine runs: its own floor for an urgent request that
+    never waits in its queue. ``stop_one``: before each urgent request one of them is stopped
+    (its stream closed, so that the engine aborts it) and sent again after — a client that
+    preempts on its own, as laneway does for P0 when the engine is full."""
     limits = httpx.Limits(max_connections=running + 16, max_keepalive_connections=running + 16)
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
         hot = chat(model, args.urgent_tokens, "hotfix, are you there?", None, True)
@@ -192,22 +199,29 @@ async def beside(url: str, model: str, args: argparse.Namespace, running: int) -
             idle.append(await urgent(client, url, hot))
             await asyncio.sleep(0.05)
         stop = asyncio.Event()
+        current: dict[int, asyncio.Task[tuple[float, float]]] = {}
 
         async def keep(k: int) -> None:
             for i in range(10_000):
                 if stop.is_set():
                     return
-                await urgent(client, url, chat(model, args.vllm_tokens, f"batch job {k}.{i}", None, True))
+                body = chat(model, args.vllm_tokens, f"batch job {k}.{i}", None, True)
+                current[k] = asyncio.create_task(urgent(client, url, body))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await current[k]
 
         keepers = [asyncio.create_task(keep(k)) for k in range(running)]
         await asyncio.sleep(1.0)
         loaded = []
         for i in range(args.urgent):
+            if stop_one:
+                current[i % running].cancel()
+                await asyncio.sleep(0)  # (its stream closed before the urgent one is sent)
             loaded.append(await urgent(client, url, hot))
             await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]) + 0.013 * (i % 7))  # as in flood()
         stop.set()
         await asyncio.wait_for(asyncio.gather(*keepers), REQUEST_TIMEOUT_S)
-    out: dict[str, Any] = {"running": running}
+    out: dict[str, Any] = {"running": running, "stop_one": stop_one}
     for name, i in (("ttft", 0), ("latency", 1)):
         out[f"idle_{name}_p50_ms"] = statistics.median(x[i] * 1e3 for x in idle)
         out[f"flood_{name}_p50_ms"] = statistics.median(x[i] * 1e3 for x in loaded)
@@ -269,6 +283,8 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
         ) as v:
             err.print(f"[dim]gate: the engine's floor, {args.slots - 1} batch requests beside P0, direct…[/]")
             out["floor"] = _run_fast(beside(v.url, "tiny", args, args.slots - 1))
+            err.print(f"[dim]gate: {args.slots} batch requests, one stopped for each P0, direct…[/]")
+            out["stop one"] = _run_fast(beside(v.url, "tiny", args, args.slots, stop_one=True))
             for name, adapt in (("without the gate", False), ("with the gate", True)):
                 err.print(
                     f"[dim]gate: vLLM of {args.slots} sequences, laneway slots {args.gate_slots}, {name}…[/]"
@@ -490,21 +506,24 @@ def gate_table(r: dict[str, Any]) -> Table:
             str(x["engine_waiting_max"]),
             f"{x['makespan_s']:.1f}",
         )
-    if "floor" in r:
-        f = r["floor"]
-        t.add_row(
-            f"vLLM alone, {f['running']} beside P0",
-            f"{f['idle_ttft_p50_ms']:.1f}",
-            f"{f['flood_ttft_p50_ms']:.1f}",
-            f"{f['ttft_ratio']:.2f}",
-            f"{f['latency_ratio']:.2f}",
-            "0",
-            "–",
-        )
+    alone = (("floor", "vLLM alone, {} beside P0"), ("stop one", "vLLM alone, {}, one stopped per P0"))
+    for key, label in alone:
+        if key in r:
+            f = r[key]
+            t.add_row(
+                label.format(f["running"]),
+                f"{f['idle_ttft_p50_ms']:.1f}",
+                f"{f['flood_ttft_p50_ms']:.1f}",
+                f"{f['ttft_ratio']:.2f}",
+                f"{f['latency_ratio']:.2f}",
+                "0",
+                "–",
+            )
     t.caption = (
-        "medians (p50); target with the gate: TTFT ÷ idle ≤ 1.2. Last row: straight to vLLM, "
-        "one sequence fewer than it runs kept busy, so that P0 never waits in its queue — what the "
-        "engine itself gives P0 beside that work"
+        "medians (p50); target with the gate: TTFT ÷ idle ≤ 1.2. Last rows, straight to vLLM: "
+        "one sequence fewer than it runs kept busy, so that P0 never waits in its queue (what the "
+        "engine itself gives P0 beside that work); as many as it runs, one of them stopped (aborted) "
+        "just before each P0 (a client preempting on its own)"
     )
     return t
 
