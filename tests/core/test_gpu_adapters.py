@@ -57,7 +57,7 @@ def test_a_full_replica_unloads_its_least_recently_used_idle_adapter_and_never_a
         ("LoadAdapter", rid, "poem"),
         ("Dispatch", "p1", rid),
     ]
-    assert d.placement.adapter_loads == 2 and d.placement.adapter_unloads == 1
+    assert d.placement.adapters.loads == 2 and d.placement.adapters.unloads == 1
     sched.check_invariants()
 
 

@@ -155,9 +155,9 @@ def agree(d: GpuDriver) -> None:
         assert model is not None
         assert p.replicas[w].model.name == p.inv.base(model).name, f"{rid} runs on a replica of another model"
         if model != p.replicas[w].model.name:  # (an adapter: held where it runs)
-            assert model in p.resident.get(w, {}) and model in d.adapters.get(w, ()), (rid, w, model)
+            assert model in p.adapters.resident.get(w, {}) and model in d.adapters.get(w, ()), (rid, w, model)
     for rid, held in d.adapters.items():  # (the placement holds what the driver saw loaded)
-        assert set(p.resident.get(rid, {})) == held, (rid, p.resident.get(rid), held)
+        assert set(p.adapters.resident.get(rid, {})) == held, (rid, p.adapters.resident.get(rid), held)
 
 
 def run(fleet: Fleet, cfg: SchedulerConfig, policy: str, events: list[tuple[object, ...]]) -> GpuDriver:

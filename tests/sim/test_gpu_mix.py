@@ -183,4 +183,4 @@ def test_an_adapters_load_time_is_paid_by_the_first_of_its_requests_on_a_replica
     assert out["s2"].end_s == pytest.approx(20.0 + 10.0)
     assert out["p1"].end_s == pytest.approx(40.0 + 1.5 + 10.0)
     planner = res.scheduler.planner
-    assert planner is not None and (planner.adapter_loads, planner.adapter_unloads) == (2, 1)
+    assert planner is not None and (planner.adapters.loads, planner.adapters.unloads) == (2, 1)

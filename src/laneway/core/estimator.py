@@ -321,7 +321,7 @@ class Estimator:
             return 0.0
         cold = 0.0
         if spec.adapter_of is not None:  # (its base's replicas serve it, once it is loaded there)
-            held = planner.resident
+            held = planner.adapters.resident
             if not any(model in held.get(r.id, ()) for r in planner.by_model.get(spec.adapter_of, ())):
                 cold = spec.load_s
             spec = planner.inv.models[spec.adapter_of]

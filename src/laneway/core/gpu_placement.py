@@ -27,12 +27,7 @@ queued for are evicted. After ``switch_wait_s`` it stops waiting politely:
 replicas in its way are *drained* (no new work) so they become idle and can be
 evicted — overtaking is bounded, nobody starves.
 
-LoRA adapters (``ModelSpec.adapter_of``) run inside replicas of their base: a request
-for an adapter takes a slot of a ready replica of its base that holds the adapter, else of
-one with room for it (fewer than ``max_adapters`` held, or one held that runs nothing,
-the least recently used, unloaded); taking it there emits ``LoadAdapter`` (and
-``UnloadAdapter``) before its ``Dispatch``. An adapter's queued requests count as demand
-for its base (it is loaded, and kept, for them).
+LoRA adapters run inside replicas of their base (:mod:`laneway.core.adapters`).
 
 The ``naive`` mode is the baseline: one request per GPU, on the first idle GPU
 (group) in configuration order that can hold the model, resident there or not
@@ -45,22 +40,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from laneway.core.decisions import Decision, Evict, Load, LoadAdapter, UnloadAdapter
+from laneway.core.adapters import Adapters
+from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.errors import ConfigError
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
-from laneway.core.replicas import (
-    AdapterResident,
-    AdapterRoom,
-    HasFreeSlot,
-    InService,
-    LeastLoaded,
-    NotDraining,
-    Replica,
-    adapter_room,
-    adapters_running,
-    classes_of,
-)
+from laneway.core.replicas import HasFreeSlot, InService, LeastLoaded, NotDraining, Replica, classes_of
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
 
@@ -100,15 +85,7 @@ class GpuPlacement:
             NotDraining(self.replicas),
         )
         self.scorers: tuple[Scorer, ...] = (LeastLoaded(),)
-        # LoRA adapters: which each replica holds (adapter -> when last dispatched), and the
-        # adapter loads (unloads) the last slot taken needs, handed out before its dispatch
-        self.adapters_of = inventory.adapters
-        self.resident: dict[str, dict[str, float]] = {}
-        self.pending: list[Decision] = []
-        self.adapter_loads = 0
-        self.adapter_unloads = 0
-        self.adapter_filters: tuple[Filter, ...] = (*self.filters, AdapterRoom(self.replicas, self.resident))
-        self.adapter_scorers: tuple[Scorer, ...] = (AdapterResident(self.resident), LeastLoaded())
+        self.adapters = Adapters(inventory, self.replicas, self.filters)  # LoRA adapters in replicas
         # preloads are placed best-fit next to each other, in naive mode too (its
         # "first idle GPU, evict what is there" would evict the preloads before)
         self.naive = False
@@ -127,51 +104,19 @@ class GpuPlacement:
         w = self._place(req, now)
         if w is not None:
             w.free -= 1
-            if self.adapters_of:
-                spec = self.inv.models[req.model]  # type: ignore[index]
-                if spec.adapter_of is not None:
-                    self._hold_adapter(self.replicas[w.id], spec, now)
+            adapter = self.adapters.spec(req.model)
+            if adapter is not None:
+                self.adapters.hold(self.replicas[w.id], adapter, now)
         return w
-
-    def _hold_adapter(self, r: Replica, adapter: ModelSpec, now: float) -> None:
-        """Replica ``r`` runs a request of ``adapter`` next: it holds it from now on (loaded
-        there, after the least recently used adapter it holds that runs nothing, if full)."""
-        held = self.resident.setdefault(r.id, {})
-        if adapter.name not in held:
-            if len(held) >= r.model.max_adapters:
-                busy = adapters_running(r)
-                victim = min((a for a in held if a not in busy), key=lambda a: (held[a], a))
-                del held[victim]
-                self.adapter_unloads += 1
-                self.pending.append(UnloadAdapter(r.id, victim))
-            self.adapter_loads += 1
-            self.pending.append(LoadAdapter(r.id, adapter.name, adapter.load_s))
-        held[adapter.name] = now
 
     def helps(self, model: str | None) -> Callable[[Request, str], bool] | None:
         """For a waiting request of ``model``: whether stopping a running request on a worker
-        would let it start there — ``None`` (any would: the slot is what it waits for) but for
-        an adapter, which may wait for room in its base's engine instead: then only a request
-        of an adapter held there helps (stopping a base request frees a slot it has)."""
-        spec = self.inv.models.get(model)  # type: ignore[arg-type]
-        if spec is None or spec.adapter_of is None:
-            return None
-        resident = self.resident
-
-        def helps(victim: Request, worker_id: str) -> bool:
-            r = self.replicas.get(worker_id)
-            if r is None:
-                return False
-            held = resident.get(worker_id)
-            if adapter_room(r, held, model):
-                return r.worker.free == 0  # (only a slot is wanted)
-            return held is not None and victim.model in held
-
-        return helps
+        would let it start there (:meth:`Adapters.helps`)."""
+        return self.adapters.helps(model)
 
     def adapter_gone(self, replica_id: str, adapter: str) -> None:
         """``adapter`` is not in replica ``replica_id``'s engine after all (its load failed)."""
-        self.resident.get(replica_id, {}).pop(adapter, None)
+        self.adapters.gone(replica_id, adapter)
 
     def take(self, worker: WorkerState) -> None:
         raise ConfigError("a replica's slots are taken by placement only")
@@ -179,11 +124,10 @@ class GpuPlacement:
     def _place(self, req: Request, now: float) -> WorkerState | None:
         if self.naive:
             return self._place_naive(req)
-        if self.adapters_of:
-            spec = self.inv.models.get(req.model)  # type: ignore[arg-type]
-            if spec is not None and spec.adapter_of is not None:
-                ready = (r.worker for r in self.by_model.get(spec.adapter_of, ()) if r.ready)
-                return choose(req, ready, self.adapter_filters, self.adapter_scorers, now)
+        adapter = self.adapters.spec(req.model)
+        if adapter is not None:
+            bases = self.by_model.get(adapter.adapter_of or "", ())
+            return self.adapters.place(req, adapter, bases, now)
         ready = (r.worker for r in self.by_model.get(req.model, ()) if r.ready)  # type: ignore[arg-type]
         return choose(req, ready, self.filters, self.scorers, now)
 
@@ -193,13 +137,6 @@ class GpuPlacement:
         if spec is not None and spec.adapter_of is not None:
             return self.inv.models[spec.adapter_of]
         return spec
-
-    def _demand(self, demand: Callable[[str], int]) -> Callable[[str], int]:
-        """``demand`` with each adapter's queued requests counted for its base too."""
-        if not self.adapters_of:
-            return demand
-        adapters = self.adapters_of
-        return lambda m: demand(m) + sum(demand(a) for a in adapters.get(m, ()))
 
     def _place_naive(self, req: Request) -> WorkerState | None:
         """One request per GPU: the first idle GPU (configuration order) that fits.
@@ -257,7 +194,7 @@ class GpuPlacement:
         model = self._spec(req.model)
         if model is None:
             return []
-        demand = self._demand(demand)
+        demand = self.adapters.demand(demand)
         if self.loading_slots(model.name) >= demand(model.name):
             return []  # what is already loading will serve the queue
         # it waited long enough to displace others — unless its model has a replica for
@@ -458,7 +395,7 @@ class GpuPlacement:
                 model,
                 tuple(g.id for g in group),
                 classes_of(group),
-                self.adapters_of.get(model.name, ()),
+                self.adapters.of_base(model.name),
             )
             load_s = model.load_s
             self.loads += 1
@@ -481,14 +418,7 @@ class GpuPlacement:
 
     def evict(self, r: Replica) -> Evict:
         assert not r.worker.running, "only idle replicas are evicted"
-        self.resident.pop(r.id, None)  # (asleep or stopped, its engine holds no adapter for us)
-        del self.replicas[r.id]
-        self.by_model[r.model.name].remove(r)
-        for gid in r.gpus:
-            self.used[gid] -= r.model.per_gpu_gb
-            if self.used[gid] < _EPS:
-                self.used[gid] = 0.0
-            del self.on_gpu[gid][r.id]
+        self._unplace(r)
         self.evictions += 1
         sleep = r.model.wake_s is not None and self.inv.max_asleep > 0 and not self.naive
         if sleep:  # (its engine keeps it in host memory; it wakes where it was)
@@ -496,6 +426,17 @@ class GpuPlacement:
             r.draining = 0.0
             self.asleep[r.id] = r
         return Evict(r.id, r.model.name, r.gpus, sleep=sleep)
+
+    def _unplace(self, r: Replica) -> None:
+        """Replica ``r`` holds no VRAM and no adapter from now on."""
+        self.adapters.forget(r.id)  # (asleep or stopped, its engine holds no adapter for us)
+        del self.replicas[r.id]
+        self.by_model[r.model.name].remove(r)
+        for gid in r.gpus:
+            self.used[gid] = max(self.used[gid] - r.model.per_gpu_gb, 0.0)
+            if self.used[gid] < _EPS:
+                self.used[gid] = 0.0
+            del self.on_gpu[gid][r.id]
 
     def drop(self, replica_id: str) -> None:
         """Replica ``replica_id`` is gone without an eviction (its load failed, its engine
@@ -506,14 +447,7 @@ class GpuPlacement:
         r = self.replicas[replica_id]
         if r.worker.running:
             raise ConfigError(f"replica {replica_id} still runs {len(r.worker.running)} requests")
-        self.resident.pop(r.id, None)
-        del self.replicas[r.id]
-        self.by_model[r.model.name].remove(r)
-        for gid in r.gpus:
-            self.used[gid] = max(self.used[gid] - r.model.per_gpu_gb, 0.0)
-            if self.used[gid] < _EPS:
-                self.used[gid] = 0.0
-            del self.on_gpu[gid][r.id]
+        self._unplace(r)
         self.down.discard(r.id)
 
     def load_took(self, model: str, seconds: float, *, wake: bool = False) -> None:
@@ -554,7 +488,7 @@ class GpuPlacement:
             spec,
             tuple(gpus),
             classes_of([self.gpus[g] for g in gpus]),
-            self.adapters_of.get(model, ()),
+            self.adapters.of_base(model),
         )
         r.last_used = r.ready_at = now
         self.replicas[replica_id] = r
@@ -673,6 +607,4 @@ class GpuPlacement:
         for r in self.replicas.values():
             assert len({self.gpus[gid].node for gid in r.gpus}) == 1, f"{r.id} spans nodes"
             assert len(r.gpus) == r.model.gpus
-            n = len(self.resident.get(r.id, ()))
-            assert n <= r.model.max_adapters, f"{r.id} holds {n} adapters"
-        assert self.resident.keys() <= self.replicas.keys(), "adapters held by a replica that is gone"
+        self.adapters.check()

@@ -43,9 +43,9 @@ class ModelLoads:
         """A request was placed on ``worker_id``: the adapter loads it needs go out first."""
         planner = self.planner
         planner.touch(worker_id, now)
-        if planner.pending:
-            out.extend(planner.pending)
-            planner.pending.clear()
+        if planner.adapters.pending:
+            out.extend(planner.adapters.pending)
+            planner.adapters.pending.clear()
 
     def loaded(self, replica_id: str, now: float) -> None:
         """A replica finished loading: its slots take work from now on."""

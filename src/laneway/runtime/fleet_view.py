@@ -28,7 +28,7 @@ def placed(planner: GpuPlacement, now: float, ready: Callable[[str], bool] | Non
     adapters) and ``gpus`` (per GPU: VRAM used of total, the replicas on it); a replica is
     ready once ``ready`` says so (by default, once the placement has it ready)."""
     is_ready = ready or (lambda rid: rid in planner.replicas and planner.replicas[rid].ready)
-    held = planner.resident
+    held = planner.adapters.resident
     replicas = {
         rid: {
             "model": r.model.name,
