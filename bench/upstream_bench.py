@@ -136,6 +136,19 @@ async def urgent(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> t
     return (first if first is not None else total), total
 
 
+async def idle_urgent(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], n: int
+) -> list[tuple[float, float]]:
+    """``n`` urgent requests one at a time on the idle engine (after 3 to warm up)."""
+    for _ in range(3):
+        await urgent(client, url, body)
+    idle = []
+    for _ in range(n):
+        idle.append(await urgent(client, url, body))
+        await asyncio.sleep(0.05)
+    return idle
+
+
 async def flood(
     url: str, model: str, args: argparse.Namespace, batch: int, tokens: int, via: bool
 ) -> dict[str, Any]:
@@ -143,12 +156,7 @@ async def flood(
     limits = httpx.Limits(max_connections=batch + 16, max_keepalive_connections=batch + 16)
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
         hot = chat(model, args.urgent_tokens, "hotfix, are you there?", "P0" if via else None, True)
-        for _ in range(3):
-            await urgent(client, url, hot)  # warm-up
-        idle = []
-        for _ in range(args.urgent):
-            idle.append(await urgent(client, url, hot))
-            await asyncio.sleep(0.05)
+        idle = await idle_urgent(client, url, hot, args.urgent)
         start = time.perf_counter()
         ends: list[float] = []
 
@@ -192,12 +200,7 @@ async def beside(
     limits = httpx.Limits(max_connections=running + 16, max_keepalive_connections=running + 16)
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
         hot = chat(model, args.urgent_tokens, "hotfix, are you there?", None, True)
-        for _ in range(3):
-            await urgent(client, url, hot)  # warm-up
-        idle = []
-        for _ in range(args.urgent):
-            idle.append(await urgent(client, url, hot))
-            await asyncio.sleep(0.05)
+        idle = await idle_urgent(client, url, hot, args.urgent)
         stop = asyncio.Event()
         current: dict[int, asyncio.Task[tuple[float, float]]] = {}
 
