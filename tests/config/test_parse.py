@@ -160,3 +160,6 @@ def test_file_errors(tmp_path: Path) -> None:
     wrong.write_text("[server]\nport = -5\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"wrong.toml: server.port: must be >= 0"):
         load_config(wrong)
+    wrong.write_text("[server]\nport = 70000\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"wrong.toml: server.port: must be <= 65535, got 70000"):
+        load_config(wrong)

@@ -53,6 +53,7 @@ class Table:
         default: Any = _MISSING,
         *,
         low: builtins.int | None = None,
+        high: builtins.int | None = None,
         optional: bool = False,
     ) -> Any:
         """A whole number; with ``optional``, the string ``"none"`` (or ``false``) gives ``None``."""
@@ -66,6 +67,8 @@ class Table:
             raise ConfigError(f"{self.key(name)}: expected {what}, got {value!r}")
         if low is not None and value < low:
             raise ConfigError(f"{self.key(name)}: must be >= {low}, got {value}")
+        if high is not None and value > high:
+            raise ConfigError(f"{self.key(name)}: must be <= {high}, got {value}")
         return value
 
     def float(self, name: builtins.str, default: Any = _MISSING, *, positive: bool = False) -> Any:

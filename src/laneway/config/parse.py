@@ -89,7 +89,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     aliases = _aliases(top.table("models"), served)
     config = ServerConfig(
         host=server.str("host", base.host),
-        port=server.int("port", base.port, low=0),
+        port=server.int("port", base.port, low=0, high=65535),
         data_dir=Path(server.str("data_dir", str(base.data_dir))),
         policy=_policy(server),
         default_priority=_rank(server, "default_priority", names, base.default_priority),
