@@ -145,6 +145,15 @@ class GenerationFailed(RequestError):
     code = "generation_failed"
 
 
+class UpstreamTimeout(RequestError):
+    """One run of the request took longer than its worker's ``timeout_s``: it ends here, not
+    on another worker (where it would take as long), and the worker stays in placement (504)."""
+
+    status = 504
+    type = "server_error"
+    code = "upstream_timeout"
+
+
 class NotFound(RequestError):
     """No such file or batch — or one that belongs to another tenant (404)."""
 

@@ -1,11 +1,14 @@
 """Whose failure is it? An upstream that answers 500 to one request is up: that request
 fails (after its retries), the worker stays in placement for everyone else. One that
-answers 503 (or cannot be reached) is out until a probe finds it well again."""
+answers 503 (or cannot be reached) is out until a probe finds it well again. A run that
+takes longer than the worker's ``timeout_s`` is the request's: a 504, not tried on the
+other worker, and both stay in placement."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +23,8 @@ from live_server import live_server, serving
 
 
 def fake_upstream(calls: list[str]) -> Starlette:
-    """An OpenAI-like server of one model: prompts holding "poison" get a 500, "busy" a 503."""
+    """An OpenAI-like server of one model: prompts holding "poison" get a 500, "busy" a 503,
+    "slow" a first chunk and then nothing more for 30 s."""
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
@@ -34,8 +38,10 @@ def fake_upstream(calls: list[str]) -> Starlette:
         if "busy" in prompt:
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
 
-        async def chunks() -> Iterator[bytes]:  # type: ignore[misc]
+        async def chunks() -> AsyncIterator[bytes]:
             for word in ("a", " b"):
+                if "slow" in prompt and word == " b":
+                    await asyncio.sleep(30)
                 chunk = {
                     "id": "c",
                     "object": "text_completion",
@@ -54,7 +60,7 @@ def fake_upstream(calls: list[str]) -> Starlette:
             }
             yield f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode()
 
-        return StreamingResponse(chunks(), media_type="text/event-stream")  # type: ignore[arg-type]
+        return StreamingResponse(chunks(), media_type="text/event-stream")
 
     return Starlette(
         routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])]
@@ -79,3 +85,42 @@ def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: P
             r = c.post("/completions", json={**ok, "prompt": "busy"})
             assert r.status_code == 503
             assert server.runtime.recovery.down == {"up"}  # out until a probe (60 s here)
+
+
+def test_a_run_past_timeout_s_is_a_504_and_leaves_its_worker_in_placement(tmp_path: Path) -> None:
+    calls: list[str] = []
+    with serving(fake_upstream(calls)) as url:
+        workers = tuple(
+            WorkerConfig(
+                name,
+                type="upstream",
+                url=url,
+                model="m",
+                served_name="m",
+                slots=1,
+                token_ids="none",
+                timeout_s=0.5,
+                stall_timeout_s=60.0,
+            )
+            for name in ("a", "b")
+        )
+        cfg = replace(ServerConfig(), workers=workers, data_dir=tmp_path, probe_interval_s=60.0)
+        with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
+            r = c.post("/completions", json={"model": "m", "prompt": "slow", "max_tokens": 2})
+            assert r.status_code == 504, r.text
+            error = r.json()["error"]
+            assert error["code"] == "upstream_timeout" and "within 0.5 s" in error["message"], error
+            assert calls == ["slow"]  # not tried on the other worker: it would take as long
+            assert server.runtime.recovery.down == set()  # slow is not gone
+            with c.stream(
+                "POST", "/completions", json={"model": "m", "prompt": "slow", "max_tokens": 2, "stream": True}
+            ) as s:
+                assert s.status_code == 200  # its first chunk came in time; the rest did not
+                text = s.read().decode()
+            assert '"text":"a"' in text.replace(" ", "") and "upstream_timeout" in text, text
+            assert calls == ["slow", "slow"] and server.runtime.recovery.down == set()
+            ok = {"model": "m", "prompt": "fine", "max_tokens": 2}
+            for _ in range(2):
+                assert c.post("/completions", json=ok).status_code == 200
+            assert server.runtime.workers["a"].capacity().busy == 0
+            assert server.runtime.workers["b"].capacity().busy == 0

@@ -21,10 +21,11 @@ prompt tokens of the first run, completion tokens as the ids it sent (or
 its usage, per run).
 
 Errors map to the client's: an upstream 400/404/413 is that error with the
-upstream's message; connection failures, timeouts, stalls (no byte for
+upstream's message; connection failures, stalls (no byte for
 ``stall_timeout_s``), 429 and 5xx are :class:`UpstreamUnavailable`
 (retryable: the runtime may run the request on another worker when nothing
-was streamed yet).
+was streamed yet). A run longer than ``timeout_s`` is :class:`UpstreamTimeout`
+(504): the request ends, and the worker, slow but not gone, stays in placement.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.capabilities import Capabilities, metrics_of, state_of
 from laneway.backends.continuation import by_ids, by_text, request_body
-from laneway.backends.http import Connect, Events, HttpError, Pool, Timeout
+from laneway.backends.http import Collect, Connect, Events, HttpError, Pool, Timeout
 from laneway.backends.upstream_errors import describe_body, error_from, relay_error, stream_failure
 from laneway.backends.upstream_relay import Passed, Relayed, whole
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, plausible
@@ -49,6 +50,7 @@ from laneway.errors import (
     BackendError,
     InvalidRequest,
     RequestError,
+    UpstreamTimeout,
 )
 from laneway.generation import (
     CHAT,
@@ -431,9 +433,7 @@ class UpstreamWorker:
         me = asyncio.current_task()
         path, body = self._body(run)
         raw = json.dumps(body, separators=(",", ":")).encode()
-        got = await self._pool.fetch(
-            "POST", path, raw, timeout_s=self.timeout_s, traceparent=self._traced(run)
-        )
+        got = await self._fetch(run, path, raw)
         if not self._live(run, me):
             return
         ctype = got.headers.get(b"content-type", b"")
@@ -529,8 +529,7 @@ class UpstreamWorker:
         run.exchange = exchange
         timer = None
         if math.isfinite(self.timeout_s):
-            late = HttpError(f"no complete answer within {self.timeout_s:g} s")
-            timer = asyncio.get_running_loop().call_later(self.timeout_s, exchange.fail, late)
+            timer = asyncio.get_running_loop().call_later(self.timeout_s, exchange.fail, self._late())
         try:
             await exchange.done
         finally:
@@ -539,6 +538,20 @@ class UpstreamWorker:
             if run.exchange is exchange:
                 run.exchange = None
         return reader if self._live(run, me) else None
+
+    async def _fetch(self, run: Run, path: str, body: bytes) -> Collect:
+        """A run's whole non-streamed exchange, within the worker's ``timeout_s``."""
+        try:
+            return await self._pool.fetch(
+                "POST", path, body, timeout_s=self.timeout_s, traceparent=self._traced(run)
+            )
+        except Timeout:
+            raise self._late() from None
+
+    def _late(self) -> UpstreamTimeout:
+        """What a run that took longer than ``timeout_s`` ends with: the request fails (504),
+        not tried elsewhere, and the worker stays in placement (it was slow, not gone)."""
+        return UpstreamTimeout(f"upstream {self.name}: no complete answer within {self.timeout_s:g} s")
 
     def _traced(self, run: Run) -> str | None:
         return self.trace(run.job.id) if self.trace is not None else None
@@ -578,13 +591,7 @@ class UpstreamWorker:
         body["model"] = job.model if job.model in self.adapters else self.model
         run.begin()
         if not job.stream:
-            got = await self._pool.fetch(
-                "POST",
-                job.endpoint,
-                json_fast.dumps(body),
-                timeout_s=self.timeout_s,
-                traceparent=self._traced(run),
-            )
+            got = await self._fetch(run, job.endpoint, json_fast.dumps(body))
             if not self._live(run, me):
                 return
             ctype = got.headers.get(b"content-type", b"").decode("latin-1")
