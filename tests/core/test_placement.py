@@ -40,6 +40,18 @@ def test_least_loaded_sends_work_where_a_slot_came_free() -> None:
     assert placed(d, "r5", "r6") == ["a", "a"]  # (then a and b run 1 and 2: a again)
 
 
+@pytest.mark.parametrize("placement", ["least-loaded", "prefix"])
+def test_one_request_at_a_time_goes_to_the_worker_idle_longest(placement: str) -> None:
+    """Found failing: with several slots each, requests one after another all went to the
+    first worker (the order of equals changed only when a worker filled up)."""
+    d = two_engines(placement)
+    got = []
+    for i in range(6):
+        got += placed(d, f"r{i}")
+        d.finish(f"r{i}")
+    assert got == ["a", "b", "a", "b", "a", "b"]
+
+
 def test_least_loaded_weighs_the_share_of_slots() -> None:
     """A worker of 8 slots running 2 is less loaded than one of 2 running 1."""
     d = Driver(Scheduler([WorkerSpec("small", 2), WorkerSpec("big", 8)]))
@@ -94,6 +106,20 @@ def test_a_prompt_goes_where_it_is_cached() -> None:
     assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b", "a"]
     index = d.sched.placement.index  # type: ignore[attr-defined]
     assert index.matched("a", (*AGENT, 15)) == 5 and index.matched("b", AGENT) == 0
+
+
+def test_a_worker_whose_cache_is_lost_is_expected_to_hold_nothing() -> None:
+    d = two_engines("prefix")
+    d.submit(with_prefix("r0", AGENT))
+    d.submit(with_prefix("r1", OTHER))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a", "b"]
+    d.finish("r0")
+    d.finish("r1")
+    d.sched.cache_lost("a")  # its engine restarted
+    index = d.sched.placement.index  # type: ignore[attr-defined]
+    assert index.matched("a", AGENT) == 0 and index.matched("b", OTHER) == 4
+    with pytest.raises(LanewayError, match="unknown worker"):
+        d.sched.cache_lost("nobody")
 
 
 def test_affinity_gives_way_to_a_much_less_loaded_worker() -> None:

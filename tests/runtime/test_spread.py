@@ -124,6 +124,49 @@ def test_an_agents_turns_go_where_its_system_prompt_is_cached(tmp_path: Path) ->
     assert {w for ws in by_agent.values() for w in ws} == {"up0", "up1"}  # and both engines used
 
 
+def test_an_engine_that_restarted_is_expected_to_hold_nothing(tmp_path: Path) -> None:
+    """Its prefix-cache counters went back (read at the next probe), or a probe found no
+    engine of its model there and then one: placement forgets what it sent there."""
+    config = load_config(agents_config(tmp_path))
+    engines = {"up0": StandIn(slots=4, ms_per_token=0), "up1": StandIn(slots=4, ms_per_token=0)}
+    workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
+    with live_server(config, workers) as server:
+        index = server.runtime.sched.placement.index  # type: ignore[attr-defined]
+        placed = asyncio.run(turns(server.base_url, ["A", "B", "A", "B"]))
+        where = dict(zip("AB", placed[:2], strict=True))
+        assert placed[2:] == placed[:2] and set(placed) == {"up0", "up1"}  # each where it is cached
+        watch = server.runtime.engines  # type: ignore[attr-defined]
+        for _ in range(100):  # (the counters are read at probes: every 0.2 s)
+            if all(watch.hits[n].queries == e.prefix_queries for n, e in engines.items()):
+                break
+            time.sleep(0.05)
+        cold = where["A"]
+        assert index.held(cold) > 0
+        engines[cold].cache.clear()  # its engine restarted: an empty cache, counters from 0
+        engines[cold].prefix_queries = engines[cold].prefix_hits = 0
+        for _ in range(100):
+            if index.held(cold) == 0:
+                break
+            time.sleep(0.05)
+        assert index.held(cold) == 0
+        warm = where["B"]
+        assert index.held(warm) > 0  # (the other engine's is kept)
+        # another engine answers where the other was (its model is not ours): out of
+        # placement; when ours is back, it is taken as a fresh engine
+        ours, engines[warm].model = engines[warm].model, "another"
+        for _ in range(100):
+            if warm in server.runtime.recovery.down:
+                break
+            time.sleep(0.05)
+        assert warm in server.runtime.recovery.down and index.held(warm) > 0
+        engines[warm].model = ours
+        for _ in range(100):
+            if warm not in server.runtime.recovery.down:
+                break
+            time.sleep(0.05)
+        assert warm not in server.runtime.recovery.down and index.held(warm) == 0
+
+
 def test_the_engines_kv_space_bounds_what_it_is_expected_to_hold(tmp_path: Path) -> None:
     """Read from the engine's /metrics (vllm:cache_config_info), unless configured."""
     config = load_config(agents_config(tmp_path, extra="kv_tokens = 3200\n"))

@@ -4,7 +4,8 @@ with its tag, and the one place that knows how each is laid out on the wire.
 - *Events*, a replica to the leader (its stream of events, in order):
   :class:`Submitted` (``s``), :class:`Finished` (``f``), :class:`Cancelled` (``c``),
   :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
-  :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`SlotCap` (``x``),
+  :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`CacheLost` (``h``),
+  :class:`SlotCap` (``x``),
   :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``),
   :class:`CachedOn` (``l``); of a fleet (their records in :mod:`laneway.cluster.fleet_messages`):
   ``Owns`` (``n``), ``EngineReady`` (``e``), ``EngineGone`` (``z``), ``ModelFailing`` (``b``),
@@ -237,6 +238,14 @@ class CacheSpace(Flat):
 
 
 @dataclass(frozen=True, slots=True)
+class CacheLost(Flat):
+    """A replica saw an engine lose its prefix cache (it restarted)."""
+
+    TAG: ClassVar[str] = "h"
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
 class SlotCap(Flat):
     """A replica adapted how many requests an engine of its node may run at once."""
 
@@ -321,6 +330,7 @@ Event = (
     | Requeued
     | Progress
     | CacheSpace
+    | CacheLost
     | SlotCap
     | Availability
     | Pace
@@ -409,6 +419,7 @@ _EVENTS: dict[str, Callable[[list[Any]], Event]] = {
         Progress,
         Availability,
         CacheSpace,
+        CacheLost,
         SlotCap,
         Pace,
         SlotsWanted,

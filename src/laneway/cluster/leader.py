@@ -37,6 +37,7 @@ from laneway.cluster.codec import (
     Availability,
     BadMessage,
     CachedOn,
+    CacheLost,
     CacheSpace,
     Cancelled,
     Census,
@@ -420,6 +421,8 @@ class Leader:
                 core.set_available(e.worker, e.available)
             elif kind is CacheSpace:
                 core.set_kv_tokens(e.worker, e.kv_tokens)
+            elif kind is CacheLost:
+                core.cache_lost(e.worker)
             elif kind is SlotCap:
                 core.set_slots(e.worker, e.slots)
             elif kind is CachedOn:  # a replica started a prompt on a lent slot

@@ -35,6 +35,7 @@ from laneway.cluster.codec import (
     Availability,
     BadMessage,
     CachedOn,
+    CacheLost,
     CacheSpace,
     Cancelled,
     Census,
@@ -319,6 +320,11 @@ class RemoteScheduler:
 
     def set_slots(self, worker_id: str, n: int) -> None:
         self._emit(SlotCap(worker_id, n))
+
+    def cache_lost(self, worker_id: str) -> None:
+        if self.borrower.index is not None and worker_id in self.borrower.index:
+            self.borrower.index.forget(worker_id)
+        self._emit(CacheLost(worker_id))
 
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float

@@ -223,9 +223,7 @@ class SlotPlacement:
             self._turn = self._index[w.id] + 1
         if index is not None and req.prefix:
             index.record(w.id, req.prefix)
-        w.free -= 1
-        if not w.free:
-            free.remove(w)
+        self.take(w)
         return w
 
     def _by_prefix(self, req: Request, index: PrefixIndex, now: float) -> WorkerState | None:
@@ -267,13 +265,22 @@ class SlotPlacement:
 
     def take(self, worker: WorkerState) -> None:
         worker.free -= 1
-        if not worker.free and worker in self._free:
-            self._free.remove(worker)
+        self._touched(worker)
 
     def free_slot(self, worker: WorkerState) -> None:
         worker.free += 1
-        if worker.free == 1 and worker.id not in self.down:
-            self._free.append(worker)  # idle longest is tried first
+        self._touched(worker)
+
+    def _touched(self, worker: WorkerState) -> None:
+        """A worker just took or freed a slot: among equals it is now the one idle the
+        shortest (the last of ``_free``), or out of ``_free`` if it has no free slot."""
+        free = self._free
+        if free and free[0] is worker:
+            free.popleft()
+        elif worker in free:
+            free.remove(worker)
+        if worker.free > 0 and worker.id not in self.down:
+            free.append(worker)
 
     def set_available(self, worker: WorkerState, available: bool) -> None:
         if available:

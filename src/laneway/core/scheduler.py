@@ -541,6 +541,14 @@ class Scheduler:
         if index is not None:
             index.set_capacity(worker_id, tokens)
 
+    def cache_lost(self, worker_id: str) -> None:
+        """The engine of ``worker_id`` holds none of its prefix cache any more (it restarted,
+        or another engine answers there): placement expects no hit on it until it is sent
+        prompts again (placement ``prefix``; otherwise nothing)."""
+        index = self._prefix_index(worker_id)
+        if index is not None:
+            index.forget(worker_id)
+
     def cached_on(self, worker_id: str, prefix: tuple[int, ...]) -> None:
         """A prompt of blocks ``prefix`` started on ``worker_id`` outside this scheduler (on a
         slot it lent): its engine likely holds them now (placement ``prefix``)."""

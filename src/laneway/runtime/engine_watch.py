@@ -8,6 +8,9 @@
   ``vllm:prefix_cache_hits``, prompt tokens): the hit rate it reports since laneway
   first read them, beside the one laneway's placement expects
   (``laneway_worker_prefix_hit_ratio_reported`` and ``..._expected``; the dashboard).
+  Counters that go back say the engine restarted: its cache is empty, and placement's
+  index forgets what it was sent (as it does when a probe finds no engine there, or
+  another one).
 """
 
 from __future__ import annotations
@@ -35,10 +38,14 @@ class HitCount:
     queries: float
     hits: float
 
-    def update(self, queries: float, hits: float) -> None:
-        if queries < self.queries or hits < self.hits:  # its engine restarted: counting anew
+    def update(self, queries: float, hits: float) -> bool:
+        """Take a reading; whether the counters went back (its engine restarted: counting
+        anew, and its cache is empty)."""
+        restarted = queries < self.queries or hits < self.hits
+        if restarted:
             self.queries0 = self.hits0 = 0.0
         self.queries, self.hits = queries, hits
+        return restarted
 
     @property
     def ratio(self) -> float | None:
@@ -141,10 +148,17 @@ class EngineWatch:
             q, h = state.prefix_queries, state.prefix_hits
             self.hits[name] = HitCount(q, h, q, h)
             return
-        count.update(state.prefix_queries, state.prefix_hits)
+        if count.update(state.prefix_queries, state.prefix_hits):
+            self.cache_lost(name, "its prefix-cache counters went back: it restarted")
         ratio = count.ratio
         if ratio is not None:
             self.metrics.set_reported_hits(name, ratio)
+
+    def cache_lost(self, name: str, why: str) -> None:
+        """Worker ``name``'s engine holds none of the prompts it was sent (``why``): placement
+        expects no prefix hit on it until it is sent them again."""
+        self._sched().cache_lost(name)
+        log.info("worker %s: its engine's prefix cache is taken as empty (%s)", name, why)
 
     def reported_hits(self) -> dict[str, float]:
         """Per worker whose engine counts them, the prefix hit rate it reports."""

@@ -6,7 +6,9 @@ worker is taken out of placement when a probe fails (a probe that only timed
 out must fail twice in a row: a busy upstream is slow, not gone) or when a
 request fails on it for a reason of the worker's (it cannot be reached, it
 stalled, it answered 5xx); it is put back, and waiting requests are
-dispatched, by the first probe that succeeds.
+dispatched, by the first probe that succeeds. One that came back after a probe
+found nothing there (or another engine, or not its model) is taken as a fresh engine:
+placement expects nothing in its prefix cache.
 
 While no worker for a model is up, its requests are held: each waits at most
 ``unavailable_hold_s`` (from its arrival, or from the moment its model lost
@@ -42,6 +44,7 @@ class WorkerHealth:
     detail: str = "not probed yet"
     failures: int = 0  # transient failures in a row
     next_probe_s: float = 0.0  # loop time of its next probe
+    lost: str = ""  # why a probe found no engine there (or another one), until one answers
 
 
 class Prober:
@@ -100,6 +103,9 @@ class Prober:
         st.ok, st.detail = health.ok, health.detail
         if health.ok:
             st.failures = 0
+            if st.lost:
+                self.rt.engines.cache_lost(name, f"back after: {st.lost}")
+                st.lost = ""
             try:
                 await self.rt.engines.probed(name)
             except Exception:  # (what it learns is an aid: a failure here is no failed probe)
@@ -107,6 +113,8 @@ class Prober:
             if name in self.down:
                 self._up(name)
             return
+        if not health.transient:  # gone, or another engine answers: what comes back is cold
+            st.lost = health.detail
         st.failures = st.failures + 1 if health.transient else TRANSIENT_FAILURES
         if st.failures >= TRANSIENT_FAILURES:
             self.take_out(name, health.detail)

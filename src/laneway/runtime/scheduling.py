@@ -71,6 +71,10 @@ class SchedulerPort(Protocol):
         """The engine of ``worker_id`` holds ``tokens`` of KV cache (it bounds its prefix cache)."""
         ...
 
+    def cache_lost(self, worker_id: str) -> None:
+        """The engine of ``worker_id`` lost its prefix cache (it restarted)."""
+        ...
+
     def withdraw(
         self, request_id: str, now: float, reason: str, message: str, retry_after_s: float
     ) -> Reject: ...
