@@ -1,5 +1,6 @@
 """``GET /v1/models``: the served models, their aliases (each also listed, with ``root``)
-and, where the workers say, their context length (``max_model_len``)."""
+and, where the workers say, their context length (``max_model_len``). A request for an
+alias is answered with the name the client used."""
 
 from __future__ import annotations
 
@@ -44,6 +45,20 @@ def test_models_list_aliases_and_context_lengths(server: LiveServer) -> None:
     assert got.id == "gpt-4o-mini" and (got.model_extra or {}).get("root") == "builtin:tiny"
     with pytest.raises(openai.NotFoundError):
         c.models.retrieve("gpt-9")
+
+
+def test_an_alias_is_answered_with_the_name_the_client_used(server: LiveServer) -> None:
+    c = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+    said = [{"role": "user", "content": "hi"}]
+    chat = c.chat.completions.create(model="gpt-4o-mini", messages=said, max_tokens=2)  # type: ignore[arg-type]
+    assert chat.model == "gpt-4o-mini" and chat.choices[0].message.content is not None
+    stream = c.chat.completions.create(model="small", messages=said, max_tokens=2, stream=True)  # type: ignore[arg-type]
+    assert {chunk.model for chunk in stream} == {"small"}
+    assert c.completions.create(model="small", prompt="a", max_tokens=2).model == "small"
+    assert c.responses.create(model="small", input="hi", max_output_tokens=2).model == "small"
+    assert (
+        c.chat.completions.create(model="builtin:tiny", messages=said, max_tokens=2).model == "builtin:tiny"
+    )  # type: ignore[arg-type]
 
 
 def test_an_upstreams_context_length_comes_from_its_models_list(

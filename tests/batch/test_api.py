@@ -33,7 +33,10 @@ def test_files_roundtrip(batch_server: LiveServer) -> None:
 
 def test_batch_runs_to_completion_with_one_result_per_custom_id(batch_server: LiveServer) -> None:
     c = client(batch_server.base_url)
-    b = submit(c, [chat_line(f"req-{i}", max_tokens=1 + i % 4) for i in range(40)], metadata={"team": "x"})
+    lines = [
+        chat_line(f"req-{i}", max_tokens=1 + i % 4, model="sim" if i else "sim-alias") for i in range(40)
+    ]
+    b = submit(c, lines, metadata={"team": "x"})
     assert b.status == "validating" and b.object == "batch" and b.metadata == {"team": "x"}
     assert b.expires_at - b.created_at == 86400 and b.model_extra["laneway"]["priority"] == "P2"
     b = wait(c, b.id)
@@ -57,6 +60,7 @@ def test_batch_runs_to_completion_with_one_result_per_custom_id(batch_server: Li
     assert resp["status_code"] == 200 and resp["request_id"] == resp["body"]["id"]
     assert resp["body"]["object"] == "chat.completion" and resp["body"]["usage"]["completion_tokens"] == 1
     assert resp["body"]["laneway"]["priority"] == "P2"
+    assert resp["body"]["model"] == "sim-alias" and out[1]["response"]["body"]["model"] == "sim"
     meta = c.files.retrieve(b.output_file_id)
     assert meta.purpose == "batch_output" and meta.filename == f"{b.id}_output.jsonl"
 
@@ -97,10 +101,12 @@ def test_responses_lines(batch_server: LiveServer) -> None:
             "body": {"model": "sim", "input": cid, "max_output_tokens": 3, **body},
         }
 
-    b = wait(c, submit(c, [line("a"), line("b", instructions="short")], endpoint="/v1/responses").id)
+    lines = [line("a"), line("b", instructions="short", model="sim-alias")]
+    b = wait(c, submit(c, lines, endpoint="/v1/responses").id)
     assert b.status == "completed" and b.request_counts.completed == 2
     out = lines_of(c, b.output_file_id)
     bodies = [o["response"]["body"] for o in out]
+    assert [x["model"] for x in bodies] == ["sim", "sim-alias"]  # (the name each line used)
     assert [o["response"]["request_id"] for o in out] == [x["id"] for x in bodies]
     assert all(x["object"] == "response" and x["id"].startswith("resp_") for x in bodies)
     assert [x["usage"]["output_tokens"] for x in bodies] == [3, 3] and bodies[1]["instructions"] == "short"

@@ -62,7 +62,8 @@ async def _complete(request: Request, kind: str) -> Response:
     parsed = parse_request(body, kind, config, runtime.support)
     job = parsed.job
     ticket = submit(request, runtime, job, body, tenant, size)
-    shape = Shape(kind, job.id, job.model, int(time.time()), body.get("service_tier"))
+    # (answered with the name the client used: an alias stays an alias)
+    shape = Shape(kind, job.id, body["model"], int(time.time()), body.get("service_tier"))
     first = await first_event(request, runtime, ticket, parsed.stream)
     if isinstance(first, Response):
         return first

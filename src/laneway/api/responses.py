@@ -74,7 +74,7 @@ async def create(request: Request) -> Response:
     else:  # from the chat path
         job = parse_request(chat_body(req, context), CHAT, config, runtime.support).job
     ticket = submit(request, runtime, job, body, tenant, size)
-    answer = Answer(req, job.model, int(time.time()), body.get("service_tier"))
+    answer = Answer(req, req.model, int(time.time()), body.get("service_tier"))  # (the client's name)
     first = await first_event(request, runtime, ticket, req.stream)
     if isinstance(first, Response):
         return first

@@ -379,13 +379,14 @@ class BatchRunner:
                 await self._write(line, False, results.refused(cid, rid, exc))
             return
         tier = asked.get("service_tier") if isinstance(asked, dict) else None
+        named = asked["model"]  # (the line's own name for it: an alias stays an alias)
         now = int(self.clock())
         if responses is not None:  # (an upstream's own where its Responses API answered)
-            body = Answer(responses, parsed.job.model, now, tier).finished(
+            body = Answer(responses, named, now, tier).finished(
                 done, extension(ticket), forwarded=parsed.job.kind == RESPONSES, now=now, store=False
             )
         else:
-            body = Shape(kind, rid, parsed.job.model, now, tier).final(done, extension(ticket))
+            body = Shape(kind, rid, named, now, tier).final(done, extension(ticket))
         tokens = (done.usage.prompt_tokens, done.usage.completion_tokens)
         await self._write(line, True, results.answered(cid, rid, 200, body), tokens)
 
