@@ -80,6 +80,10 @@ def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: P
             r = c.post("/completions", json={**ok, "prompt": "poison"})
             assert r.status_code == 502 and "choked" in r.json()["error"]["message"]
             assert server.runtime.recovery.down == set()  # it answered: it is up
+            r = c.post("/embeddings", json={"model": "m", "input": "x"})  # a route it lacks
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+            assert "does not serve POST /embeddings" in r.json()["error"]["message"]
+            assert server.runtime.recovery.down == set()
             for _ in range(3):  # and serves the next ones at once
                 assert c.post("/completions", json=ok).status_code == 200
             r = c.post("/completions", json={**ok, "prompt": "busy"})

@@ -438,7 +438,7 @@ class UpstreamWorker:
             return
         ctype = got.headers.get(b"content-type", b"")
         if got.status != 200:
-            raise error_from(got.status, got.body, self.name, ctype)
+            raise error_from(got.status, got.body, self.name, ctype, path)
         try:
             answer = json.loads(got.body)
             if not isinstance(answer, dict):
@@ -492,7 +492,7 @@ class UpstreamWorker:
             run.runs = max(run.runs - 1, 0)  # (that one did not run)
             await self._generate(run)  # once more, without what was refused
             return
-        failure = stream_failure(reader, self.name)
+        failure = stream_failure(reader, self.name, path=path)
         if failure is not None:
             raise failure
         if not done_seen and run.open > 0:
@@ -576,7 +576,7 @@ class UpstreamWorker:
         reader = await self._stream(run, me, PATHS[job.kind], body, on_event)
         if reader is None:
             return
-        failure = stream_failure(reader, self.name)
+        failure = stream_failure(reader, self.name, path=PATHS[job.kind])
         if failure is not None:
             raise failure
         self._end(run, relayed.ended())

@@ -13,15 +13,21 @@ from laneway.errors import InvalidRequest, ModelNotFound, NotFound, PayloadTooLa
 MAX_ERROR_CHARS = 300
 
 
-def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"") -> Exception:
-    """The client-facing error for an upstream's error answer."""
-    try:
-        message = message_of(json.loads(raw)["error"])[:MAX_ERROR_CHARS]
-    except (ValueError, KeyError, TypeError):
+def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", path: str = "") -> Exception:
+    """The client-facing error for an upstream's error answer to ``POST /path``. A 404 is the
+    model's (``model_not_found``) where the upstream says so, else the endpoint's: the
+    upstream has no such route (``not_found``)."""
+    err = _error_object(raw)
+    if err is not None:
+        message = message_of(err)[:MAX_ERROR_CHARS]
+    else:
         message = f"HTTP {status}, " + describe_body(raw, content_type)
     text = f"upstream {name}: {message}"
     if status == 404:
-        return ModelNotFound(text)
+        about_model = (isinstance(err, dict) and err.get("param") == "model") or "model" in message.lower()
+        if about_model or not path:
+            return ModelNotFound(text)
+        return NotFound(f"upstream {name} does not serve POST /{path} (HTTP 404: {message})")
     if status == 413:
         return PayloadTooLarge(text)
     if 400 <= status < 500 and status not in (401, 403, 408, 429):
@@ -29,6 +35,24 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"") ->
     # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
     fault = status in (429, 502, 503, 504) or status < 400
     return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)
+
+
+def _error_object(raw: bytes) -> object | None:
+    """The error an upstream's JSON answer holds: OpenAI's ``{"error": ...}``, an object
+    that is itself the error (``{"object": "error", "message": ...}``, older vLLM), or a web
+    framework's ``{"detail": ...}``; ``None`` for anything else."""
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    if "error" in answer:
+        return answer["error"]
+    if isinstance(answer.get("message"), str):
+        return answer
+    detail = answer.get("detail")
+    return detail if isinstance(detail, str) and detail else None
 
 
 def relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type: bytes) -> Exception:
@@ -41,14 +65,16 @@ def relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type:
     return error_from(status, raw, name, content_type)
 
 
-def stream_failure(reader: Events, name: str, endpoint: str | None = None) -> Exception | None:
-    """What an answer that should have been an event stream fails with: its error (``endpoint``:
-    of a relayed request), or a 200 that is not a stream (a proxy's page, an engine that
-    ignored ``stream``); ``None`` for a stream."""
+def stream_failure(
+    reader: Events, name: str, endpoint: str | None = None, path: str = ""
+) -> Exception | None:
+    """What an answer that should have been an event stream fails with: its error
+    (``endpoint``: of a relayed request; ``path``: where it was sent), or a 200 that is not a
+    stream (a proxy's page, an engine that ignored ``stream``); ``None`` for a stream."""
     if reader.status != 200:
         if endpoint is not None:
             return relay_error(reader.status, reader.error_body, name, endpoint, reader.content_type)
-        return error_from(reader.status, reader.error_body, name, reader.content_type)
+        return error_from(reader.status, reader.error_body, name, reader.content_type, path)
     if not reader.is_stream:
         return UpstreamUnavailable(
             f"upstream {name} answered 200 but not with an event stream: "
@@ -65,5 +91,5 @@ def describe_body(raw: bytes, content_type: bytes = b"") -> str:
     start = " ".join(raw[: MAX_ERROR_CHARS * 4].decode("utf-8", "replace").split())
     if len(start) > MAX_ERROR_CHARS:
         start = start[:MAX_ERROR_CHARS] + "…"
-    quoted = html.escape(start) if start else "an empty body"
+    quoted = html.escape(start, quote=False) if start else "an empty body"  # (text, not an attribute)
     return f"{kind}, {len(raw)} bytes{'+' if len(raw) >= MAX_ERROR_BYTES else ''}: {quoted}"

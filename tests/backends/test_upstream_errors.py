@@ -1,0 +1,42 @@
+"""An upstream's error answers as the client's: a 404 is the model's only where the upstream
+says so, else its missing route's; an error page is quoted, escaped where it could be
+markup, its quotes kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from laneway.backends.upstream_errors import describe_body, error_from
+from laneway.errors import ModelNotFound, NotFound
+
+VLLM_NO_MODEL = {
+    "error": {"message": "The model `x` does not exist.", "type": "NotFoundError", "param": "model"}
+}
+OLD_VLLM_NO_MODEL = {"object": "error", "message": "The model `x` does not exist.", "type": "NotFoundError"}
+
+
+@pytest.mark.parametrize("answer", [VLLM_NO_MODEL, OLD_VLLM_NO_MODEL])
+def test_a_404_about_the_model_is_model_not_found(answer: dict[str, object]) -> None:
+    got = error_from(404, json.dumps(answer).encode(), "up", b"application/json", "embeddings")
+    assert isinstance(got, ModelNotFound) and got.code == "model_not_found"
+    assert str(got) == "upstream up: The model `x` does not exist."
+
+
+@pytest.mark.parametrize(
+    ("raw", "ctype", "says"),
+    [
+        (b'{"detail":"Not Found"}', b"application/json", "HTTP 404: Not Found"),  # FastAPI's
+        (b"Not Found", b"text/plain", "HTTP 404: HTTP 404, text/plain, 9 bytes: Not Found"),  # Starlette's
+    ],
+)
+def test_a_404_of_a_missing_route_is_not_found_naming_it(raw: bytes, ctype: bytes, says: str) -> None:
+    got = error_from(404, raw, "up", ctype, "embeddings")
+    assert isinstance(got, NotFound) and got.status == 404 and got.code == "not_found"
+    assert str(got) == f"upstream up does not serve POST /embeddings ({says})"
+
+
+def test_a_quoted_body_escapes_markup_but_not_quotes() -> None:
+    said = describe_body(b'<b onclick="x()">it\'s "gone"</b>', b"text/html")
+    assert said == 'text/html, 32 bytes: &lt;b onclick="x()"&gt;it\'s "gone"&lt;/b&gt;'
