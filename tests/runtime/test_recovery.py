@@ -96,6 +96,7 @@ def test_non_retryable_failure_fails_the_request_and_no_worker_left_is_a_503() -
             assert 0.3 <= loop.time() - t0 < 3.0  # held, then answered
             assert info.value.status == 503 and info.value.code == "no_healthy_worker"
             assert info.value.retry_after_s >= 1
+            assert info.value.estimated_wait_s is None  # (no worker is up: not known)
             assert sum(w.failed for w in both.values()) == 2  # both tried, then it waited for one
             assert rt.recovery.down == {"flaky", "good"}
         finally:

@@ -193,10 +193,17 @@ def _batches(t: Table, names: tuple[str, ...]) -> BatchConfig:
 
 
 def _policy(server: Table) -> str:
+    """A scheduling policy; the simulator's placement baselines are not served."""
     name = server.str("policy", "laneway")
-    if name not in POLICIES:
+    served = [n for n, spec in POLICIES.items() if spec.spread is None and spec.placement != "naive"]
+    if name not in served:
+        hint = ""
+        if name in POLICIES and POLICIES[name].spread is not None:
+            hint = f' (a placement: [scheduler] placement = "{name}")'
+        elif name in POLICIES:
+            hint = " (a baseline of `laneway simulate` only)"
         raise ConfigError(
-            f"{server.key('policy')}: unknown policy {name!r}; choose from {', '.join(POLICIES)}"
+            f"{server.key('policy')}: unknown policy {name!r}{hint}; choose from {', '.join(served)}"
         )
     return str(name)
 
@@ -274,23 +281,28 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
         default_prompt_tokens=costs_t.int("default_prompt_tokens", cost_base.default_prompt_tokens, low=0),
     )
     costs_t.done()
-    cfg = SchedulerConfig(
-        classes=classes,
-        aging_interval_s=table.float("aging_interval_s", base.aging_interval_s, positive=True),
-        aging_ceiling=_rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
-        drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
-        hold_s=table.float("hold_s", base.hold_s) or 0.0,
-        max_preempt_loss=table.float("max_preempt_loss", base.max_preempt_loss),
-        max_preemptions=table.int("max_preemptions", base.max_preemptions, low=0, optional=True),
-        max_queued_total=table.int("max_queued_total", base.max_queued_total, low=1),
-        max_wait_s=table.float("max_wait_s", base.max_wait_s, positive=True),
-        costs=costs,
-        default_service_s=table.float("default_service_s", base.default_service_s, positive=True),
-        fair_tenants=table.bool("fair_tenants", base.fair_tenants),
-        fair_prompt_weight=table.float("fair_prompt_weight", base.fair_prompt_weight),
-        fair_output_weight=table.float("fair_output_weight", base.fair_output_weight),
-        placement=table.str("placement", base.placement),
-    )
+    try:
+        cfg = SchedulerConfig(
+            classes=classes,
+            aging_interval_s=table.float("aging_interval_s", base.aging_interval_s, positive=True),
+            aging_ceiling=_rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
+            drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
+            hold_s=table.float("hold_s", base.hold_s) or 0.0,
+            max_preempt_loss=table.float("max_preempt_loss", base.max_preempt_loss),
+            max_preemptions=table.int("max_preemptions", base.max_preemptions, low=0, optional=True),
+            max_queued_total=table.int("max_queued_total", base.max_queued_total, low=1),
+            max_wait_s=table.float("max_wait_s", base.max_wait_s, positive=True),
+            costs=costs,
+            default_service_s=table.float("default_service_s", base.default_service_s, positive=True),
+            fair_tenants=table.bool("fair_tenants", base.fair_tenants),
+            fair_prompt_weight=table.float("fair_prompt_weight", base.fair_prompt_weight),
+            fair_output_weight=table.float("fair_output_weight", base.fair_output_weight),
+            placement=table.str("placement", base.placement),
+        )
+    except ConfigError as exc:  # the core names its own fields: here they are the table's
+        if str(exc).startswith(table.key("")):
+            raise
+        raise ConfigError(table.key(str(exc))) from None
     table.done()
     return cfg
 
@@ -309,6 +321,7 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
             raise ConfigError(
                 f"{t.key('type')}: unknown worker type {kind!r}; choose from {', '.join(WORKER_TYPES)}"
             )
+        _own_keys(t, kind)
         default_model = {"local": DEFAULT_MODEL, "simulated": "simulated"}.get(kind)
         model = t.str("model", default_model) if default_model else t.str("model")
         url = t.str("url", None)
@@ -351,6 +364,32 @@ def _workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
         )
         t.done()
     return tuple(out)
+
+
+# the keys of one worker type only (the others' are refused, not ignored)
+_UPSTREAM_KEYS = (
+    "url", "api_key_env", "timeout_s", "stall_timeout_s", "adapt_slots", "forward_priority",
+    "min_slots", "kv_tokens", "token_ids",
+)  # fmt: skip
+TYPE_KEYS = {
+    "device": "local",
+    "tokens_per_s": "simulated",
+    "first_token_s": "simulated",
+    **dict.fromkeys(_UPSTREAM_KEYS, "upstream"),
+}
+
+
+def _own_keys(t: Table, kind: str) -> None:
+    """A key of another worker type is a mistake to name (an upstream's ``url`` on a worker
+    whose ``type`` was left out, so ``local``), not one to ignore."""
+    for key in t.data:
+        of = "upstream" if key.startswith("x_") else TYPE_KEYS.get(key)
+        if of is not None and of != kind:
+            said = "" if "type" in t.data else ", the default"
+            raise ConfigError(
+                f"{t.key(key)}: a key of {of} workers, and this worker's type is {kind!r}{said} "
+                f'(type = "{of}"?)'
+            )
 
 
 def _check_url(key: str, url: str) -> None:

@@ -443,8 +443,8 @@ class Fleet:
         return Unavailable(
             f"model {model!r} could not be started: {f.reason.splitlines()[0]}",
             code="model_unavailable",
-            retry_after_s=back,
-            estimated_wait_s=back,
+            retry_after_s=back,  # (its next start, at the soonest; what it would wait: not known)
+            estimated_wait_s=None,
         )
 
     async def _watch(self, rid: str, engine: EngineProcess) -> None:

@@ -164,11 +164,11 @@ class Prober:
     def unavailable(self, model: str) -> Unavailable:
         reasons = "; ".join(f"{w}: {self.state[w].detail}" for w, m in self.rt.served.items() if m == model)
         back = math.ceil(self.retry_after(model))  # (it cannot start before a worker is back:
-        return Unavailable(  # the next probe, at the soonest)
+        return Unavailable(  # the next probe, at the soonest; what it would wait is not known)
             f"no healthy worker serves model {model!r} ({reasons})",
             code="no_healthy_worker",
             retry_after_s=back,
-            estimated_wait_s=back,
+            estimated_wait_s=None,
         )
 
     def _hold_over(self, ticket: Ticket) -> None:
