@@ -139,3 +139,46 @@ def test_a_request_sent_after_its_predecessor_was_dropped_is_not_counted_with_it
         stats = client.get(url + "/stats").json()
     assert stats["aborted"] == 20 and stats["served"] == 20
     assert stats["peak_requests"] == 1, stats
+
+
+def test_a_request_whose_client_leaves_while_it_waits_is_gone_from_the_queue_and_its_gauge() -> None:
+    """Found failing: a whole (not streamed) request whose client left while it waited kept
+    its handler waiting for tokens forever (and a SIGTERM then could not stop the engine),
+    and the waiting gauge still counted it (laneway's saturation gate cut the engine again)."""
+    app = StandIn("standin", slots=1, ms_per_token=5.0)
+    with serving(app, "") as url:
+        long = {"model": "standin", "prompt": "long", "max_tokens": 400, "stream": True}  # 2 s
+        with httpx.stream("POST", url + "/v1/completions", json=long, timeout=30) as r:
+            lines = r.iter_lines()  # (kept: a generator let go closes the response)
+            next(lines)  # it holds the only slot
+            for stream in (False, True):
+                body = {"model": "standin", "prompt": "waits", "max_tokens": 4, "stream": stream}
+                with pytest.raises(httpx.ReadTimeout):  # its client leaves while it waits
+                    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=0.3) as w:
+                        w.read()
+            for _ in range(100):
+                if not app.waiting and app.open_requests() == 1:
+                    break
+                time.sleep(0.02)
+            metrics = httpx.get(url + "/metrics", timeout=5).text
+            assert 'vllm:num_requests_waiting{model_name="standin"} 0' in metrics, metrics
+            assert app.open_requests() == 1 and app.aborted == 2
+        short = {"model": "standin", "prompt": "next", "max_tokens": 2}
+        assert httpx.post(url + "/v1/completions", json=short, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--slots", "0"], "argument --slots: must be at least 1, got 0"),
+        (["--port", "70000"], "argument --port: must be 0–65535, got 70000"),
+        (["--ms-per-token", "-1"], "argument --ms-per-token: must be a finite number >= 0, got '-1'"),
+        (["--load-s", "inf"], "argument --load-s: must be a finite number >= 0, got 'inf'"),
+    ],
+)
+def test_its_arguments_are_checked(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from laneway.standin import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and capsys.readouterr().err.strip().endswith(says)

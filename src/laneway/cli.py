@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from laneway import __version__
+from laneway.arguments import positive_int, seconds, whole
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
@@ -56,33 +57,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="laneway", description="Priority scheduling for LLM inference.")
     parser.add_argument("--version", action="version", version=f"laneway {__version__}")
@@ -104,25 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--slots",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help=f"slots (default: the scenario's own; {TRACE_SLOTS} for a trace; with --upstreams, of each: 8)",
     )
     sim.add_argument(
         "--upstreams",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="a trace runs on N upstreams whose engines keep a prefix cache (its lines' prefix, reply)",
     )
     sim.add_argument(
         "--kv-tokens",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help=f"with --upstreams: each engine's KV space in tokens (default {AGENT_KV_TOKENS:,})",
     )
-    sim.add_argument("--seed", type=_int, metavar="N", help="scenario seed (default 0)")
+    sim.add_argument("--seed", type=whole, metavar="N", help="scenario seed (default 0)")
     sim.add_argument(
-        "--requests", type=_positive_int, metavar="N", help="mixed scenario only: about N requests"
+        "--requests", type=positive_int, metavar="N", help="mixed scenario only: about N requests"
     )
     sim.add_argument(
         "--fleet",
@@ -137,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--hold-s",
-        type=_seconds,
+        type=seconds,
         default=0.0,
         metavar="S",
         help="keep a P0/P1 request's slot S seconds for its class's next request, from the work "

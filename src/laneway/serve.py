@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from laneway import logs
+from laneway.arguments import port, positive_int
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
 from laneway.core import ConfigError
 from laneway.logs import FORMATS, LEVELS
@@ -35,7 +36,7 @@ class ServeError(Exception):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, metavar="FILE", help="TOML configuration (docs/config.md)")
     p.add_argument("--host", metavar="H", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, metavar="P", help="port (default 8000)")
+    p.add_argument("--port", type=port, metavar="P", help="port (default 8000)")
     p.add_argument(
         "--model",
         metavar="SPEC",
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             " prepared once into the cache), builtin:tiny, builtin:small or a model directory"
         ),
     )
-    p.add_argument("--slots", type=int, metavar="N", help="slots of each worker (default 4)")
+    p.add_argument("--slots", type=positive_int, metavar="N", help="slots of each worker (default 4)")
     p.add_argument("--data-dir", type=Path, metavar="DIR", help="where state is kept (default ./.laneway)")
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without API keys configured"
@@ -73,8 +74,6 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
     if args.host is not None:
         changes["host"] = args.host
     if args.port is not None:
-        if not 0 <= args.port < 65536:
-            raise ServeError(f"argument --port: must be 0–65535, got {args.port}")
         changes["port"] = args.port
     if args.data_dir is not None:
         changes["data_dir"] = args.data_dir
@@ -85,8 +84,6 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
                 f"http://127.0.0.1:4318/v1/traces, got {args.otlp_traces_endpoint!r}"
             )
         changes["otlp_traces_endpoint"] = args.otlp_traces_endpoint
-    if args.slots is not None and args.slots < 1:
-        raise ServeError(f"argument --slots: must be at least 1, got {args.slots}")
     workers = config.workers
     if config.fleet is not None and (args.model is not None or args.slots is not None):
         flag = "--model" if args.model is not None else "--slots"

@@ -41,6 +41,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from laneway.arguments import port, positive_int, seconds
 from laneway.standin_adapters import Adapters, runtime_updating
 
 WORDS = (
@@ -220,10 +221,15 @@ class StandIn:
             self.spans.append((seq.key or "", seq.opened, time.time()))
 
     def _leave(self, seq: _Seq) -> None:
+        """Its client left (vLLM aborts such a request): it leaves the queue or its slot, and
+        its handler, waiting for its tokens, ends."""
         if not seq.done:
             seq.gone = True
             self._closed(seq)
             self.aborted += 1
+            if seq in self.waiting:  # (the queue gauge counts those still waiting only)
+                self.waiting.remove(seq)
+            seq.wake.set()
             self._fill()
 
     # ------------------------------------------------------------ HTTP
@@ -324,10 +330,11 @@ class StandIn:
             if meta["stream"]:
                 await self._stream(send, seq, meta)
             else:
-                while not seq.done:
+                while not seq.done and not seq.gone:
                     seq.wake.clear()
                     await seq.wake.wait()
-                await _json(send, 200, self._answer(seq, meta))
+                if not seq.gone:
+                    await _json(send, 200, self._answer(seq, meta))
         finally:
             if watch is not None:
                 watch.cancel()
@@ -501,9 +508,9 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m laneway.standin", description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8001)
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--ms-per-token", type=float, default=2.0)
+    ap.add_argument("--port", type=port, default=8001)
+    ap.add_argument("--slots", type=positive_int, default=4)
+    ap.add_argument("--ms-per-token", type=seconds, default=2.0)
     ap.add_argument("--model", default="standin")
     ap.add_argument(
         "--refuse",
@@ -515,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument(
         "--load-s",
-        type=float,
+        type=seconds,
         default=0.0,
         help="seconds before it listens, as an engine loading its model (a fleet's switch cost)",
     )
@@ -524,14 +531,14 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="vLLM's sleep mode: POST /sleep, POST /wake_up, GET /is_sleeping",
     )
-    ap.add_argument("--wake-s", type=float, default=0.0, help="seconds a /wake_up takes")
+    ap.add_argument("--wake-s", type=seconds, default=0.0, help="seconds a /wake_up takes")
     ap.add_argument(
         "--enable-lora",
         action="store_true",
         help="LoRA adapters loaded at run time (with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, as vLLM): "
         "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter",
     )
-    ap.add_argument("--lora-load-s", type=float, default=0.0, help="seconds loading an adapter takes")
+    ap.add_argument("--lora-load-s", type=seconds, default=0.0, help="seconds loading an adapter takes")
     args = ap.parse_args(argv)
     if args.load_s > 0:
         print(f"standin: loading {args.model} for {args.load_s:g} s", flush=True)

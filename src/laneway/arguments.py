@@ -1,0 +1,39 @@
+"""Types of command-line arguments (argparse ``type=``): each refuses what it cannot take
+with one line naming the argument, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more (also milliseconds: any finite amount of time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    value = whole(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0–65535, got {value}")
+    return value
