@@ -153,9 +153,11 @@ def test_a_request_whose_client_leaves_while_it_waits_is_gone_from_the_queue_and
             next(lines)  # it holds the only slot
             for stream in (False, True):
                 body = {"model": "standin", "prompt": "waits", "max_tokens": 4, "stream": stream}
-                with pytest.raises(httpx.ReadTimeout):  # its client leaves while it waits
-                    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=0.3) as w:
-                        w.read()
+                with (
+                    pytest.raises(httpx.ReadTimeout),  # its client leaves while it waits
+                    httpx.stream("POST", url + "/v1/completions", json=body, timeout=0.3) as w,
+                ):
+                    w.read()
             for _ in range(100):
                 if not app.waiting and app.open_requests() == 1:
                     break
