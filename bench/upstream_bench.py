@@ -63,7 +63,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,43 @@ async def idle_urgent(
     return idle
 
 
+async def under_load(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    n: int,
+    over: Callable[[], bool] = lambda: False,
+    before: Callable[[int], None] | None = None,
+) -> list[tuple[float, float]]:
+    """Up to ``n`` urgent requests, one a second (off the engine's step), a second after the
+    load began, until ``over()``; ``before(i)`` runs before the ``i``-th is sent."""
+    await asyncio.sleep(1.0)  # every slot busy, the rest queued
+    loaded = []
+    for i in range(n):
+        if over():
+            break
+        if before is not None:
+            before(i)
+            await asyncio.sleep(0)  # (what it did reaches the engine before the urgent one)
+        loaded.append(await urgent(client, url, body))
+        await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]) + 0.013 * (i % 7))
+    return loaded
+
+
+def against_idle(idle: list[tuple[float, float]], loaded: list[tuple[float, float]]) -> dict[str, float]:
+    """Medians of the urgent requests' time to first token and latency, idle and under load
+    (and the slowest under load), and their ratios."""
+    out: dict[str, float] = {}
+    for name, i in (("ttft", 0), ("latency", 1)):
+        idle_ms = [x[i] * 1e3 for x in idle]
+        flood_ms = [x[i] * 1e3 for x in loaded]
+        out[f"idle_{name}_p50_ms"] = statistics.median(idle_ms)
+        out[f"flood_{name}_p50_ms"] = statistics.median(flood_ms) if flood_ms else float("nan")
+        out[f"flood_{name}_max_ms"] = max(flood_ms) if flood_ms else float("nan")
+        out[f"{name}_ratio"] = out[f"flood_{name}_p50_ms"] / out[f"idle_{name}_p50_ms"]
+    return out
+
+
 async def flood(
     url: str, model: str, args: argparse.Namespace, batch: int, tokens: int, via: bool
 ) -> dict[str, Any]:
@@ -168,24 +205,10 @@ async def flood(
             ends.append(time.perf_counter())
 
         jobs = [asyncio.create_task(job(i)) for i in range(batch)]
-        await asyncio.sleep(1.0)  # every slot busy, the rest queued
-        loaded = []
-        for i in range(args.urgent):
-            if all(j.done() for j in jobs):
-                break
-            loaded.append(await urgent(client, url, hot))
-            await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]) + 0.013 * (i % 7))  # one a second, off-step
+        loaded = await under_load(client, url, hot, args.urgent, over=lambda: all(j.done() for j in jobs))
         await asyncio.wait_for(asyncio.gather(*jobs), REQUEST_TIMEOUT_S)
     makespan = max(ends) - start
-    out: dict[str, Any] = {"makespan_s": makespan, "urgent_under_flood": len(loaded)}
-    for name, i in (("ttft", 0), ("latency", 1)):
-        idle_ms = [x[i] * 1e3 for x in idle]
-        flood_ms = [x[i] * 1e3 for x in loaded]
-        out[f"idle_{name}_p50_ms"] = statistics.median(idle_ms)
-        out[f"flood_{name}_p50_ms"] = statistics.median(flood_ms) if flood_ms else float("nan")
-        out[f"flood_{name}_max_ms"] = max(flood_ms) if flood_ms else float("nan")
-        out[f"{name}_ratio"] = out[f"flood_{name}_p50_ms"] / out[f"idle_{name}_p50_ms"]
-    return out
+    return {"makespan_s": makespan, "urgent_under_flood": len(loaded), **against_idle(idle, loaded)}
 
 
 async def beside(
@@ -214,22 +237,14 @@ async def beside(
                     await current[k]
 
         keepers = [asyncio.create_task(keep(k)) for k in range(running)]
-        await asyncio.sleep(1.0)
-        loaded = []
-        for i in range(args.urgent):
-            if stop_one:
-                current[i % running].cancel()
-                await asyncio.sleep(0)  # (its stream closed before the urgent one is sent)
-            loaded.append(await urgent(client, url, hot))
-            await asyncio.sleep(max(0.0, 1.0 - loaded[-1][1]) + 0.013 * (i % 7))  # as in flood()
+
+        def stop_a_keeper(i: int) -> None:  # (its stream closed before the urgent one is sent)
+            current[i % running].cancel()
+
+        loaded = await under_load(client, url, hot, args.urgent, before=stop_a_keeper if stop_one else None)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*keepers), REQUEST_TIMEOUT_S)
-    out: dict[str, Any] = {"running": running, "stop_one": stop_one}
-    for name, i in (("ttft", 0), ("latency", 1)):
-        out[f"idle_{name}_p50_ms"] = statistics.median(x[i] * 1e3 for x in idle)
-        out[f"flood_{name}_p50_ms"] = statistics.median(x[i] * 1e3 for x in loaded)
-        out[f"{name}_ratio"] = out[f"flood_{name}_p50_ms"] / out[f"idle_{name}_p50_ms"]
-    return out
+    return {"running": running, "stop_one": stop_one, **against_idle(idle, loaded)}
 
 
 def flood_pair(
