@@ -26,6 +26,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "errors": ("core",),
         "config": ("core",),
         "logs": (),
+        "arguments": (),  # argparse types of the commands
         "tracing": ("core",),
         "generation": ("errors",),
         "protocol": ("config", "errors", "generation"),
@@ -53,12 +54,22 @@ ALLOWED: dict[str, frozenset[str]] = {
             "store",
         ),
         "stopping": ("logs",),
-        "serve": ("api", "backends", "config", "connections", "core", "logs", "stopping", "store"),
-        "cli": ("__version__", "batch", "cluster", "config", "core", "serve", "sim"),
+        "serve": (
+            "api",
+            "arguments",
+            "backends",
+            "config",
+            "connections",
+            "core",
+            "logs",
+            "stopping",
+            "store",
+        ),
+        "cli": ("__version__", "arguments", "batch", "cluster", "config", "core", "serve", "sim"),
         "entry": ("cli",),
         # shipped for tests and benchmarks: real processes on loopback
         "standin_adapters": (),
-        "standin": ("standin_adapters",),
+        "standin": ("arguments", "standin_adapters"),
         "testing": (),
         "fault_harness": ("testing",),
     }.items()

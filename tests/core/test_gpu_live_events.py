@@ -22,10 +22,10 @@ def test_a_replica_that_is_gone_frees_its_gpus_and_a_later_request_loads_it_agai
     sched.submit(greq("r0", 2, 0.0, "m"), 0.0)
     (load,) = _loads(sched.schedule(0.0))
     planner = sched.planner
-    assert planner is not None and planner.used["g0"] == 20
+    assert planner is not None and planner.vram.used["g0"] == 20
     # its launch fails: the VRAM is free again, nothing is loading, the books hold
     sched.unloaded(load.replica_id, 1.0)
-    assert planner.used["g0"] == 0 and load.replica_id not in planner.replicas
+    assert planner.vram.used["g0"] == 0 and load.replica_id not in planner.replicas
     sched.check_invariants()
     planner.check()
     # the queued request asks for a load again; another model fits in the freed VRAM too
@@ -88,7 +88,7 @@ def test_a_model_with_a_sleep_mode_sleeps_when_evicted_and_wakes_where_it_was() 
     out = _serve(sched, "r1", "b", 200.0)
     assert [(e.replica_id, e.sleep) for e in _evicts(out)] == [(load_a.replica_id, True)]
     (load_b,) = _loads(out)
-    assert planner.used["g0"] == 20 and load_a.replica_id in planner.asleep
+    assert planner.vram.used["g0"] == 20 and load_a.replica_id in planner.asleep
     # a again: b (no sleep mode) is stopped, a woken on its GPU in its wake time, as itself
     est = sched.estimate_wait(2, "a", 400.0)
     out = _serve(sched, "r2", "a", 400.0)
@@ -156,7 +156,7 @@ def test_an_engine_placed_before_is_adopted_where_it_runs_and_takes_work_at_once
     sched = gpu_sched(inv)
     sched.adopt_replica("n#7@b0", "n", ("b0",), 0.0)
     planner = sched.planner
-    assert planner is not None and planner.used == {"a0": 0.0, "b0": 20.0}
+    assert planner is not None and planner.vram.used == {"a0": 0.0, "b0": 20.0}
     sched.submit(greq("r0", 2, 0.0, "n"), 0.0)
     out = sched.schedule(0.0)
     assert [(d.request_id, d.worker_id) for d in out if type(d) is Dispatch] == [("r0", "n#7@b0")]

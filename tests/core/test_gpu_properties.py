@@ -148,7 +148,7 @@ def agree(d: GpuDriver) -> None:
     assert set(p.replicas) == set(d.replica_model), "replicas: placement and driver differ"
     assert {rid for rid, r in p.replicas.items() if r.ready} == d.ready
     held = d.held()
-    for gid, used in p.used.items():
+    for gid, used in p.vram.used.items():
         assert abs(used - held[gid]) < 1e-6, (gid, used, held[gid])
     for rid, w in d.running.items():
         model = d.model_of[rid]

@@ -47,9 +47,9 @@ from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
 from laneway.core.replicas import HasFreeSlot, InService, LeastLoaded, NotDraining, Replica, classes_of
 from laneway.core.request import Request
+from laneway.core.vram import EPS as _EPS
+from laneway.core.vram import VramBook
 from laneway.core.workers import WorkerState
-
-_EPS = 1e-9
 
 
 class GpuPlacement:
@@ -59,20 +59,13 @@ class GpuPlacement:
         self.inv = inventory
         self.naive = naive
         self.switch_wait_s = switch_wait_s
-        self.gpus = {g.id: g for g in inventory.gpus}
-        self.nodes = inventory.nodes
-        self.used = {g.id: 0.0 for g in inventory.gpus}  # VRAM held by replicas, loading or ready
-        self.on_gpu: dict[str, dict[str, Replica]] = {g.id: {} for g in inventory.gpus}
+        self.vram = VramBook(inventory)  # which replicas hold how much of each GPU
         self.replicas: dict[str, Replica] = {}
         self.by_model: dict[str, list[Replica]] = {}
         self.loads = 0
         self.evictions = 0
         self._seq = 0
-        self._order = {g.id: i for i, g in enumerate(inventory.gpus)}
         self.down: set[str] = set()  # replicas out of placement until they recover
-        # nodes nothing is loaded on now (a cluster's node whose owning replica is not known
-        # to live: nobody there would start the engine)
-        self.offline: set[str] = set()
         # replicas of models with a sleep mode, evicted to sleep: they hold no VRAM and wake
         # in ``wake_s`` where they were (at most ``max_asleep``; the oldest beyond is stopped)
         self.asleep: dict[str, Replica] = {}
@@ -148,7 +141,7 @@ class GpuPlacement:
         for g in self.inv.gpus:
             if not self._naive_fits(g, model, req.cls):
                 continue
-            for r in self.on_gpu[g.id].values():
+            for r in self.vram.on_gpu[g.id].values():
                 # (a multi-GPU replica may span a GPU reserved for other classes)
                 if (
                     r.model is model
@@ -162,7 +155,7 @@ class GpuPlacement:
         return None
 
     def _idle_gpu(self, gid: str) -> bool:
-        return not any(r.worker.running or not r.ready for r in self.on_gpu[gid].values())
+        return not any(r.worker.running or not r.ready for r in self.vram.on_gpu[gid].values())
 
     def _naive_fits(self, g: GpuSpec, model: ModelSpec, cls: int) -> bool:
         return g.admits(cls) and self._idle_gpu(g.id) and g.usable_gb >= model.per_gpu_gb - _EPS
@@ -234,8 +227,8 @@ class GpuPlacement:
         ``cls`` and have its share free, or will once unwanted idle replicas go."""
         mine = [r for r in self.asleep.values() if r.model.name == model.name]
         for r in sorted(mine, key=lambda r: (-r.last_used, r.id)):
-            group = [self.gpus[gid] for gid in r.gpus]
-            if group[0].node in self.offline:
+            group = [self.vram.gpus[gid] for gid in r.gpus]
+            if group[0].node in self.vram.offline:
                 continue
             if all(
                 g.admits(cls) and self._room(g, demand, force, now, model, cls)[1] >= model.per_gpu_gb - _EPS
@@ -298,10 +291,10 @@ class GpuPlacement:
         self, gpu: GpuSpec, demand: Callable[[str], int], force: bool, now: float, model: ModelSpec, cls: int
     ) -> tuple[float, float]:
         """(free now, free once evictable idle replicas are gone) on one GPU."""
-        free = gpu.usable_gb - self.used[gpu.id]
+        free = self.vram.free(gpu)
         extra = sum(
             r.model.per_gpu_gb
-            for r in self.on_gpu[gpu.id].values()
+            for r in self.vram.on_gpu[gpu.id].values()
             if self._evictable(r, demand, force, now, model, cls)
         )
         return free, free + extra
@@ -314,20 +307,24 @@ class GpuPlacement:
         with queued demand). ``None`` if no group fits."""
         need = model.per_gpu_gb - _EPS
         best: tuple[tuple[float, ...], list[GpuSpec]] | None = None
-        for gpus in self._online():
+        for gpus in self.vram.online():
             rows = []
             for g in gpus:
                 if not g.admits(cls):
                     continue
                 if self.naive:
                     if self._naive_fits(g, model, cls):  # an idle GPU: everything on it may go
-                        rows.append(((0.0, 0.0, 0.0, self._order[g.id]), g))
+                        rows.append(((0.0, 0.0, 0.0, self.vram.order[g.id]), g))
                     continue
                 free, most = self._room(g, demand, force, now, model, cls)
                 if free >= need:
-                    rows.append(((0.0, free - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
+                    rows.append(
+                        ((0.0, free - model.per_gpu_gb, self.vram.running(g), self.vram.order[g.id]), g)
+                    )
                 elif evict and most >= need:
-                    rows.append(((1.0, most - model.per_gpu_gb, self._load_of(g), self._order[g.id]), g))
+                    rows.append(
+                        ((1.0, most - model.per_gpu_gb, self.vram.running(g), self.vram.order[g.id]), g)
+                    )
             if len(rows) < model.gpus:
                 continue
             if self.naive:
@@ -341,13 +338,6 @@ class GpuPlacement:
             if best is None or score < best[0]:
                 best = (score, [row[1] for row in picked])
         return None if best is None else best[1]
-
-    def _online(self) -> list[list[GpuSpec]]:
-        """The GPUs of each node that models may be loaded on now."""
-        return [gpus for node, gpus in self.nodes.items() if node not in self.offline]
-
-    def _load_of(self, gpu: GpuSpec) -> float:
-        return float(sum(len(r.worker.running) for r in self.on_gpu[gpu.id].values()))
 
     def _load(
         self,
@@ -367,7 +357,7 @@ class GpuPlacement:
             idle = sorted(  # nobody queued for it first, then least recently used
                 (
                     r
-                    for r in self.on_gpu[g.id].values()
+                    for r in self.vram.on_gpu[g.id].values()
                     # (naive: the whole idle GPU may go, a replica of the model too)
                     if self._evictable(
                         r, demand, force or self.naive, now, None if self.naive else model, cls
@@ -375,10 +365,10 @@ class GpuPlacement:
                 ),
                 key=lambda r: (demand(r.model.name) > 0, r.last_used, r.id),
             )
-            while g.usable_gb - self.used[g.id] < model.per_gpu_gb - _EPS and idle:
+            while not self.vram.fits(g, model.per_gpu_gb) and idle:
                 out.append(self.evict(idle.pop(0)))
                 self._trim_asleep(out)  # (each sleeper past max_asleep stopped at once)
-            assert g.usable_gb - self.used[g.id] >= model.per_gpu_gb - _EPS, "plan over-commits VRAM"
+            assert self.vram.fits(g, model.per_gpu_gb), "plan over-commits VRAM"
 
         if woken is not None:  # back where it slept, under its model's current spec
             r = woken
@@ -403,9 +393,7 @@ class GpuPlacement:
         r.ready_at = now + load_s
         self.replicas[rid] = r
         self.by_model.setdefault(model.name, []).append(r)
-        for g in group:
-            self.used[g.id] += model.per_gpu_gb
-            self.on_gpu[g.id][rid] = r
+        self.vram.hold(r)
         out.append(Load(rid, model.name, r.gpus, load_s, wake=woken is not None))
         return out
 
@@ -432,11 +420,7 @@ class GpuPlacement:
         self.adapters.forget(r.id)  # (asleep or stopped, its engine holds no adapter for us)
         del self.replicas[r.id]
         self.by_model[r.model.name].remove(r)
-        for gid in r.gpus:
-            self.used[gid] = max(self.used[gid] - r.model.per_gpu_gb, 0.0)
-            if self.used[gid] < _EPS:
-                self.used[gid] = 0.0
-            del self.on_gpu[gid][r.id]
+        self.vram.release(r)
 
     def drop(self, replica_id: str) -> None:
         """Replica ``replica_id`` is gone without an eviction (its load failed, its engine
@@ -474,11 +458,11 @@ class GpuPlacement:
             raise ConfigError(f"replica {replica_id}: no model {model!r} to load in the fleet")
         if replica_id in self.replicas or replica_id in self.asleep:
             raise ConfigError(f"replica {replica_id}: placed already")
-        group = [self.gpus.get(gid) for gid in gpus]
+        group = [self.vram.gpus.get(gid) for gid in gpus]
         if any(g is None for g in group) or len(gpus) != spec.gpus or len({g.node for g in group if g}) != 1:
             raise ConfigError(f"replica {replica_id}: GPUs {', '.join(gpus)} cannot hold {model!r}")
         for gid in gpus:
-            if self.gpus[gid].usable_gb - self.used[gid] < spec.per_gpu_gb - _EPS:
+            if not self.vram.fits(self.vram.gpus[gid], spec.per_gpu_gb):
                 raise ConfigError(f"replica {replica_id}: no room for {model!r} left on {gid}")
         seq = replica_id.rpartition("#")[2].partition("@")[0]
         if seq.isdigit():  # (the ids this placement makes from now on are new ones)
@@ -487,15 +471,13 @@ class GpuPlacement:
             replica_id,
             spec,
             tuple(gpus),
-            classes_of([self.gpus[g] for g in gpus]),
+            classes_of([self.vram.gpus[g] for g in gpus]),
             self.adapters.of_base(model),
         )
         r.last_used = r.ready_at = now
         self.replicas[replica_id] = r
         self.by_model.setdefault(model, []).append(r)
-        for gid in gpus:
-            self.used[gid] += spec.per_gpu_gb
-            self.on_gpu[gid][replica_id] = r
+        self.vram.hold(r)
 
     def loaded(self, replica_id: str, now: float) -> WorkerState:
         r = self.replicas[replica_id]
@@ -522,14 +504,14 @@ class GpuPlacement:
             return None
         need = model.per_gpu_gb - _EPS
         best: tuple[tuple[int, int], set[Replica]] | None = None
-        for gpus in self._online():
+        for gpus in self.vram.online():
             options: list[tuple[int, int, set[Replica]]] = []
             for g in gpus:
                 if not g.admits(req.cls) or g.usable_gb < need:
                     continue
-                free = g.usable_gb - self.used[g.id]
+                free = self.vram.free(g)
                 chosen: set[Replica] = set()
-                others = [r for r in self.on_gpu[g.id].values() if r.ready and r.model is not model]
+                others = [r for r in self.vram.on_gpu[g.id].values() if r.ready and r.model is not model]
                 for r in sorted(others, key=lambda r: (len(r.worker.running), r.id)):
                     if free >= need:
                         break
@@ -538,7 +520,7 @@ class GpuPlacement:
                         free += r.model.per_gpu_gb
                 if free >= need:
                     stops = sum(len(r.worker.running) for r in chosen)
-                    options.append((stops, self._order[g.id], chosen))
+                    options.append((stops, self.vram.order[g.id], chosen))
             if len(options) < model.gpus:
                 continue
             options.sort(key=lambda o: (o[0], o[1]))
@@ -561,18 +543,16 @@ class GpuPlacement:
         share would fit, never a model's last ready replica while that model is
         in demand, nor a replica of ``model`` itself.
         """
-        for gpus in sorted(self._online(), key=len, reverse=True):
+        for gpus in sorted(self.vram.online(), key=len, reverse=True):
             usable = [g for g in gpus if g.admits(cls) and g.usable_gb >= model.per_gpu_gb]
             if len(usable) < model.gpus:
                 continue
-            usable.sort(key=lambda g: self.used[g.id])
+            usable.sort(key=lambda g: self.vram.used[g.id])
             for g in usable[: model.gpus]:
-                free = (
-                    g.usable_gb
-                    - self.used[g.id]
-                    + sum(r.model.per_gpu_gb for r in self.on_gpu[g.id].values() if r.draining)
+                free = self.vram.free(g) + sum(
+                    r.model.per_gpu_gb for r in self.vram.on_gpu[g.id].values() if r.draining
                 )
-                for r in sorted(self.on_gpu[g.id].values(), key=lambda r: (demand(r.model.name), r.id)):
+                for r in sorted(self.vram.on_gpu[g.id].values(), key=lambda r: (demand(r.model.name), r.id)):
                     if free >= model.per_gpu_gb - _EPS:
                         break
                     if r.draining or r.model is model or (demand(r.model.name) and self._fresh(r, now)):
@@ -585,26 +565,23 @@ class GpuPlacement:
     def gauges(self) -> dict[str, Any]:
         """Per-GPU gauges for :class:`~laneway.core.stats.Snapshot`."""
         return {
-            "vram_used_gb": dict(self.used),
+            "vram_used_gb": dict(self.vram.used),
             "vram_total_gb": {g.id: g.vram_gb for g in self.inv.gpus},
             "loaded_models": {
-                gid: sorted(r.model.name for r in reps.values()) for gid, reps in self.on_gpu.items()
+                gid: sorted(r.model.name for r in reps.values()) for gid, reps in self.vram.on_gpu.items()
             },
             "model_evictions": self.evictions,
             "asleep_models": {
-                gid: sorted(r.model.name for r in self.asleep.values() if gid in r.gpus) for gid in self.used
+                gid: sorted(r.model.name for r in self.asleep.values() if gid in r.gpus)
+                for gid in self.vram.used
             },
         }
 
     def check(self) -> None:
         """VRAM never over-committed, the KV reserve held, multi-GPU replicas on one node, no
         more adapters in a replica than its ``max_adapters``."""
-        for gid, reps in self.on_gpu.items():
-            g = self.gpus[gid]
-            held = sum(r.model.per_gpu_gb for r in reps.values())
-            assert abs(held - self.used[gid]) < 1e-6, f"{gid}: VRAM books disagree"
-            assert held <= g.usable_gb + 1e-6, f"{gid}: {held} GB > {g.usable_gb} GB usable"
+        self.vram.check()
         for r in self.replicas.values():
-            assert len({self.gpus[gid].node for gid in r.gpus}) == 1, f"{r.id} spans nodes"
+            assert len({self.vram.gpus[gid].node for gid in r.gpus}) == 1, f"{r.id} spans nodes"
             assert len(r.gpus) == r.model.gpus
         self.adapters.check()

@@ -611,7 +611,7 @@ class Scheduler:
         """Nothing is loaded on ``nodes`` from now on (what runs there stays until told)."""
         if self.loads is None:
             raise LanewayError("this scheduler's placement does not load models")
-        self.loads.planner.offline = set(nodes)
+        self.loads.planner.vram.offline = set(nodes)
 
     def unloaded(self, replica_id: str, now: float) -> None:
         """Replica ``replica_id`` is gone without an ``Evict`` (its load failed, or its

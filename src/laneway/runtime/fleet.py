@@ -166,7 +166,7 @@ class Fleet:
 
     def _mine(self, gpus: tuple[str, ...]) -> bool:
         """Whether this server starts the engines of ``gpus`` (a cluster's replica: of its node)."""
-        gpu = self.planner.gpus.get(gpus[0]) if gpus else None
+        gpu = self.planner.vram.gpus.get(gpus[0]) if gpus else None
         return self.node is None or (gpu is not None and gpu.node == self.node)
 
     def evict(self, d: Evict, now: float) -> None:

@@ -40,13 +40,13 @@ def placed(planner: GpuPlacement, now: float, ready: Callable[[str], bool] | Non
     }
     gpus = []
     for g in planner.inv.gpus:
-        here = [(rid, r.model.name) for rid, r in planner.on_gpu[g.id].items()]
+        here = [(rid, r.model.name) for rid, r in planner.vram.on_gpu[g.id].items()]
         here += [(rid, r.model.name) for rid, r in planner.asleep.items() if g.id in r.gpus]
         gpus.append(
             {
                 "id": g.id,
                 "node": g.node,
-                "vram_used_gb": round(planner.used[g.id], 3),
+                "vram_used_gb": round(planner.vram.used[g.id], 3),
                 "vram_total_gb": g.vram_gb,
                 "reserved_for": sorted(g.reserved_for) if g.reserved_for is not None else None,
                 "replicas": [
