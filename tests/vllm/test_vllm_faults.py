@@ -34,7 +34,7 @@ def no_worker_503(r: httpx.Response) -> None:
     assert r.status_code == 503, r.text
     err = r.json()["error"]
     assert err["code"] == "no_healthy_worker" and "tiny" in err["message"]
-    assert int(r.headers["Retry-After"]) >= 1 and err["estimated_wait_s"] >= 1
+    assert int(r.headers["Retry-After"]) >= 1 and err["estimated_wait_s"] is None  # (not known)
 
 
 @pytest.fixture(scope="module")
