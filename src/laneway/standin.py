@@ -375,7 +375,8 @@ class StandIn:
         if adapter:  # (an adapter writes other words than its base)
             seed = zlib.crc32(str(model).encode(), seed)
         self._look_up(ids)
-        target = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
+        # (as vLLM: a chat's max_completion_tokens first)
+        target = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
         options = body.get("stream_options") or {}
         self.priorities.append(body.get("priority"))
         meta = {

@@ -59,11 +59,27 @@ def test_an_upstream_gets_every_field_but_laneways_own_and_nothing_invented() ->
     assert plain.params.max_tokens is None  # the upstream's default, not laneway's
 
 
+def test_a_chat_giving_both_limits_is_held_to_max_completion_tokens_and_sends_only_it() -> None:
+    """Found failing: laneway held it to ``max_completion_tokens`` and an upstream that reads
+    ``max_tokens`` first made more; laneway took that for a broken worker and put it out of
+    placement. OpenAI and vLLM take ``max_completion_tokens``: the upstream gets only it."""
+    job = forwarded(max_completion_tokens=2, max_tokens=3)
+    assert job.params.max_tokens == 2
+    assert job.body["max_completion_tokens"] == 2 and "max_tokens" not in job.body
+    assert forwarded(max_tokens=3).params.max_tokens == 3
+    assert (
+        forwarded(COMPLETION, max_tokens=3, max_completion_tokens=2).params.max_tokens == 3
+    )  # (chat's only)
+    engine = parse_request(body(max_completion_tokens=2, max_tokens=3), CHAT, ServerConfig(), BUILTIN)
+    assert engine.job.params.max_tokens == 2
+
+
 def test_what_laneway_reads_of_a_forwarded_request_is_still_checked() -> None:
     for extra, param in (
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_tokens": 10**19}, "max_tokens"),
         ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+        ({"max_completion_tokens": 2, "max_tokens": 3_000_000_000}, "max_tokens"),  # (both checked)
         ({"n": 0}, "n"),
         ({"stream": "yes"}, "stream"),
         ({"stream_options": []}, "stream_options"),

@@ -166,6 +166,13 @@ def _forwarded_job(rid: str, model: str, body: Mapping[str, Any], kind: str) -> 
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise InvalidRequest(f"n must be a whole number ≥ 1, got {n!r}", param="n")
     forwarded = {k: v for k, v in body.items() if k not in OWNED}
+    if (
+        kind == CHAT
+        and "max_completion_tokens" in forwarded
+        and forwarded["max_completion_tokens"] is not None
+    ):
+        # (the limit is max_completion_tokens: an upstream that reads max_tokens first gets no other)
+        forwarded.pop("max_tokens", None)
     prompts = 1
     messages = None
     prompt = None

@@ -31,16 +31,20 @@ def stop_strings(value: object) -> tuple[str, ...]:
 
 
 def max_tokens(body: Mapping[str, Any], kind: str) -> int | None:
-    name = "max_completion_tokens" if kind == CHAT and body.get("max_completion_tokens") is not None else None
-    value = body.get(name) if name else body.get("max_tokens")
-    name = name or "max_tokens"
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < MAX_TOKENS_LIMIT:
-        raise InvalidRequest(
-            f"{name} must be a whole number from 1 to {MAX_TOKENS_LIMIT - 1}, got {value!r}", param=name
-        )
-    return value
+    """The most tokens a request may make: a chat's ``max_completion_tokens`` where it gives
+    one (as OpenAI and vLLM take it), else ``max_tokens``; each checked where given."""
+    names = ("max_completion_tokens", "max_tokens") if kind == CHAT else ("max_tokens",)
+    limit = None
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < MAX_TOKENS_LIMIT:
+            raise InvalidRequest(
+                f"{name} must be a whole number from 1 to {MAX_TOKENS_LIMIT - 1}, got {value!r}", param=name
+            )
+        limit = value if limit is None else limit
+    return limit
 
 
 def stream_options(body: Mapping[str, Any]) -> tuple[bool, bool]:
