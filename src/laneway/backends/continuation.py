@@ -134,7 +134,8 @@ def as_chat_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
     out["object"] = "chat.completion.chunk"
     choices = []
     for c in chunk.get("choices") or ():
-        choice = {k: v for k, v in c.items() if k not in ("text", "logprobs")}
+        # (a chat chunk has no prompt ids in its choices: those of a continuation are not shown)
+        choice = {k: v for k, v in c.items() if k not in ("text", "logprobs", "prompt_token_ids")}
         text = c.get("text")
         choice["delta"] = {"content": text} if text else {}
         choice["logprobs"] = chat_logprobs(c.get("logprobs"))

@@ -159,6 +159,8 @@ class Run:
             chunk["usage"] = None  # (not passed on: the client gets laneway's own count)
         choices = chunk.get("choices")
         if not choices:
+            if self.continued and self.job.kind == CHAT and self.via == COMPLETION:
+                chunk["object"] = "chat.completion.chunk"  # (a chat's usage, made by /completions)
             if "usage" in chunk:
                 self.usage_chunk = chunk
                 if self.assembly is not None:
