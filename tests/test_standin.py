@@ -183,4 +183,12 @@ def test_its_arguments_are_checked(args: list[str], says: str, capsys: pytest.Ca
 
     with pytest.raises(SystemExit) as info:
         main(args)
-    assert info.value.code == 2 and capsys.readouterr().err.strip().endswith(says)
+    assert info.value.code == 2 and capsys.readouterr().err == f"python -m laneway.standin: error: {says}\n"
+
+
+def test_what_it_does_not_serve_is_refused_by_name(engine: tuple[StandIn, str]) -> None:
+    _, url = engine
+    for extra, says in (({"prompt": ["a", "b"]}, "one prompt"), ({"n": 3}, "one choice")):
+        body = {"model": "standin", "prompt": "x", "max_tokens": 2, **extra}
+        r = httpx.post(url + "/v1/completions", json=body, timeout=30)
+        assert r.status_code == 400 and says in r.json()["error"]["message"], r.text

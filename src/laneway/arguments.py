@@ -5,6 +5,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from typing import NoReturn
+
+
+class OneLine(argparse.ArgumentParser):
+    """A parser whose refusal is one line (``PROG: error: ...``, exit status 2), not its
+    usage block: ``--help`` has that."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 def whole(text: str) -> int:

@@ -18,6 +18,9 @@ class RequestError(LanewayError):
     status = 400
     type = "invalid_request_error"
     code: str | None = None
+    # whether a client should send it again as it is (``x-should-retry``, which OpenAI's own
+    # clients obey over their default of retrying 5xx); None: the default
+    should_retry: bool | None = None
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -152,6 +155,7 @@ class UpstreamTimeout(RequestError):
     status = 504
     type = "server_error"
     code = "upstream_timeout"
+    should_retry = False  # (it would take as long again)
 
 
 class NotFound(RequestError):

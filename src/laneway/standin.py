@@ -29,7 +29,6 @@ overlap. LoRA adapters loaded at run time: :mod:`laneway.standin_adapters`.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -41,7 +40,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from laneway.arguments import port, positive_int, seconds
+from laneway.arguments import OneLine, port, positive_int, seconds
 from laneway.standin_adapters import Adapters, runtime_updating
 
 WORDS = (
@@ -369,8 +368,12 @@ class StandIn:
             ids = encode(text)
         elif isinstance(body["prompt"], str):
             ids = encode(body["prompt"])
+        elif isinstance(body["prompt"], list) and all(type(t) is int for t in body["prompt"]):
+            ids = list(body["prompt"])
         else:
-            ids = [int(t) for t in body["prompt"]]
+            raise ValueError("the stand-in serves one prompt: a string or a list of token ids")
+        if body.get("n") not in (None, 1):
+            raise ValueError("the stand-in makes one choice (n = 1)")
         seed = zlib.crc32(bytes(t - BYTE_BASE for t in ids if t >= BYTE_BASE))
         if adapter:  # (an adapter writes other words than its base)
             seed = zlib.crc32(str(model).encode(), seed)
@@ -507,7 +510,7 @@ async def _sse(send: Any, obj: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    ap = argparse.ArgumentParser(prog="python -m laneway.standin", description=__doc__.splitlines()[0])
+    ap = OneLine(prog="python -m laneway.standin", description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=port, default=8001)
     ap.add_argument("--slots", type=positive_int, default=4)

@@ -114,6 +114,7 @@ def test_a_run_past_timeout_s_is_a_504_and_leaves_its_worker_in_placement(tmp_pa
             assert r.status_code == 504, r.text
             error = r.json()["error"]
             assert error["code"] == "upstream_timeout" and "within 0.5 s" in error["message"], error
+            assert r.headers["x-should-retry"] == "false"  # (OpenAI's clients would retry a 504)
             assert calls == ["slow"]  # not tried on the other worker: it would take as long
             assert server.runtime.recovery.down == set()  # slow is not gone
             with c.stream(

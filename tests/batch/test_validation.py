@@ -69,6 +69,8 @@ def test_request_errors_at_creation(batch_server: LiveServer) -> None:
         c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="soon")  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError):
         c.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.BadRequestError, match="input_file_id must be a file id \\(a string\\), got 5"):
+        c.batches.create(input_file_id=5, endpoint="/v1/chat/completions", completion_window="24h")  # type: ignore[arg-type]
     with pytest.raises(openai.BadRequestError, match="unknown priority"):
         c.batches.create(
             input_file_id=f.id,

@@ -87,7 +87,8 @@ async def create(request: Request) -> Response:
     body: Mapping[str, Any] = await read_json(request, config.max_body_bytes)
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
-        raise InvalidRequest("input_file_id is required", param="input_file_id")
+        said = "is required" if file_id is None else f"must be a file id (a string), got {file_id!r}"
+        raise InvalidRequest(f"input_file_id {said}", param="input_file_id")
     endpoint = body.get("endpoint")
     if endpoint is None:
         raise InvalidRequest(f"endpoint is required (one of: {', '.join(ENDPOINTS)})", param="endpoint")

@@ -1,7 +1,9 @@
 """Every error in OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``.
 
 429 and 503 answers carry ``Retry-After`` (whole seconds) and, in the error
-object, ``estimated_wait_s``.
+object, ``estimated_wait_s``. An error a client should not send again as it is (a run
+past its worker's ``timeout_s``) carries ``x-should-retry: false``, which OpenAI's
+clients obey.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def request_error(exc: RequestError) -> JSONResponse:
     resp = error_json(exc.status, exc.message, exc.type, exc.code, exc.param, **extra)
     if isinstance(exc, Deferred):
         resp.headers["Retry-After"] = str(math.ceil(exc.retry_after_s))
+    if exc.should_retry is not None:
+        resp.headers["x-should-retry"] = "true" if exc.should_retry else "false"
     return resp
 
 

@@ -160,6 +160,12 @@ class EngineWatch:
         self._sched().cache_lost(name)
         log.info("worker %s: its engine's prefix cache is taken as empty (%s)", name, why)
 
+    def engine_back(self, name: str, why: str) -> None:
+        """Worker ``name`` answers again after a probe found no engine of its model there:
+        a fresh engine, whose counters are read anew from the next probe on."""
+        self.hits.pop(name, None)
+        self.cache_lost(name, why)
+
     def reported_hits(self) -> dict[str, float]:
         """Per worker whose engine counts them, the prefix hit rate it reports."""
         return {name: r for name, c in self.hits.items() if (r := c.ratio) is not None}

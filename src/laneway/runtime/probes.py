@@ -104,7 +104,7 @@ class Prober:
         if health.ok:
             st.failures = 0
             if st.lost:
-                self.rt.engines.cache_lost(name, f"back after: {st.lost}")
+                self.rt.engines.engine_back(name, f"back after: {st.lost}")
                 st.lost = ""
             try:
                 await self.rt.engines.probed(name)
