@@ -6,12 +6,14 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from laneway.standin import StandIn, decode
+from laneway.testing import StandInProcess
 from live_server import serving
 
 
@@ -192,3 +194,39 @@ def test_what_it_does_not_serve_is_refused_by_name(engine: tuple[StandIn, str]) 
         body = {"model": "standin", "prompt": "x", "max_tokens": 2, **extra}
         r = httpx.post(url + "/v1/completions", json=body, timeout=30)
         assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+
+
+def test_stopped_it_ends_what_runs_at_once(tmp_path: Path) -> None:
+    """SIGTERM while a long stream runs: the process ends within seconds (it waited for the
+    stream to finish), the stream cut short (no [DONE]: its client sees a broken stream),
+    a whole answer waiting behind it a 503."""
+    engine = StandInProcess(tmp_path / "standin.log", ("--slots", "1", "--ms-per-token", "20"))
+    got: dict[str, object] = {}
+
+    def stream() -> None:
+        body = {"model": "standin", "prompt": "x", "max_tokens": 3000, "stream": True}
+        with httpx.stream("POST", engine.url + "/completions", json=body, timeout=60) as r:
+            got["lines"] = [line for line in r.iter_lines() if line]
+
+    def whole() -> None:
+        body = {"model": "standin", "prompt": "y", "max_tokens": 3}
+        got["whole"] = httpx.post(engine.url + "/completions", json=body, timeout=60).status_code
+
+    try:
+        clients = [threading.Thread(target=stream), threading.Thread(target=whole)]
+        for t in clients:
+            t.start()
+            time.sleep(0.3)
+        t0 = time.monotonic()
+        engine.proc.terminate()
+        engine.proc.wait(30)
+        took = time.monotonic() - t0
+        for t in clients:
+            t.join(30)
+    finally:
+        engine.stop()
+    assert took < 10, took  # (the stream alone had 60 s to go)
+    lines = got["lines"]
+    assert isinstance(lines, list) and lines and "data: [DONE]" not in lines
+    assert got["whole"] == 503
+    assert "Traceback" not in (tmp_path / "standin.log").read_text()

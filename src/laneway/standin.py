@@ -129,6 +129,8 @@ class StandIn:
         self.sleep_mode = sleep_mode
         self.wake_s = wake_s
         self.asleep = False
+        self.stopping = False  # (told to stop: what runs ends at once)
+        self.loop: asyncio.AbstractEventLoop | None = None  # (where it serves, once started)
         self.sleeps = self.wakes = 0
         self.kv_tokens = kv_tokens  # (what its /metrics says its KV space is)
         self.refuse = frozenset(refuse)  # request fields answered 400 (as an engine without them)
@@ -219,6 +221,17 @@ class StandIn:
             self.opened.discard(seq)
             self.spans.append((seq.key or "", seq.opened, time.time()))
 
+    def stop(self) -> None:
+        """Stopping (SIGTERM): every request waiting or running ends now, as vLLM aborts
+        them, rather than the process waiting for them all to finish; a stream ends without
+        its end (its client sees a broken stream), a whole answer is a 503."""
+        self.stopping = True
+        for seq in (*self.waiting, *self.running):
+            seq.gone = True
+            seq.wake.set()
+        self.waiting.clear()
+        self.running.clear()
+
     def _leave(self, seq: _Seq) -> None:
         """Its client left (vLLM aborts such a request): it leaves the queue or its slot, and
         its handler, waiting for its tokens, ends."""
@@ -233,6 +246,7 @@ class StandIn:
 
     # ------------------------------------------------------------ HTTP
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        self.loop = asyncio.get_running_loop()
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
@@ -334,6 +348,9 @@ class StandIn:
                     await seq.wake.wait()
                 if not seq.gone:
                     await _json(send, 200, self._answer(seq, meta))
+                elif self.stopping:
+                    error = {"message": "the engine is stopping", "type": "ServiceUnavailable"}
+                    await _json(send, 503, {"error": error})
         finally:
             if watch is not None:
                 watch.cancel()
@@ -474,6 +491,9 @@ class StandIn:
             sent = len(seq.made)
             await _sse(send, self._chunk(seq, meta, new, first))
             first = False
+        if self.stopping:  # (cut short: no usage, no [DONE])
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         if meta["usage"] and not seq.gone:
             obj = "chat.completion.chunk" if meta["chat"] else "text_completion"
             await _sse(send, {**self._head(meta, obj), "choices": [], "usage": self._usage(seq)})
@@ -557,7 +577,19 @@ def main(argv: list[str] | None = None) -> None:
         adapters=Adapters(args.model, args.lora_load_s) if args.enable_lora and runtime_updating() else None,
     )
     print(f"standin: serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on"
+    )
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose stop (SIGTERM, SIGINT) first ends what the app runs."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if app.loop is not None and not app.stopping:
+                app.loop.call_soon_threadsafe(app.stop)
+            super().handle_exit(sig, frame)
+
+    Server(config).run()
 
 
 if __name__ == "__main__":
