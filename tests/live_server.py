@@ -52,6 +52,12 @@ def simulated(slots: int = 2, tokens_per_s: float | None = 200.0, name: str = "s
     )
 
 
+def upstream(name: str, url: str, **kw: Any) -> WorkerConfig:
+    """An upstream worker of model ``m`` (one slot, no token ids: a fake upstream's)."""
+    fields: dict[str, Any] = {"model": "m", "served_name": "m", "slots": 1, "token_ids": "none", **kw}
+    return WorkerConfig(name, type="upstream", url=url, **fields)
+
+
 def sim_config(
     tmp_path: Path, slots: int = 2, tokens_per_s: float | None = 200.0, **kw: object
 ) -> ServerConfig:

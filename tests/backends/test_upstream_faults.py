@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from laneway.config import ServerConfig, WorkerConfig
-from live_server import live_server, serving
+from laneway.config import ServerConfig
+from live_server import live_server, serving, upstream
 
 
 def fake_upstream(calls: list[str]) -> Starlette:
@@ -70,9 +70,7 @@ def fake_upstream(calls: list[str]) -> Starlette:
 def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: Path) -> None:
     calls: list[str] = []
     with serving(fake_upstream(calls)) as url:
-        worker = WorkerConfig(
-            "up", type="upstream", url=url, model="m", served_name="m", slots=2, token_ids="none"
-        )
+        worker = upstream("up", url, slots=2)
         cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path, probe_interval_s=60.0)
         with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
             ok = {"model": "m", "prompt": "fine", "max_tokens": 2}
@@ -94,20 +92,7 @@ def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: P
 def test_a_run_past_timeout_s_is_a_504_and_leaves_its_worker_in_placement(tmp_path: Path) -> None:
     calls: list[str] = []
     with serving(fake_upstream(calls)) as url:
-        workers = tuple(
-            WorkerConfig(
-                name,
-                type="upstream",
-                url=url,
-                model="m",
-                served_name="m",
-                slots=1,
-                token_ids="none",
-                timeout_s=0.5,
-                stall_timeout_s=60.0,
-            )
-            for name in ("a", "b")
-        )
+        workers = tuple(upstream(name, url, timeout_s=0.5, stall_timeout_s=60.0) for name in ("a", "b"))
         cfg = replace(ServerConfig(), workers=workers, data_dir=tmp_path, probe_interval_s=60.0)
         with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
             r = c.post("/completions", json={"model": "m", "prompt": "slow", "max_tokens": 2})

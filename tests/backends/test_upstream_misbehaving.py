@@ -17,24 +17,15 @@ import httpx
 import pytest
 
 from broken_upstream import Broken
-from laneway.config import ServerConfig, WorkerConfig
+from laneway.config import ServerConfig
 from laneway.testing import serve_process
-from live_server import live_server, serving
+from live_server import live_server, serving, upstream
 
 STALL_S = 1.0
 
 
 def config(url: str, tmp_path: Path) -> ServerConfig:
-    worker = WorkerConfig(
-        "up",
-        type="upstream",
-        url=url,
-        model="m",
-        served_name="m",
-        slots=1,
-        token_ids="none",
-        stall_timeout_s=STALL_S,
-    )
+    worker = upstream("up", url, stall_timeout_s=STALL_S)
     return replace(
         ServerConfig(), workers=(worker,), data_dir=tmp_path, probe_interval_s=0.2, unavailable_hold_s=30.0
     )
