@@ -125,25 +125,31 @@ async def _chunks(
     shape: Shape, ticket: Ticket, first: Delta | Done, include_usage: bool, forwarded: bool
 ) -> AsyncIterator[bytes]:
     """The stream: an upstream's chunks as it sent them (owned), or chunks built from the
-    engine's text; the last with the ``laneway`` object."""
+    engine's text; the last with the ``laneway`` object. The chunks at hand go out
+    together (one write, not one a chunk: an engine's chunks often come several to a read);
+    none waits for the next."""
     item: Delta | Done = first
+    out: list[bytes] = []
     if shape.chat and not forwarded:  # the role first, with the prompt's ids when asked
         prompt = first.prompt_ids
-        yield sse(_with_usage(shape.chunk("", first=True, prompt_ids=prompt), include_usage))
+        out.append(sse(_with_usage(shape.chunk("", first=True, prompt_ids=prompt), include_usage)))
         if type(first) is Delta:
             item = replace(first, prompt_ids=None)
     try:
         while True:
             if type(item) is Done:
                 for chunk in shape.last_chunks(item, extension(ticket), include_usage):
-                    yield sse(
-                        chunk if forwarded else _with_usage(chunk, include_usage and "usage" not in chunk)
+                    out.append(
+                        sse(
+                            chunk if forwarded else _with_usage(chunk, include_usage and "usage" not in chunk)
+                        )
                     )
-                yield DONE_LINE
+                out.append(DONE_LINE)
+                yield b"".join(out)
                 return
             assert type(item) is Delta
             if item.chunk is not None:
-                yield sse(shape.own(item.chunk))
+                out.append(sse(shape.own(item.chunk)))
             else:
                 chunk = shape.chunk(
                     item.text,
@@ -152,12 +158,16 @@ async def _chunks(
                     token_ids=item.token_ids,
                     prompt_ids=item.prompt_ids,
                 )
-                yield sse(_with_usage(chunk, include_usage))
+                out.append(sse(_with_usage(chunk, include_usage)))
+            if not ticket.pending:
+                yield b"".join(out)
+                out.clear()
             item = await ticket.next()
     except RequestError as exc:  # the stream ends with the error, then [DONE] (as vLLM ends its own)
         error = {"message": exc.message, "type": exc.type, "code": exc.code, "param": exc.param}
-        yield sse({"error": error})
-        yield DONE_LINE
+        out.append(sse({"error": error}))
+        out.append(DONE_LINE)
+        yield b"".join(out)
 
 
 def _with_usage(chunk: dict[str, object], include_usage: bool) -> dict[str, object]:

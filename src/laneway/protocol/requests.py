@@ -14,7 +14,7 @@ or ``/v1/embeddings`` body and what serves its model (:class:`Support`):
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -216,7 +216,7 @@ def parse_request(
     best_of, n = body.get("best_of"), body.get("n")
     if type(best_of) is int and type(n) is int and best_of < n:
         raise InvalidRequest(f"best_of ({best_of}) must be at least n ({n})", param="best_of")
-    rid = ID_PREFIX[kind] + uuid.uuid4().hex[:24]
+    rid = ID_PREFIX[kind] + os.urandom(12).hex()
     if served.passthrough:
         job = _forwarded_job(rid, model, body, kind)
     else:

@@ -79,6 +79,11 @@ class Ticket:
             if not waiter.done():
                 waiter.set_result(None)
 
+    @property
+    def pending(self) -> bool:
+        """Whether :meth:`next` has an item (or the error) at hand, without waiting."""
+        return bool(self._items)
+
     async def next(self) -> Delta | Done:
         """The next item: text, or the ``Done``; raises the error that ended it."""
         items = self._items
