@@ -30,8 +30,10 @@ before each
 Reported per mode: time to first token p50/p99 and mean, the mean time from the first
 token to the end (the decode, which no placement shortens: with ``--clients`` clients busy
 throughout, the makespan is about ``requests × (TTFT mean + that) ÷ clients``), makespan,
-each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) and how often
-it ran nothing (its ``vllm:num_requests_running`` sampled every 0.25 s).
+each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) beside, through
+laneway, the rate laneway's index expected of it (the share of the prompt blocks it sent each
+engine that it took to be held there: how far a precise source, such as vLLM's KV-cache
+events, could improve on the estimate), and how often it ran nothing (its ``vllm:num_requests_running`` sampled every 0.25 s).
 
 With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
@@ -237,10 +239,21 @@ async def run(
         stop.set()
         await sampler
         preempted = None
+        expected: list[float] | None = None
         if via is not None:  # (what laneway stopped to make room: each resume is another prefill)
             text = (await client.get(via.removesuffix("/v1") + "/metrics", timeout=5)).text
             found = re.findall(r"^laneway_preemptions_total\{[^}]*\} (\S+)$", text, re.M)
             preempted = round(sum(float(v) for v in found))
+            # what laneway's index expected of each engine's cache (its prompts' blocks it
+            # placed where it took them to be held), beside what the engines report
+            ratios = dict(
+                re.findall(
+                    r'^laneway_worker_prefix_hit_ratio_expected\{worker="up(\d+)"\} (\S+)$', text, re.M
+                )
+            )
+            expected = [
+                float(ratios[str(i)]) if str(i) in ratios else float("nan") for i in range(len(eng.urls))
+            ]
     after = eng.counters()
     hits = []
     for b, a in zip(before, after, strict=True):
@@ -266,6 +279,7 @@ async def run(
         "flood": len(flood),
         "flood_makespan_s": flood_makespan,
         "prefix_hit_rate": hits,
+        "expected_hit_rate": expected,
         "idle_fraction": idle,
         "idle_with_work_fraction": idle_held,
         "per_engine": per_engine if via is None else None,
@@ -350,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(
                     f"[dim]  makespan {r['makespan_s']:.1f} s, TTFT p50 {r['ttft_p50_s']:.2f} s, "
                     f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}"
+                    + (
+                        f" (laneway expected {' / '.join(f'{x:.0%}' for x in r['expected_hit_rate'])})"
+                        if r["expected_hit_rate"]
+                        else ""
+                    )
                     + (f", {r['preempted']} preempted" if r["preempted"] else "")
                     + (
                         f", engines idle with laneway's work on them {' / '.join(f'{x:.0%}' for x in held)}"
@@ -373,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         "then to the end, mean s",
         "makespan s",
         "prefix hits (engines)",
+        "laneway expected",
         "ran nothing (engines)",
     ):
         t.add_column(c, justify="right")
@@ -387,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['rest_mean_s']:.2f}",
             f"{r['makespan_s']:.1f}",
             " / ".join(f"{x:.0%}" for x in r["prefix_hit_rate"]),
+            " / ".join(f"{x:.0%}" for x in r["expected_hit_rate"]) if r["expected_hit_rate"] else "-",
             " / ".join(f"{x:.0%}" for x in r["idle_fraction"]),
         ]
         if batch:
