@@ -586,6 +586,33 @@ def check_responses(
         assert client.delete(f"/responses/{rid}").json() == {"id": rid, "object": "response", "deleted": True}
 
 
+def test_input_items_of_a_response_an_upstream_answers(validator: Validator) -> None:
+    """Before an upstream's Responses API, the input is forwarded as given, and listed (``GET
+    /v1/responses/{id}/input_items``) in OpenAI's shape: a message's string content as a text
+    part, with a status; an item of another type as it came."""
+    from laneway.protocol.responses_api import read_responses
+
+    given = [
+        {"role": "user", "content": "Hi"},
+        {"type": "message", "role": "assistant", "content": "Hello"},
+        {"role": "developer", "content": [{"type": "input_text", "text": "Be brief"}]},
+        {
+            "type": "function_call_output",
+            "call_id": "call_1",
+            "output": "42",
+            "id": "fc_1",
+            "status": "completed",
+        },
+    ]
+    for body in ({"model": "m", "input": "Hi"}, {"model": "m", "input": given}):
+        items = list(read_responses(body, engine=False).input_items)
+        listed = {"object": "list", "data": items, "first_id": items[0]["id"], "last_id": items[-1]["id"]}
+        validator.check("ResponseItemList", {**listed, "has_more": False})
+    assert items[0]["content"] == [{"type": "input_text", "text": "Hi"}] and items[0]["status"] == "completed"
+    assert items[1]["content"][0]["type"] == "output_text"
+    assert items[3] == given[3]
+
+
 def test_response_failure_events(validator: Validator) -> None:
     """An error after a stream began: the ``error`` event, then ``response.failed``, as the spec has them."""
     from laneway.protocol.responses_answer import Answer

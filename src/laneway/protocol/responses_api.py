@@ -201,12 +201,19 @@ def _items(
 
 
 def _listed(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Items as given, for ``input_items``: each with an id (one made where it has none)."""
+    """Items as given, for ``input_items``: each with an id (one made where it has none); a
+    message in OpenAI's listed shape (a string content as one text part, a status), other
+    items as they are (the upstream reads them)."""
     out = []
     for item in value:
         listed = {"type": "message", **item}
         if not isinstance(listed.get("id"), str):
             listed["id"] = new_id(MESSAGE_PREFIX)
+        if listed["type"] == "message":
+            content = listed.get("content")
+            if isinstance(content, str):
+                listed["content"] = _text_of(content, "input", str(listed.get("role")))[1]
+            listed.setdefault("status", "completed")
         out.append(listed)
     return out
 
