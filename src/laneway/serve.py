@@ -216,6 +216,21 @@ def startup_facts(config: ServerConfig, workers: Mapping[str, Worker]) -> None:
                 workers[w.name].capacity().slots,
                 extra={"worker": w.name, "type": w.type, "model": w.served_name},
             )
+    same_engine: dict[tuple[str, str], str] = {}
+    for w in config.workers:
+        if w.type != "upstream" or w.url is None:
+            continue
+        key = (w.url.rstrip("/"), w.model)
+        first = same_engine.setdefault(key, w.name)
+        if first != w.name:
+            log.warning(
+                "workers %s and %s send %s to the same engine (%s): it is sent the slots of both "
+                "at once, past each one's ceiling; one worker per engine and model",
+                first,
+                w.name,
+                w.model,
+                w.url,
+            )
     classes = config.scheduler.classes.classes
     log.info(
         "classes: %s; policy %s",

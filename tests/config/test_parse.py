@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"server": {"unavailable_hold_s": -1}}, "server.unavailable_hold_s"),
         ({"server": {"unavailable_hold_s": "none"}}, "server.unavailable_hold_s"),
         ({"workers": [{"name": "a"}, {"name": "a"}]}, "workers[1].name"),
+        ({"workers": []}, "workers"),  # (empty: an error; left out: the built-in default)
         ({"classes": {"P9": {}}}, "classes.P9"),
         ({"classes": {"P0": {"timeout_s": -1}}}, "classes.P0.timeout_s"),
         ({"classes": {"P3": {"service_s": 0}}}, "classes.P3.service_s"),
@@ -139,6 +141,25 @@ def test_errors_name_the_key(data: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(data)
     assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+def test_two_workers_of_one_engine_and_model_are_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    from laneway.serve import startup_facts
+
+    up = {"type": "upstream", "model": "m", "url": "http://127.0.0.1:8001/v1"}
+    cfg = parse_config(
+        {
+            "workers": [
+                {**up, "name": "a"},
+                {**up, "name": "b", "url": "http://127.0.0.1:8001/v1/"},  # (the same engine)
+                {**up, "name": "c", "model": "m-lora"},  # (another model of it: its own worker)
+            ]
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="laneway"):
+        startup_facts(cfg, {})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and warned[0].startswith("workers a and b send m to the same engine"), warned
 
 
 def test_a_class_prior_of_service() -> None:

@@ -76,7 +76,13 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     policies = {t.name: t.policy for t in tenants}
     sched_cfg = replace(sched_cfg, tenants=policies)
     fleet = parse_fleet(top.raw("fleet"), names) if "fleet" in top else None
-    workers = _workers(top.list("workers", []))
+    listed = top.list("workers", None)
+    if listed is not None and not listed:
+        raise ConfigError(
+            "workers: an empty list serves nothing; give at least one [[workers]] entry, or leave "
+            "workers out for the built-in default"
+        )
+    workers = _workers(listed or [])
     if fleet is not None:
         if workers:
             raise ConfigError(
