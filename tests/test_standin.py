@@ -230,3 +230,17 @@ def test_stopped_it_ends_what_runs_at_once(tmp_path: Path) -> None:
     assert isinstance(lines, list) and lines and "data: [DONE]" not in lines
     assert got["whole"] == 503
     assert "Traceback" not in (tmp_path / "standin.log").read_text()
+
+
+def test_it_ends_at_its_context_and_refuses_a_prompt_over_it(
+    engine: tuple[StandIn, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As vLLM: a max_tokens past the context ends there ("length"), a prompt over it is a 400."""
+    _, url = engine
+    monkeypatch.setattr("laneway.standin.MAX_MODEL_LEN", 12)
+    body = {"model": "standin", "prompt": "hi", "max_tokens": 100_000}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 10, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    long = httpx.post(url + "/v1/completions", json={**body, "prompt": "x" * 12}, timeout=30)
+    assert long.status_code == 400 and "over the context of 12" in long.json()["error"]["message"], long.text

@@ -57,6 +57,7 @@ MAX_KEY_SEARCH = 256  # prompt tokens searched for a key
 MAX_SPANS = 200_000
 CACHE_BLOCK = 16  # token ids a block of its prefix cache holds (vLLM's default)
 DEFAULT_MAX_TOKENS = 16
+MAX_MODEL_LEN = 4096  # the context it serves (its /v1/models says it): generation ends there, as vLLM's
 PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each arrival ...
 PEAK_SETTLE_TURNS = 8  # ... and this many turns of the loop later (each one reads the sockets)
 
@@ -297,7 +298,12 @@ class StandIn:
                 "object": "list",
                 # (vLLM says its context length here)
                 "data": [
-                    {"id": self.model, "object": "model", "owned_by": "standin", "max_model_len": 4096},
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "owned_by": "standin",
+                        "max_model_len": MAX_MODEL_LEN,
+                    },
                     *(self.adapters.models() if self.adapters is not None else ()),
                 ],
             }
@@ -397,6 +403,9 @@ class StandIn:
         self._look_up(ids)
         # (as vLLM: a chat's max_completion_tokens first)
         target = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        if len(ids) >= MAX_MODEL_LEN:  # (as vLLM: a prompt over the context is refused)
+            raise ValueError(f"the prompt is {len(ids)} tokens, over the context of {MAX_MODEL_LEN}")
+        target = min(target, MAX_MODEL_LEN - len(ids))  # (and what would run past it ends there)
         options = body.get("stream_options") or {}
         self.priorities.append(body.get("priority"))
         meta = {

@@ -266,6 +266,34 @@ def test_a_prompt_of_text_parts_is_sized_by_its_text() -> None:
     assert sizing.prompt_tokens(job) == sizing.prompt_tokens(plain) == 601
 
 
+def test_a_request_is_sized_no_longer_than_its_model_s_context() -> None:
+    """A max_tokens past the context its workers say counts as that context (the engine ends
+    it there), in its size and in a quota's charge; where the context is not known, as asked."""
+    from laneway.core import CostModel
+    from laneway.generation import Job, SamplingParams
+    from laneway.runtime.sizing import Sizing
+
+    sizing = Sizing(CostModel(), 256)
+    huge = Job("r", "m", SamplingParams(max_tokens=100_000, n=2), prompt="hi")
+    assert sizing.output_tokens(huge) == 200_000
+    sizing.context_of = {"m": 4096}.get
+    assert sizing.output_tokens(huge) == 2 * 4096
+    assert sizing.output_tokens(Job("s", "m", SamplingParams(max_tokens=16), prompt="hi")) == 16
+    assert sizing.output_tokens(Job("o", "other", SamplingParams(max_tokens=100_000), prompt="hi")) == 100_000
+
+
+def test_a_runtime_knows_its_model_s_context_from_its_workers() -> None:
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        assert rt.context_of("sim") is None  # (its worker does not say)
+        worker.max_model_len = 64
+        assert rt.context_of("sim") == 64 and rt.context_of("other") is None
+        ticket = rt.submit(job("long", max_tokens=100_000), 3)
+        assert rt.sched.live_requests.reqs["long"].output_tokens == 64  # (sized, and charged, at most that)
+        rt.cancel(ticket)
+
+    run_with(config(), 500.0, body)
+
+
 def test_a_p0_s_slot_is_kept_for_its_next_request_then_goes_to_the_waiting_batch_work() -> None:
     """The server's default ``hold_s`` (0.25 s): an urgent client's next request takes the
     slot its last one freed, preempting nothing; when none comes, the batch work waiting

@@ -102,6 +102,7 @@ class Runtime(WorkerEvents):
         if self.fleet is not None:
             self.support.update(self.fleet.support())
         self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
+        self.sizing.context_of = self.context_of
         self.classes = config.scheduler.classes
         self.stoppable = stoppable_classes(self.classes, config.policy)
         names = self.classes.names
@@ -259,6 +260,18 @@ class Runtime(WorkerEvents):
             self.prober.hold(ticket, now)
         self.kick()
         return ticket
+
+    def context_of(self, model: str) -> int | None:
+        """The longest context a worker serving ``model`` takes, in tokens (``None`` where
+        one of them does not say)."""
+        longest = 0
+        for name, worker in self.workers.items():
+            if self.served.get(name, name) == model:
+                n = worker.max_model_len
+                if not isinstance(n, int):
+                    return None
+                longest = max(longest, n)
+        return longest or None
 
     def trace(self, tracing: Tracing) -> None:
         """Trace requests from now on (:mod:`laneway.tracing`); upstream workers' calls carry

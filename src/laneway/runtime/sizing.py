@@ -14,6 +14,8 @@ speed. While it runs, its own pace revises the hint
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from laneway.core import CostModel
 from laneway.generation import EMBEDDING, Job
 
@@ -26,12 +28,21 @@ class Sizing:
         self.costs = costs
         self.default_max_tokens = default_max_tokens
         self.decode_tokens_s: dict[str, float] = {}  # per model, measured on finished requests
+        # a model's context in tokens, where its workers say it (None: not known)
+        self.context_of: Callable[[str], int | None] | None = None
 
     def output_tokens(self, job: Job) -> int:
+        """What ``job`` may make: its ``max_tokens`` (each choice), no more than its model's
+        context where that is known (an engine ends a request there: vLLM caps a
+        ``max_tokens`` past it), so that neither its size nor a quota's charge counts more."""
         if job.kind == EMBEDDING:
             return 0
         n = job.params.n
-        return (job.params.max_tokens or self.default_max_tokens) * n
+        limit = job.params.max_tokens or self.default_max_tokens
+        context = self.context_of(job.model) if self.context_of is not None else None
+        if context is not None and context < limit:
+            limit = context
+        return limit * n
 
     def prompt_tokens(self, job: Job) -> int:
         if isinstance(job.prompt, str):
