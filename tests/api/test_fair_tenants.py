@@ -83,6 +83,7 @@ def test_a_token_per_minute_quota_is_a_429_with_when_it_refills(server: LiveServ
     mine = estimate(METERED).json()  # the bucket is still in debt: the estimate says so
     assert mine["quota"]["reason"] == "rate_limited" and "tokens/min" in mine["quota"]["message"]
     assert mine["estimated_wait_s"] >= mine["quota"]["retry_after_s"] > 0
+    assert mine["basis_detail"].startswith("its tenant's quota lets it in after ")
     assert estimate(BIG).json()["quota"] is None  # another tenant's quota is not its own
     assert estimate(METERED, "P3").json()["quota"] is None  # nor another class's
     denied = estimate(METERED, "P0")

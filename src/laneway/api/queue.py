@@ -33,12 +33,14 @@ async def queue_estimate(request: Request) -> Response:
             raise ModelNotFound(f"the model {model!r} does not exist", param="model")
     wait, span = runtime.estimate_range(cls, model)
     quota_wait = 0.0
+    detail = span.detail
     refused = runtime.sched.quota_refusal(tenant.name if tenant else None, cls, runtime.now())
     if refused is not None:  # what the request would be answered now, instead of queued
         reason, message, quota_wait = refused
         if reason == "not_entitled":
             raise ClassNotAllowed(message, param="priority")
         wait += quota_wait  # (refused until then; then it waits in the queue)
+        detail = f"its tenant's quota lets it in after {quota_wait:.3g} s; then: {detail}"
     return JSONResponse(
         {
             "priority": config.scheduler.classes[cls].name,
@@ -50,7 +52,7 @@ async def queue_estimate(request: Request) -> Response:
                 round(span.high_s + quota_wait, 3) if math.isfinite(span.high_s) else None,
             ],
             "basis": span.basis,
-            "basis_detail": span.detail,
+            "basis_detail": detail,
             "queued": runtime.sched.queued,
             "quota": None
             if refused is None
