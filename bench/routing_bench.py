@@ -33,7 +33,8 @@ throughout, the makespan is about ``requests × (TTFT mean + that) ÷ clients``)
 each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) beside, through
 laneway, the rate laneway's index expected of it (the share of the prompt blocks it sent each
 engine that it took to be held there: how far a precise source, such as vLLM's KV-cache
-events, could improve on the estimate), and how often it ran nothing (its ``vllm:num_requests_running`` sampled every 0.25 s).
+events, could improve on the estimate), and how often it ran nothing (its
+``vllm:num_requests_running`` sampled every 0.25 s).
 
 With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
