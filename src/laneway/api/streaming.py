@@ -28,8 +28,8 @@ class DisconnectWatch:
     """Calls ``on_disconnect`` if the client goes away before :meth:`stop`.
 
     The watch starts ``after_s`` in (:data:`WATCH_AFTER_S`): an answer ready sooner never
-    needs one, and most are (a task per request was ~2 % of the gateway's CPU per 1-token
-    request); a client gone before then is seen then. Once started it is one task, reading
+    needs one, and most are (a task a request, and its reads, were ~10 % of the gateway's CPU
+    on a 1-token chat); a client gone before then is seen then. Once started it is one task, reading
     ``receive`` (the body already read) until the disconnect; what the handler waits on is
     woken by ``on_disconnect`` (the runtime ends the ticket), so the handler itself awaits
     its ticket directly. :meth:`stop` before the response is sent: once a response is
