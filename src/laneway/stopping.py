@@ -48,6 +48,9 @@ class LanewayServer(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        # (the loop known from here: a signal while uvicorn still loads the app, before
+        # start-up, is a shutdown like any other, said as one)
+        self._loop = asyncio.get_running_loop()
         original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
