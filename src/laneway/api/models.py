@@ -23,11 +23,7 @@ def _model(runtime: Runtime, name: str) -> dict[str, object]:
     out: dict[str, object] = {"id": name, "object": "model", "created": STARTED, "owned_by": "laneway"}
     out["root"] = served
     out["aliases"] = sorted(a for a, m in runtime.config.aliases.items() if m == served)
-    lens = [
-        n
-        for w, worker in runtime.workers.items()
-        if runtime.served.get(w, w) == served and isinstance(n := worker.max_model_len, int)
-    ]
+    lens = [n for n in runtime.contexts(served) if n is not None]
     if lens:
         out["max_model_len"] = min(lens)
     return out

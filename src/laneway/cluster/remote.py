@@ -83,9 +83,8 @@ class SharedSizing(Sizing):
     a client reached."""
 
     def __init__(self, base: Sizing, emit: Callable[[Event], None]) -> None:
-        super().__init__(base.costs, base.default_max_tokens)
+        super().__init__(base.costs, base.default_max_tokens, base.context_of)
         self.decode_tokens_s = dict(base.decode_tokens_s)
-        self.context_of = base.context_of
         self._emit = emit
         self._seen: dict[str, list[float]] = {}  # model -> [tokens after the first, seconds]
         self._told: set[str] = set()  # models whose pace this replica has sent

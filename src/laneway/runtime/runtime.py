@@ -101,8 +101,7 @@ class Runtime(WorkerEvents):
         self.support = support_of(self.workers, self.served)
         if self.fleet is not None:
             self.support.update(self.fleet.support())
-        self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens)
-        self.sizing.context_of = self.context_of
+        self.sizing = Sizing(config.scheduler.costs, config.default_max_tokens, self.context_of)
         self.classes = config.scheduler.classes
         self.stoppable = stoppable_classes(self.classes, config.policy)
         names = self.classes.names
@@ -261,17 +260,21 @@ class Runtime(WorkerEvents):
         self.kick()
         return ticket
 
+    def contexts(self, model: str) -> list[int | None]:
+        """The context, in tokens, of each worker serving ``model`` (``None``: it does not say)."""
+        return [
+            n if isinstance(n := worker.max_model_len, int) else None
+            for name, worker in self.workers.items()
+            if self.served.get(name, name) == model
+        ]
+
     def context_of(self, model: str) -> int | None:
-        """The longest context a worker serving ``model`` takes, in tokens (``None`` where
-        one of them does not say)."""
-        longest = 0
-        for name, worker in self.workers.items():
-            if self.served.get(name, name) == model:
-                n = worker.max_model_len
-                if not isinstance(n, int):
-                    return None
-                longest = max(longest, n)
-        return longest or None
+        """The longest context a worker serving ``model`` takes (``None`` where one of them
+        does not say): no request of it runs past that."""
+        lengths = self.contexts(model)
+        if not lengths or None in lengths:
+            return None
+        return max(n for n in lengths if n is not None)
 
     def trace(self, tracing: Tracing) -> None:
         """Trace requests from now on (:mod:`laneway.tracing`); upstream workers' calls carry

@@ -24,12 +24,17 @@ WEIGHT = 0.2  # of a new measurement in the moving average
 
 
 class Sizing:
-    def __init__(self, costs: CostModel, default_max_tokens: int) -> None:
+    def __init__(
+        self,
+        costs: CostModel,
+        default_max_tokens: int,
+        context_of: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.costs = costs
         self.default_max_tokens = default_max_tokens
         self.decode_tokens_s: dict[str, float] = {}  # per model, measured on finished requests
         # a model's context in tokens, where its workers say it (None: not known)
-        self.context_of: Callable[[str], int | None] | None = None
+        self.context_of = context_of
 
     def output_tokens(self, job: Job) -> int:
         """What ``job`` may make: its ``max_tokens`` (each choice), no more than its model's
