@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 VLLM_TESTS = Path(__file__).parent / "tests" / "vllm"
+# Under pytest-xdist (``.ci/run``: ``-n 2``) the tests of each group run one after another on
+# one worker: those of the session's real vLLM, and those of a fleet's engines (which its
+# tests find among all the processes of the machine). Every other test goes wherever a
+# worker is free.
+GROUPS = {"tests/vllm/test_vllm_fleet.py": "fleet", "tests/fleet/": "fleet", "tests/vllm/": "vllm"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,6 +33,18 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if config.getoption("--vllm") is None and collection_path.is_relative_to(VLLM_TESTS):
         return True
     return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """(:data:`GROUPS`; pytest-xdist's own ``xdist_group`` marks are lost under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return next((g for start, g in GROUPS.items() if nodeid.startswith(start)), nodeid)
+
+    return Grouped(config, log)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
