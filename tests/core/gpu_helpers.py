@@ -31,6 +31,7 @@ from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from .helpers import Driver
 
 EPS = 1e-6
+CHURN_BOUND = 2_000  # rounds of the scheduler at one instant (loads that take no time): more is a churn
 
 
 def gpu(
@@ -148,7 +149,7 @@ class GpuDriver(Driver):
         the way, answer the loads due and call ``schedule``."""
         target = self.now + dt
         out: list[Decision] = []
-        spins = 0
+        spins = same = 0
         while (t := self._next_event()) <= target:
             # an event due now again is fine while each brings something about (models that
             # load in no time: a load, then a dispatch, then the next load...); five that
@@ -161,6 +162,9 @@ class GpuDriver(Driver):
             moved = (len(out), len(self.loading), len(self.running), self.sched.lanes.total) != before
             spins = spins + 1 if again and not moved else 0
             assert spins < 5, f"the next event stays at {t} <= now {self.now}, and nothing happens"
+            # (each load at one instant places a model anew: there are only so many to make)
+            same = same + 1 if again else 0
+            assert same < CHURN_BOUND, f"{same} rounds at t = {self.now}: {out[-6:]}"
         self.now = target
         self._answer_due()
         out += self.step()

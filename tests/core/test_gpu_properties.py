@@ -272,3 +272,21 @@ def test_models_that_load_in_no_time_fill_a_fleet_one_load_after_another() -> No
     events = [decode(0)] * 9 + [decode(5270)]
     d = check_ends(Fleet(inv=inv, switch_wait_s=5.0), cfg, "naive", events)
     assert len(d.loads) >= 5
+
+
+def test_naive_placement_loads_on_an_online_node_and_runs_there_without_churning() -> None:
+    """Found by the property test: the first idle GPU in order was on a node offline, so
+    naive placement chose "load it there" while the load went to the online GPU, whose
+    replica, idle, was evicted for the next load of the same model, and so on forever at
+    t = 0."""
+    inv = Inventory(
+        gpus=tuple(GpuSpec(id=g, node=g[:2], vram_gb=16.0) for g in ("n0g0", "n1g0")),
+        models={f"m{i}": ModelSpec(name=f"m{i}", vram_gb=6.0, gpus=1, load_s=0.0, slots=1) for i in (0, 1)},
+        preload=(),
+    )
+    cfg = SchedulerConfig(aging_interval_s=None, drain_cap_s=0.5, max_preemptions=0)
+    events = [("offline", 1)] + [decode(0)] * 6 + [("advance", 0.0)]
+    d = check_ends(Fleet(inv=inv, switch_wait_s=5.0), cfg, "naive", events)
+    # one load on the online node; the other node's GPU only once it is back (run's end)
+    assert [x.gpu_ids for _, x in d.loads][:1] == [("n1g0",)] and len(d.loads) <= 2
+    assert d.dispatches[0] == (0.0, Dispatch("r0", "m0#1@n1g0")) and not d.evictions

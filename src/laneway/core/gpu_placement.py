@@ -150,8 +150,8 @@ class GpuPlacement:
                     and all(map(self._idle_gpu, r.gpus))
                 ):
                     return r.worker
-            if model.gpus == 1:
-                return None  # load it here
+            if model.gpus == 1 and g.node not in self.vram.offline:
+                return None  # load it here (nothing is loaded on a node offline)
         return None
 
     def _idle_gpu(self, gid: str) -> bool:
