@@ -17,7 +17,7 @@ VLLM_TESTS = Path(__file__).parent / "tests" / "vllm"
 # Under pytest-xdist (``.ci/run``: ``-n 2``) the tests of each group run one after another on
 # one worker: those of the session's real vLLM, and those of a fleet's engines (which its
 # tests find among all the processes of the machine). Every other test goes wherever a
-# worker is free.
+# worker is free. A test's group is that of the first path it starts with.
 GROUPS = {"tests/vllm/test_vllm_fleet.py": "fleet", "tests/fleet/": "fleet", "tests/vllm/": "vllm"}
 
 
