@@ -69,7 +69,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         "entry": ("cli",),
         # shipped for tests and benchmarks: real processes on loopback
         "standin_adapters": (),
-        "standin": ("arguments", "standin_adapters"),
+        "standin_text": (),
+        "standin_answers": ("standin_text",),
+        "standin": ("arguments", "standin_adapters", "standin_answers", "standin_text"),
         "testing": (),
         "fault_harness": ("testing",),
     }.items()

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from laneway.standin import StandIn, decode
+from laneway.standin import StandIn
+from laneway.standin_text import decode
 from laneway.testing import StandInProcess
 from live_server import serving
 

@@ -16,10 +16,11 @@ the rest wait in its own FIFO queue (as an engine's do); every running
 sequence gets a token each ``ms_per_token`` (0: all at once); a client that
 goes away frees its slot at once.
 
-Its "tokenizer" makes a token of each UTF-8 byte of a prompt (ids 1000 and
-up) and writes words (ids below 64) chosen from the prompt's bytes and the
-position, so a request resumed from its token ids writes exactly what it
-would have written in one go. It writes until ``max_tokens`` (default 16).
+Its "tokenizer" makes a token of each UTF-8 byte of a prompt and writes words
+chosen from the prompt's bytes and the position (:mod:`laneway.standin_text`), so a
+request resumed from its token ids writes exactly what it would have written in one
+go. It writes until ``max_tokens`` (default 16). Its answers' shapes:
+:mod:`laneway.standin_answers`.
 
 For tests it counts (``/stats``) the most requests it had open at once, and
 keeps when each request marked with a ``#KEY#`` in its prompt was open
@@ -37,21 +38,13 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from laneway.arguments import OneLine, port, positive_int, seconds
 from laneway.standin_adapters import Adapters, runtime_updating
+from laneway.standin_answers import Seq, answer, chunk, head, send_json, send_sse, send_text, usage
+from laneway.standin_text import BYTE_BASE, chat_prompt, decode, encode, next_token
 
-WORDS = (
-    "the", "lane", "way", "queue", "token", "batch", "chat", "slot", "wait", "run", "fast", "slow",
-    "class", "fair", "work", "done", "alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa",
-    "lambda", "north", "south", "east", "west", "up", "down", "left", "right", "red", "green", "blue",
-    "gold", "grey", "pink", "teal", "cyan", "one", "two", "three", "four", "five", "six", "seven",
-    "eight", "nine", "ten", "copy", "move", "read", "write", "open", "close", "start", "stop", "send",
-    "take", "give", "keep", "find", "make",
-)  # fmt: skip
-BYTE_BASE = 1000
 KEY = re.compile(r"#([A-Za-z0-9_.-]{1,64})#")
 MAX_KEY_SEARCH = 256  # prompt tokens searched for a key
 MAX_SPANS = 200_000
@@ -62,51 +55,6 @@ PEAK_SETTLE_S = 0.005  # requests open at once are counted this long after each 
 PEAK_SETTLE_TURNS = 8  # ... and this many turns of the loop later (each one reads the sockets)
 
 Scope = dict[str, Any]
-
-
-def encode(text: str) -> list[int]:
-    return [BYTE_BASE + b for b in text.encode("utf-8")]
-
-
-def decode(ids: list[int]) -> str:
-    out: list[str] = []
-    raw = bytearray()
-    for i in ids:
-        if i >= BYTE_BASE:
-            raw.append(i - BYTE_BASE)
-            continue
-        if raw:
-            out.append(raw.decode("utf-8", "replace"))
-            raw.clear()
-        out.append(" " + WORDS[i % len(WORDS)])
-    if raw:
-        out.append(raw.decode("utf-8", "replace"))
-    return "".join(out)
-
-
-def chat_prompt(messages: list[dict[str, Any]], add_generation: bool) -> str:
-    text = "".join(f"<{m.get('role')}>{m.get('content')}\n" for m in messages)
-    return text + ("<assistant>" if add_generation else "")
-
-
-def next_token(seed: int, position: int) -> int:
-    return zlib.crc32(position.to_bytes(4, "little"), seed) % len(WORDS)
-
-
-@dataclass(eq=False)
-class _Seq:
-    prompt: list[int]
-    target: int
-    seed: int
-    made: list[int] = field(default_factory=list)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    gone: bool = False
-    key: str | None = None  # the prompt's first "#KEY#" (tests mark their requests so)
-    opened: float = 0.0  # wall clock of its arrival
-
-    @property
-    def done(self) -> bool:
-        return len(self.made) >= self.target
 
 
 class StandIn:
@@ -137,8 +85,8 @@ class StandIn:
         self.refuse = frozenset(refuse)  # request fields answered 400 (as an engine without them)
         self.slots = slots
         self.step_s = ms_per_token / 1000.0
-        self.waiting: deque[_Seq] = deque()
-        self.running: list[_Seq] = []
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
         self._ticking = False
         self.served = 0  # sequences finished (tests read it)
         self.aborted = 0
@@ -148,7 +96,7 @@ class StandIn:
         # each marked request's time here: (key, from, until) by the wall clock, so that tests
         # can tell whether one request ran twice at once, on this engine or beside another
         self.spans: deque[tuple[str, float, float]] = deque(maxlen=MAX_SPANS)
-        self.opened: set[_Seq] = set()
+        self.opened: set[Seq] = set()
         # the vLLM `priority` each generation request carried (None: none), the latest last
         self.priorities: deque[object] = deque(maxlen=MAX_SPANS)
         # a prefix cache of its KV space (blocks of 16 token ids, least recently used out),
@@ -158,7 +106,7 @@ class StandIn:
         self.prefix_hits = 0
 
     # ------------------------------------------------------------ scheduling
-    def _admit(self, seq: _Seq) -> None:
+    def _admit(self, seq: Seq) -> None:
         marked = KEY.search(decode(seq.prompt[:MAX_KEY_SEARCH]))
         if marked is not None:
             seq.key, seq.opened = marked.group(1), time.time()
@@ -201,7 +149,7 @@ class StandIn:
         if self.waiting and len(self.running) < self.slots:
             self._fill()
 
-    def _advance(self, seq: _Seq, n: int) -> None:
+    def _advance(self, seq: Seq, n: int) -> None:
         start = len(seq.made) + sum(1 for t in seq.prompt if t < BYTE_BASE)
         for i in range(n):
             seq.made.append(next_token(seq.seed, start + i))
@@ -217,7 +165,7 @@ class StandIn:
                 self._advance(seq, 1)
         self._fill()
 
-    def _closed(self, seq: _Seq) -> None:
+    def _closed(self, seq: Seq) -> None:
         if seq in self.opened:
             self.opened.discard(seq)
             self.spans.append((seq.key or "", seq.opened, time.time()))
@@ -233,7 +181,7 @@ class StandIn:
         self.waiting.clear()
         self.running.clear()
 
-    def _leave(self, seq: _Seq) -> None:
+    def _leave(self, seq: Seq) -> None:
         """Its client left (vLLM aborts such a request): it leaves the queue or its slot, and
         its handler, waiting for its tokens, ends."""
         if not seq.done:
@@ -271,11 +219,11 @@ class StandIn:
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 **(self.adapters.stats() if self.adapters is not None else {}),
             }
-            await _json(send, 200, stats)
+            await send_json(send, 200, stats)
             return
         if method == "GET" and path == "/spans":  # marked requests: ended, and open now
             spans = {"spans": list(self.spans), "open": [(q.key, q.opened) for q in self.opened]}
-            await _json(send, 200, spans)
+            await send_json(send, 200, spans)
             return
         if method == "GET" and path == "/metrics":  # (a few of vLLM's own)
             text = (
@@ -291,7 +239,7 @@ class StandIn:
                 "# TYPE vllm:prefix_cache_hits counter\n"
                 f'vllm:prefix_cache_hits_total{{model_name="{self.model}"}} {self.prefix_hits}.0\n'
             )
-            await _text(send, 200, text)
+            await send_text(send, 200, text)
             return
         if method == "GET" and path in ("/v1/models", "/health"):
             models = {
@@ -307,13 +255,13 @@ class StandIn:
                     *(self.adapters.models() if self.adapters is not None else ()),
                 ],
             }
-            await _json(send, 200, models)
+            await send_json(send, 200, models)
             return
         if self.sleep_mode and path in ("/sleep", "/wake_up", "/is_sleeping"):
             await self._sleep_mode(send, method, path)
             return
         if self.asleep and path != "/detokenize":
-            await _json(
+            await send_json(
                 send, 503, {"error": {"message": "the engine is asleep", "type": "ServiceUnavailable"}}
             )
             return
@@ -321,7 +269,9 @@ class StandIn:
         if method != "POST" or not (
             lora or path in ("/v1/completions", "/v1/chat/completions", "/detokenize")
         ):
-            await _json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "NotFound"}})
+            await send_json(
+                send, 404, {"error": {"message": f"no route {method} {path}", "type": "NotFound"}}
+            )
             return
         raw = b""
         while True:
@@ -332,16 +282,20 @@ class StandIn:
         try:
             body = json.loads(raw)
             if path == "/detokenize":
-                await _json(send, 200, {"prompt": decode(list(body["tokens"]))})
+                await send_json(send, 200, {"prompt": decode(list(body["tokens"]))})
                 return
             if lora:
                 assert self.adapters is not None
                 status, said = await self.adapters.call(path, body)
-                await (_text(send, status, said) if isinstance(said, str) else _json(send, status, said))
+                await (
+                    send_text(send, status, said) if isinstance(said, str) else send_json(send, status, said)
+                )
                 return
             seq, meta = self._parse(body, chat=path.endswith("chat/completions"))
         except (ValueError, KeyError, TypeError) as exc:
-            await _json(send, 400, {"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}})
+            await send_json(
+                send, 400, {"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}}
+            )
             return
         self._admit(seq)
         watch = None if seq.done else asyncio.get_running_loop().create_task(_watch(receive, seq, self))
@@ -353,30 +307,30 @@ class StandIn:
                     seq.wake.clear()
                     await seq.wake.wait()
                 if not seq.gone:
-                    await _json(send, 200, self._answer(seq, meta))
+                    await send_json(send, 200, answer(seq, meta))
                 elif self.stopping:
                     error = {"message": "the engine is stopping", "type": "ServiceUnavailable"}
-                    await _json(send, 503, {"error": error})
+                    await send_json(send, 503, {"error": error})
         finally:
             if watch is not None:
                 watch.cancel()
 
     async def _sleep_mode(self, send: Any, method: str, path: str) -> None:
         if method == "GET" and path == "/is_sleeping":
-            await _json(send, 200, {"is_sleeping": self.asleep})
+            await send_json(send, 200, {"is_sleeping": self.asleep})
         elif method == "POST" and path == "/sleep":
             self.asleep = True
             self.sleeps += 1
-            await _json(send, 200, {})
+            await send_json(send, 200, {})
         elif method == "POST" and path == "/wake_up":
             await asyncio.sleep(self.wake_s)
             self.asleep = False
             self.wakes += 1
-            await _json(send, 200, {})
+            await send_json(send, 200, {})
         else:
-            await _json(send, 405, {"error": {"message": f"{method} {path}", "type": "MethodNotAllowed"}})
+            await send_json(send, 405, {"error": {"message": f"{method} {path}", "type": "MethodNotAllowed"}})
 
-    def _parse(self, body: dict[str, Any], *, chat: bool) -> tuple[_Seq, dict[str, Any]]:
+    def _parse(self, body: dict[str, Any], *, chat: bool) -> tuple[Seq, dict[str, Any]]:
         refused = sorted(self.refuse & body.keys())
         if refused:
             raise ValueError(f"{refused[0]} is not supported")
@@ -417,7 +371,7 @@ class StandIn:
             "created": int(time.time()),
             "model": model,
         }
-        return _Seq(ids, target, seed), meta
+        return Seq(ids, target, seed), meta
 
     def _look_up(self, ids: list[int]) -> None:
         """A prompt comes in: its leading full blocks found in the cache are counted, then
@@ -436,58 +390,13 @@ class StandIn:
         while len(cache) > self.kv_tokens // CACHE_BLOCK:
             cache.popitem(last=False)
 
-    def _head(self, meta: dict[str, Any], obj: str) -> dict[str, Any]:
-        return {"id": meta["id"], "object": obj, "created": meta["created"], "model": meta["model"]}
-
-    def _usage(self, seq: _Seq) -> dict[str, int]:
-        return {
-            "prompt_tokens": len(seq.prompt),
-            "completion_tokens": len(seq.made),
-            "total_tokens": len(seq.prompt) + len(seq.made),
-        }
-
-    def _answer(self, seq: _Seq, meta: dict[str, Any]) -> dict[str, Any]:
-        text = decode(seq.made)
-        if meta["chat"]:
-            out = self._head(meta, "chat.completion")
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
-        else:
-            out = self._head(meta, "text_completion")
-            choice = {"index": 0, "text": text}
-        choice.update(logprobs=None, finish_reason="length")
-        if meta["ids"]:
-            choice["token_ids"] = seq.made
-            (out if meta["chat"] else choice)["prompt_token_ids"] = seq.prompt
-        out["choices"] = [choice]
-        out["usage"] = self._usage(seq)
-        return out
-
-    def _chunk(self, seq: _Seq, meta: dict[str, Any], new: list[int], first: bool) -> dict[str, Any]:
-        text = decode(new) if new else ""
-        if meta["chat"]:
-            out = self._head(meta, "chat.completion.chunk")
-            delta: dict[str, Any] = (
-                {"role": "assistant", "content": ""} if first and not new else {"content": text}
-            )
-            choice: dict[str, Any] = {"index": 0, "delta": delta}
-        else:
-            out = self._head(meta, "text_completion")
-            choice = {"index": 0, "text": text}
-        choice.update(logprobs=None, finish_reason="length" if seq.done and new else None)
-        if meta["ids"]:
-            choice["token_ids"] = new
-            if first:
-                (out if meta["chat"] else choice)["prompt_token_ids"] = seq.prompt
-        out["choices"] = [choice]
-        return out
-
-    async def _stream(self, send: Any, seq: _Seq, meta: dict[str, Any]) -> None:
-        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-        await send({"type": "http.response.start", "status": 200, "headers": head})
+    async def _stream(self, send: Any, seq: Seq, meta: dict[str, Any]) -> None:
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         sent = 0
         first = True
         if meta["chat"]:  # a role chunk first, as vLLM sends it
-            await _sse(send, self._chunk(seq, meta, [], first=True))
+            await send_sse(send, chunk(seq, meta, [], first=True))
             first = False
         while not seq.gone:
             if sent == len(seq.made):
@@ -498,42 +407,23 @@ class StandIn:
                 continue
             new = seq.made[sent:]
             sent = len(seq.made)
-            await _sse(send, self._chunk(seq, meta, new, first))
+            await send_sse(send, chunk(seq, meta, new, first))
             first = False
         if self.stopping:  # (cut short: no usage, no [DONE])
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         if meta["usage"] and not seq.gone:
             obj = "chat.completion.chunk" if meta["chat"] else "text_completion"
-            await _sse(send, {**self._head(meta, obj), "choices": [], "usage": self._usage(seq)})
+            await send_sse(send, {**head(meta, obj), "choices": [], "usage": usage(seq)})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
-async def _watch(receive: Any, seq: _Seq, app: StandIn) -> None:
+async def _watch(receive: Any, seq: Seq, app: StandIn) -> None:
     """The client went away: its sequence stops and its slot is free at once."""
     while (await receive())["type"] != "http.disconnect":
         pass
     app._leave(seq)
     seq.wake.set()
-
-
-async def _json(send: Any, status: int, obj: dict[str, Any]) -> None:
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _text(send: Any, status: int, text: str) -> None:
-    body = text.encode()
-    head = [(b"content-type", b"text/plain; version=0.0.4"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _sse(send: Any, obj: dict[str, Any]) -> None:
-    data = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-    await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
 def main(argv: list[str] | None = None) -> None:
