@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from laneway.backends.upstream import UpstreamWorker
-from laneway.generation import Delta, Done, Event, Job, SamplingParams, Stopped
+from laneway.generation import Delta, Done, Event, Failed, Job, SamplingParams, Stopped
 from laneway.testing import StandInProcess
 
 MAX_TOKENS = 1500  # 3 s at 2 ms a token: far past the time a stopped request may stay open
@@ -153,6 +153,73 @@ def test_a_preemption_at_any_point_ends_the_run_and_the_resumed_run_makes_its_to
         return lost
 
     assert asyncio.run(main()) == []
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+def test_a_worker_closed_under_a_run_ends_it_retryable_from_where_it_stopped(
+    standin: StandInProcess, kind: str
+) -> None:
+    """A worker closed with a run on it (a fleet's worker removed while a dispatch to it raced
+    the removal) ends the run failed, retryable, with what it made to go on from elsewhere:
+    before, the run was dropped without an end and its client waited for ever."""
+
+    async def main() -> list[str]:
+        lost: list[str] = []
+        async with httpx.AsyncClient(timeout=10) as client:
+            expected = await one_run(kind, standin, RESUMED_TOKENS)
+            for i, (turns, delay) in enumerate(POINTS):
+                worker = UpstreamWorker("up", standin.url, "standin", slots=4, token_ids="vllm")
+                events: list[Event] = []
+                job = make_job(kind, f"x{i}", RESUMED_TOKENS)
+                await worker.run(job, events.append)
+                await stop_point(turns, delay)
+                await worker.close()
+                where = f"turns={turns} delay={delay}"
+                ended = len(events)
+                await asyncio.sleep(0.05)
+                last = events[-1] if events else None
+                if not isinstance(last, Failed) or not getattr(last.error, "retryable", False):
+                    lost.append(f"{where}: it ended with {last!r}, not a retryable failure")
+                    continue
+                if len(events) != ended:
+                    lost.append(f"{where}: {len(events) - ended} events after its end")
+                if await settled(client, standin):
+                    lost.append(f"{where}: the request is still open upstream")
+                made = max((e.tokens for e in events if isinstance(e, Delta)), default=0)
+                checkpoint = getattr(last.error, "checkpoint", None)
+                if made and checkpoint is None:
+                    lost.append(f"{where}: it streamed but left nothing to go on from")
+                if checkpoint is not None:  # another worker goes on from there, exactly
+                    other = UpstreamWorker("other", standin.url, "standin", slots=4, token_ids="vllm")
+                    try:
+                        resumed: list[Event] = []
+                        await other.resume(checkpoint, resumed.append)
+                        deadline = time.monotonic() + 10
+                        while (not resumed or isinstance(resumed[-1], Delta)) and time.monotonic() < deadline:
+                            await asyncio.sleep(0.01)
+                    finally:
+                        await other.close()
+                    done = resumed[-1] if resumed else None
+                    if not isinstance(done, Done) or done.text != expected.text:
+                        lost.append(f"{where}: resumed elsewhere it did not make the same text")
+        return lost
+
+    assert asyncio.run(main()) == []
+
+
+async def one_run(kind: str, standin: StandInProcess, max_tokens: int) -> Done:
+    """One uninterrupted run's end (what a run stopped part-way must come to)."""
+    ref = UpstreamWorker("ref", standin.url, "standin", slots=4, token_ids="vllm")
+    events: list[Event] = []
+    try:
+        await ref.run(make_job(kind, "ref", max_tokens), events.append)
+        deadline = time.monotonic() + 10
+        while (not events or isinstance(events[-1], Delta)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+    finally:
+        await ref.close()
+    assert isinstance(events[-1], Done), events[-1:]
+    return events[-1]
 
 
 def make_job(kind: str, job_id: str, max_tokens: int) -> Job:

@@ -25,6 +25,7 @@ NODES = (
 )
 
 
+LOG_TAIL = 120
 MODELS = standin_model("small", 14, load_s=0.2) + standin_model("other", 14, load_s=0.2)
 
 
@@ -53,6 +54,14 @@ def _pair(
         for server in started.values():
             _wait_ready(server.url)
         yield started["ra"], started["rb"]
+    except BaseException:  # (what each replica said, shown with the failure)
+        for name, server in started.items():
+            print(
+                f"----- {name}'s log, its last {LOG_TAIL} lines",
+                *server.text().splitlines()[-LOG_TAIL:],
+                sep="\n",
+            )
+        raise
     finally:
         for server in started.values():
             server.stop()

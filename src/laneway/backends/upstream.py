@@ -250,8 +250,14 @@ class UpstreamWorker:
         return await state_of(self._pool, self.model, self.caps.metrics or "")
 
     async def close(self) -> None:
+        """Close it. A run still on it (a worker removed while a dispatch to it raced the
+        removal) ends failed, retryable, from where it stopped: never without an end."""
         for job_id in list(self._runs):
-            self._stop(job_id)
+            run = self._stop(job_id)
+            if run is not None:
+                err = UpstreamUnavailable(f"upstream {self.name} was closed", worker_fault=False)
+                err.checkpoint = self._resumable(run)
+                run.sink(Failed(job_id, err))
         if self._asking is not None:
             self._asking.cancel()
         await self._pool.close()

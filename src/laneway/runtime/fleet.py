@@ -490,7 +490,7 @@ class Fleet:
         for key in [k for k in self._adapter_in if k[0] == name]:
             del self._adapter_in[key]
         self._adapter_calls.pop(name, None)
-        worker = rt.workers.get(name)
+        worker = rt.workers.pop(name, None)  # (at once: a dispatch to it meanwhile makes it anew)
         if worker is None:
             return
         rt.prober.remove(name)
@@ -502,7 +502,6 @@ class Fleet:
             await worker.close()
         except Exception:
             log.exception("closing worker %s failed", name)
-        rt.workers.pop(name, None)
 
     def runs_on(self, name: str) -> bool:
         """Whether some request runs (or is being stopped) on worker ``name``."""
