@@ -1,0 +1,116 @@
+"""The ``[[workers]]`` of the configuration file → :class:`~laneway.config.schema.WorkerConfig`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from laneway.config.fields import Table
+from laneway.config.schema import DEFAULT_MODEL, TOKEN_ID_DIALECTS, WORKER_TYPES, WorkerConfig
+from laneway.core import ConfigError
+
+
+def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
+    out: list[WorkerConfig] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        t = Table(item, f"workers[{i}]")
+        name = t.str("name", f"w{i}")
+        if name in seen:
+            raise ConfigError(f"{t.key('name')}: duplicate worker name {name!r}")
+        seen.add(name)
+        kind = t.str("type", "local")
+        if kind not in WORKER_TYPES:
+            raise ConfigError(
+                f"{t.key('type')}: unknown worker type {kind!r}; choose from {', '.join(WORKER_TYPES)}"
+            )
+        _own_keys(t, kind)
+        default_model = {"local": DEFAULT_MODEL, "simulated": "simulated"}.get(kind)
+        model = t.str("model", default_model) if default_model else t.str("model")
+        url = t.str("url", None)
+        if kind == "upstream" and url is None:
+            raise ConfigError(f"{t.key('url')}: required for an upstream worker")
+        if url is not None:
+            _check_url(t.key("url"), url)
+        token_ids = t.str("token_ids", "vllm")
+        if token_ids not in TOKEN_ID_DIALECTS:
+            raise ConfigError(
+                f"{t.key('token_ids')}: expected one of {', '.join(TOKEN_ID_DIALECTS)}, got {token_ids!r}"
+            )
+        served = t.str("served_name", _served_name(model, kind))
+        if t.int("min_slots", 1, low=1) > t.int("slots", 4, low=1):
+            raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({t.int('slots', 4, low=1)})")
+        options = {k: v for k, v in t.data.items() if k.startswith("x_")}
+        for k in options:
+            t.raw(k)
+        out.append(
+            WorkerConfig(
+                name=name,
+                type=kind,
+                model=model,
+                served_name=served,
+                slots=t.int("slots", 4, low=1),
+                device=t.str("device", None),
+                tokens_per_s=t.float("tokens_per_s", 50.0, positive=True),
+                first_token_s=t.float("first_token_s", 0.0),
+                url=url,
+                api_key_env=t.str("api_key_env", None),
+                timeout_s=t.float("timeout_s", 600.0, positive=True),
+                stall_timeout_s=t.float("stall_timeout_s", 30.0, positive=True),
+                token_ids=token_ids,
+                kv_tokens=t.int("kv_tokens", None, low=1),
+                adapt_slots=t.bool("adapt_slots", True),
+                min_slots=t.int("min_slots", 1, low=1),
+                forward_priority=t.bool("forward_priority", False),
+                options=options,
+            )
+        )
+        t.done()
+    return tuple(out)
+
+
+# the keys of one worker type only (the others' are refused, not ignored)
+_UPSTREAM_KEYS = (
+    "url", "api_key_env", "timeout_s", "stall_timeout_s", "adapt_slots", "forward_priority",
+    "min_slots", "kv_tokens", "token_ids",
+)  # fmt: skip
+TYPE_KEYS = {
+    "device": "local",
+    "tokens_per_s": "simulated",
+    "first_token_s": "simulated",
+    **dict.fromkeys(_UPSTREAM_KEYS, "upstream"),
+}
+
+
+def _own_keys(t: Table, kind: str) -> None:
+    """A key of another worker type is a mistake to name (an upstream's ``url`` on a worker
+    whose ``type`` was left out, so ``local``), not one to ignore."""
+    for key in t.data:
+        of = "upstream" if key.startswith("x_") else TYPE_KEYS.get(key)
+        if of is not None and of != kind:
+            said = "" if "type" in t.data else ", the default"
+            raise ConfigError(
+                f"{t.key(key)}: a key of {of} workers, and this worker's type is {kind!r}{said} "
+                f'(type = "{of}"?)'
+            )
+
+
+def _check_url(key: str, url: str) -> None:
+    """An upstream's base URL: http(s), a host, a port that is one, no query."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or parts.query:
+        raise ConfigError(
+            f"{key}: expected an http:// or https:// URL such as http://127.0.0.1:8001/v1, got {url!r}"
+        )
+
+
+def _served_name(model: str, kind: str) -> str:
+    """A local model directory is served under its directory name."""
+    if kind == "local" and not model.startswith("builtin:"):
+        return Path(model).name or model
+    return model
