@@ -27,7 +27,8 @@ queued for are evicted. After ``switch_wait_s`` it stops waiting politely:
 replicas in its way are *drained* (no new work) so they become idle and can be
 evicted — overtaking is bounded, nobody starves.
 
-LoRA adapters run inside replicas of their base (:mod:`laneway.core.adapters`).
+Where a new replica fits, and what may make room: :mod:`laneway.core.gpu_room`. LoRA
+adapters run inside replicas of their base (:mod:`laneway.core.adapters`).
 
 The ``naive`` mode is the baseline: one request per GPU, on the first idle GPU
 (group) in configuration order that can hold the model, resident there or not
@@ -43,6 +44,7 @@ from typing import Any
 from laneway.core.adapters import Adapters
 from laneway.core.decisions import Decision, Evict, Load
 from laneway.core.errors import ConfigError
+from laneway.core.gpu_room import GpuRoom
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
 from laneway.core.replicas import HasFreeSlot, InService, LeastLoaded, NotDraining, Replica, classes_of
@@ -57,9 +59,8 @@ class GpuPlacement:
 
     def __init__(self, inventory: Inventory, *, naive: bool = False, switch_wait_s: float = 60.0) -> None:
         self.inv = inventory
-        self.naive = naive
-        self.switch_wait_s = switch_wait_s
         self.vram = VramBook(inventory)  # which replicas hold how much of each GPU
+        self.room = GpuRoom(self.vram, switch_wait_s)  # where a new replica would go
         self.replicas: dict[str, Replica] = {}
         self.by_model: dict[str, list[Replica]] = {}
         self.loads = 0
@@ -84,13 +85,25 @@ class GpuPlacement:
         self.naive = False
         for name in inventory.preload:  # ready at start-up; not counted as loads
             model = inventory.models[name]
-            group = self._choose(model, 0, lambda _m: 0, False, False, 0.0)
+            group = self.room.choose(model, 0, lambda _m: 0, False, False, 0.0)
             if group is None:
                 raise ConfigError(f"preload: model {name!r} does not fit next to the ones before it")
             self._load(model, group, 0.0, lambda _m: 0, force=False, cls=0)
             self.loaded(next(reversed(self.replicas)), 0.0)
             self.loads -= 1
         self.naive = naive
+
+    @property
+    def naive(self) -> bool:
+        return self.room.naive
+
+    @naive.setter
+    def naive(self, naive: bool) -> None:
+        self.room.naive = naive
+
+    @property
+    def switch_wait_s(self) -> float:
+        return self.room.switch_wait_s
 
     # ------------------------------------------------------------------ Placement protocol
     def take_slot(self, req: Request, now: float) -> WorkerState | None:
@@ -139,7 +152,7 @@ class GpuPlacement:
         if model is None:
             return None
         for g in self.inv.gpus:
-            if not self._naive_fits(g, model, req.cls):
+            if not self.room.naive_fits(g, model, req.cls):
                 continue
             for r in self.vram.on_gpu[g.id].values():
                 # (a multi-GPU replica may span a GPU reserved for other classes)
@@ -147,18 +160,12 @@ class GpuPlacement:
                     r.model is model
                     and r.worker.spec.admits(req.cls)
                     and r.worker.id not in self.down
-                    and all(map(self._idle_gpu, r.gpus))
+                    and all(map(self.room.idle_gpu, r.gpus))
                 ):
                     return r.worker
             if model.gpus == 1 and g.node not in self.vram.offline:
                 return None  # load it here (nothing is loaded on a node offline)
         return None
-
-    def _idle_gpu(self, gid: str) -> bool:
-        return not any(r.worker.running or not r.ready for r in self.vram.on_gpu[gid].values())
-
-    def _naive_fits(self, g: GpuSpec, model: ModelSpec, cls: int) -> bool:
-        return g.admits(cls) and self._idle_gpu(g.id) and g.usable_gb >= model.per_gpu_gb - _EPS
 
     def never(self, req: Request) -> str | None:
         return self.inv.never(req.model, req.priority)
@@ -206,17 +213,17 @@ class GpuPlacement:
             woken = self._wake(model, req.cls, demand, now, force and not serving)
             if woken is not None:
                 return woken
-        group = self._choose(model, req.cls, demand, False, False, now) or (
+        group = self.room.choose(model, req.cls, demand, False, False, now) or (
             None
             if serving
             else (
-                self._choose(model, req.cls, demand, True, False, now)
-                or (self._choose(model, req.cls, demand, True, True, now) if force else None)
+                self.room.choose(model, req.cls, demand, True, False, now)
+                or (self.room.choose(model, req.cls, demand, True, True, now) if force else None)
             )
         )
         if group is None:
             if switch and not self.naive:
-                self._drain_for(model, req.cls, demand, now)
+                self.room.drain_for(model, req.cls, demand, now)
             return []
         return self._load(model, group, now, demand, force=force, cls=req.cls)
 
@@ -226,13 +233,13 @@ class GpuPlacement:
         """Wake an asleep replica of ``model`` (the most recently used first) whose GPUs admit
         ``cls`` and have its share free, or will once unwanted idle replicas go."""
         mine = [r for r in self.asleep.values() if r.model.name == model.name]
+        need = model.per_gpu_gb - _EPS
         for r in sorted(mine, key=lambda r: (-r.last_used, r.id)):
             group = [self.vram.gpus[gid] for gid in r.gpus]
             if group[0].node in self.vram.offline:
                 continue
             if all(
-                g.admits(cls) and self._room(g, demand, force, now, model, cls)[1] >= model.per_gpu_gb - _EPS
-                for g in group
+                g.admits(cls) and self.room.room(g, demand, force, now, model, cls)[1] >= need for g in group
             ):
                 return self._load(model, group, now, demand, force=force, cls=cls, woken=r)
         return None
@@ -244,7 +251,7 @@ class GpuPlacement:
         spec = self.inv.models[model]
         if self.by_model.get(model) or self.naive:
             return []
-        group = self._choose(spec, 0, lambda _m: 0, False, False, now)
+        group = self.room.choose(spec, 0, lambda _m: 0, False, False, now)
         if group is None:
             return []
         return self._load(spec, group, now, lambda _m: 0, force=False, cls=0)
@@ -258,86 +265,6 @@ class GpuPlacement:
         return any(
             r.worker.spec.admits(cls) and r.worker.id not in self.down for r in self.by_model.get(model, ())
         )
-
-    def _evictable(
-        self,
-        r: Replica,
-        demand: Callable[[str], int],
-        force: bool,
-        now: float,
-        keep: ModelSpec | None = None,
-        cls: int = 0,
-    ) -> bool:
-        """Idle, and: drained for someone, or forced, or unwanted — nobody queued for
-        it and idle for at least its own load time (evicting sooner risks paying
-        the load again for nothing: the ski-rental break-even). Never a replica
-        of ``keep``, the model being loaded for class ``cls``, that could serve
-        that class itself (evicting it to load another would only churn: a
-        replica drained for another model would be evicted and loaded again)."""
-        if not r.idle or (r.model is keep and r.worker.spec.admits(cls)):
-            return False
-        if r.draining:
-            return True
-        if force and (self.naive or not demand(r.model.name) or not self._fresh(r, now)):
-            return True
-        return demand(r.model.name) == 0 and now - r.last_used >= r.model.load_s
-
-    def _fresh(self, r: Replica, now: float) -> bool:
-        """Ready for less than ``switch_wait_s``: a replica loaded for waiting work
-        serves it before a switch may take it away (no load ping-pong)."""
-        return now - r.ready_at < self.switch_wait_s
-
-    def _room(
-        self, gpu: GpuSpec, demand: Callable[[str], int], force: bool, now: float, model: ModelSpec, cls: int
-    ) -> tuple[float, float]:
-        """(free now, free once evictable idle replicas are gone) on one GPU."""
-        free = self.vram.free(gpu)
-        extra = sum(
-            r.model.per_gpu_gb
-            for r in self.vram.on_gpu[gpu.id].values()
-            if self._evictable(r, demand, force, now, model, cls)
-        )
-        return free, free + extra
-
-    def _choose(
-        self, model: ModelSpec, cls: int, demand: Callable[[str], int], evict: bool, force: bool, now: float
-    ) -> list[GpuSpec] | None:
-        """The best GPU group for a new replica of ``model``: without evictions,
-        or (``evict``) counting idle replicas that may go (``force``: even those
-        with queued demand). ``None`` if no group fits."""
-        need = model.per_gpu_gb - _EPS
-        best: tuple[tuple[float, ...], list[GpuSpec]] | None = None
-        for gpus in self.vram.online():
-            rows = []
-            for g in gpus:
-                if not g.admits(cls):
-                    continue
-                if self.naive:
-                    if self._naive_fits(g, model, cls):  # an idle GPU: everything on it may go
-                        rows.append(((0.0, 0.0, 0.0, self.vram.order[g.id]), g))
-                    continue
-                free, most = self._room(g, demand, force, now, model, cls)
-                if free >= need:
-                    rows.append(
-                        ((0.0, free - model.per_gpu_gb, self.vram.running(g), self.vram.order[g.id]), g)
-                    )
-                elif evict and most >= need:
-                    rows.append(
-                        ((1.0, most - model.per_gpu_gb, self.vram.running(g), self.vram.order[g.id]), g)
-                    )
-            if len(rows) < model.gpus:
-                continue
-            if self.naive:
-                rows.sort(key=lambda row: row[0][3])  # configuration order, nothing else
-            else:
-                rows.sort(key=lambda row: row[0])
-            picked = rows[: model.gpus]
-            score = tuple(sum(row[0][i] for row in picked) for i in range(4))
-            if self.naive:
-                score = (min(row[0][3] for row in picked),)
-            if best is None or score < best[0]:
-                best = (score, [row[1] for row in picked])
-        return None if best is None else best[1]
 
     def _load(
         self,
@@ -359,7 +286,7 @@ class GpuPlacement:
                     r
                     for r in self.vram.on_gpu[g.id].values()
                     # (naive: the whole idle GPU may go, a replica of the model too)
-                    if self._evictable(
+                    if self.room.evictable(
                         r, demand, force or self.naive, now, None if self.naive else model, cls
                     )
                 ),
@@ -502,64 +429,14 @@ class GpuPlacement:
         model = self._spec(req.model)
         if model is None or any(not r.ready for r in self.by_model.get(model.name, ())):
             return None
-        need = model.per_gpu_gb - _EPS
-        best: tuple[tuple[int, int], set[Replica]] | None = None
-        for gpus in self.vram.online():
-            options: list[tuple[int, int, set[Replica]]] = []
-            for g in gpus:
-                if not g.admits(req.cls) or g.usable_gb < need:
-                    continue
-                free = self.vram.free(g)
-                chosen: set[Replica] = set()
-                others = [r for r in self.vram.on_gpu[g.id].values() if r.ready and r.model is not model]
-                for r in sorted(others, key=lambda r: (len(r.worker.running), r.id)):
-                    if free >= need:
-                        break
-                    if all(stoppable(x) for x in r.worker.running.values()):
-                        chosen.add(r)
-                        free += r.model.per_gpu_gb
-                if free >= need:
-                    stops = sum(len(r.worker.running) for r in chosen)
-                    options.append((stops, self.vram.order[g.id], chosen))
-            if len(options) < model.gpus:
-                continue
-            options.sort(key=lambda o: (o[0], o[1]))
-            picked: set[Replica] = set().union(*(o[2] for o in options[: model.gpus]))
-            cost = (sum(len(r.worker.running) for r in picked), len(picked))
-            if best is None or cost < best[0]:
-                best = (cost, picked)
-        if best is None:
+        picked = self.room.victims(model, req.cls, stoppable)
+        if picked is None:
             return None
         victims: list[Request] = []
-        for r in sorted(best[1], key=lambda r: r.id):
+        for r in sorted(picked, key=lambda r: r.id):
             r.draining = now + self.switch_wait_s
             victims.extend(r.worker.running.values())
         return victims
-
-    def _drain_for(self, model: ModelSpec, cls: int, demand: Callable[[str], int], now: float) -> None:
-        """Stop feeding replicas on the best node for ``model`` so that they go idle.
-
-        It drains, per GPU, the replicas with the least queued demand until the
-        share would fit, never a model's last ready replica while that model is
-        in demand, nor a replica of ``model`` itself.
-        """
-        for gpus in sorted(self.vram.online(), key=len, reverse=True):
-            usable = [g for g in gpus if g.admits(cls) and g.usable_gb >= model.per_gpu_gb]
-            if len(usable) < model.gpus:
-                continue
-            usable.sort(key=lambda g: self.vram.used[g.id])
-            for g in usable[: model.gpus]:
-                free = self.vram.free(g) + sum(
-                    r.model.per_gpu_gb for r in self.vram.on_gpu[g.id].values() if r.draining
-                )
-                for r in sorted(self.vram.on_gpu[g.id].values(), key=lambda r: (demand(r.model.name), r.id)):
-                    if free >= model.per_gpu_gb - _EPS:
-                        break
-                    if r.draining or r.model is model or (demand(r.model.name) and self._fresh(r, now)):
-                        continue  # a fresh replica with work waiting for it keeps serving a while
-                    r.draining = now + self.switch_wait_s  # re-marked while still needed
-                    free += r.model.per_gpu_gb
-            return
 
     # ------------------------------------------------------------------ gauges and checks
     def gauges(self) -> dict[str, Any]:
