@@ -231,9 +231,14 @@ class Simulation:
                 if stuck > _MAX_STEPS_AT_ONE_INSTANT:
                     raise SimulationError(f"the simulation made no progress at t={now:.6f} s")
             now = t
-            while now >= next_depth:
-                depth.append((next_depth, tuple(sched.lanes.class_count[:k])))
-                next_depth += self.depth_every_s
+            if now >= next_depth:  # the queues as they stood at each sample time up to now
+                counts = tuple(sched.lanes.class_count[:k])
+                every = self.depth_every_s
+                while now >= next_depth:
+                    depth.append((next_depth, counts))
+                    next_depth += every
+                    if now - next_depth > every:  # a quiet stretch (a trace of epoch times): its
+                        next_depth += math.floor((now - next_depth) / every) * every  # last sample
             # 1. slot-freeing events due now
             while heap and heap[0][0] <= now and heap[0][1] < _ARRIVAL:
                 _, kind, _, _, payload = heappop(heap)
