@@ -105,6 +105,24 @@ def test_p0_waits_for_work_it_may_not_preempt() -> None:
     assert d.sched.estimate_wait(0, None, 60.0) < est
 
 
+def test_work_marked_not_preemptible_is_waited_for_by_the_classes_that_could_preempt_it() -> None:
+    """A P3 that may not be preempted (``preemptible: false``) holds its slot to its end: a
+    P0 or P1 is told its end, not "a slot is free for it now" (it was admitted on that, then
+    timed out in the queue)."""
+    d = _busy(n_slots=1, cls=3)  # not preemptible, 100 s
+    for cls in (0, 1):
+        assert d.sched.estimate_wait(cls, None, 0.0, raw=True) == pytest.approx(100.0)
+        assert d.sched.estimate_wait(cls, None, 60.0, raw=True) == pytest.approx(40.0)
+    # beside a preemptible one, the slot it may take is that one's
+    d2 = Driver(sched(2, "laneway"))
+    d2.submit(req("fixed", 3, 0.0, est_service_s=100.0, preemptible=False))
+    d2.submit(req("free", 3, 0.0, est_service_s=100.0, preemptible=True))
+    d2.step()
+    assert d2.sched.estimate_wait(0, None, 0.0, raw=True) == 0.0
+    d3 = _busy(n_slots=2, cls=3)  # both not preemptible: the first to end
+    assert d3.sched.estimate_wait(0, None, 0.0, raw=True) == pytest.approx(100.0)
+
+
 def test_rejections_carry_the_estimate() -> None:
     d = _busy()
     d.submit(req("p0", 0, 0.0))

@@ -63,6 +63,10 @@ class OccupancyView(Protocol):
     @property
     def end_sum(self) -> Sequence[float]: ...
     @property
+    def fixed(self) -> Sequence[int]: ...
+    @property
+    def fixed_end_sum(self) -> Sequence[float]: ...
+    @property
     def free(self) -> int: ...
     @property
     def held(self) -> int: ...
@@ -247,8 +251,12 @@ class Estimator:
             n = len(running)
             if not n:
                 continue
-            if v in rights:
-                available += n
+            if v in rights:  # it may preempt them, but for those that may not be preempted
+                fixed = occ.fixed[v]
+                available += n - fixed
+                if fixed:
+                    blocking += fixed
+                    remaining += abs(occ.fixed_end_sum[v] - fixed * now)
             else:
                 blocking += n
                 # past their expected ends on the whole, they are taken to need about as
@@ -262,7 +270,10 @@ class Estimator:
         if k > 0 and blocking <= EXACT_BLOCKING and ahead <= EXACT_AHEAD and (ahead or blocking):
             # few enough to look at, one by one
             blockers = [
-                r for v, running in enumerate(occ.running) if v not in rights for r in running.values()
+                r
+                for v, running in enumerate(occ.running)
+                for r in running.values()
+                if v not in rights or not r.preemptible
             ]
             # the first of them to end (one not sized may end early or late)
             spread = self.measures.spread
@@ -279,8 +290,8 @@ class Estimator:
             ends = [
                 abs(r.expected_end_s - now)  # (overdue: as much again as it overran)
                 for v, running in enumerate(occ.running)
-                if v not in rights
                 for r in running.values()
+                if v not in rights or not r.preemptible
             ]
             t = heapq.nsmallest(k, ends)[-1]
         else:

@@ -1,5 +1,6 @@
 """Who runs where: the workers and their slots — free, running, held for use elsewhere —
-the running requests by class with the sum of their expected ends, and a count of every
+the running requests by class with the sum of their expected ends (and of those that may
+not be preempted), and a count of every
 time a slot changes hands (victim searches that found nothing look again only after it
 moved).
 
@@ -23,6 +24,8 @@ class Occupancy:
         "changes",
         "end_sum",
         "exposed_running",
+        "fixed",
+        "fixed_end_sum",
         "free",
         "held",
         "placement",
@@ -41,6 +44,9 @@ class Occupancy:
         self.held = 0  # slots held for use outside the scheduler (hold)
         self.running: list[dict[str, Request]] = [{} for _ in range(k)]  # by class, start order
         self.end_sum = [0.0] * k  # sum of expected ends of running work, by class
+        # of those, the requests that may not be preempted (``preemptible`` false), by class
+        self.fixed = [0] * k
+        self.fixed_end_sum = [0.0] * k
         self.changes = 0  # bumped whenever a slot changes hands
         # the running requests of the classes some class may preempt: with none of them
         # running, no preemption is possible
@@ -60,6 +66,9 @@ class Occupancy:
         self.free -= 1
         self.running[cls][req.id] = req
         self.end_sum[cls] += end
+        if not req.preemptible:
+            self.fixed[cls] += 1
+            self.fixed_end_sum[cls] += end
 
     def release(self, req: Request) -> None:
         """Free the slot held by a running or preempted request."""
@@ -77,6 +86,9 @@ class Occupancy:
             self.placement.free_slot(w)
         del self.running[cls][rid]
         self.end_sum[cls] -= req.expected_end_s
+        if not req.preemptible:
+            self.fixed[cls] -= 1
+            self.fixed_end_sum[cls] -= req.expected_end_s
         req.worker = None
 
     def adoptable(self, worker_id: str, request_id: str) -> WorkerState:
@@ -97,6 +109,9 @@ class Occupancy:
         self.running[req.cls][req.id] = req
         req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
         self.end_sum[req.cls] += req.expected_end_s
+        if not req.preemptible:
+            self.fixed[req.cls] += 1
+            self.fixed_end_sum[req.cls] += req.expected_end_s
         self.changes += 1
 
     def hold(self, worker_id: str, n: int) -> None:
@@ -169,6 +184,11 @@ class Occupancy:
         """Running ``req`` counts as class ``target`` from now on (inheritance)."""
         run = self.running[req.cls].pop(req.id)
         self.end_sum[req.cls] -= req.expected_end_s
+        if not req.preemptible:
+            self.fixed[req.cls] -= 1
+            self.fixed_end_sum[req.cls] -= req.expected_end_s
+            self.fixed[target] += 1
+            self.fixed_end_sum[target] += req.expected_end_s
         req.cls = target
         self.running[target][req.id] = run
         self.end_sum[target] += req.expected_end_s
@@ -176,6 +196,8 @@ class Occupancy:
     def expect_end(self, req: Request, end: float) -> None:
         """Running ``req`` is expected to end at ``end`` now (its pace is known)."""
         self.end_sum[req.cls] += end - req.expected_end_s
+        if not req.preemptible:
+            self.fixed_end_sum[req.cls] += end - req.expected_end_s
         req.expected_end_s = end
 
     # ------------------------------------------------------------------ checks
@@ -195,6 +217,7 @@ class Occupancy:
         assert self.free == sum(w.free for w in self.workers.values())
         assert self.held == sum(w.held for w in self.workers.values())
         assert len(on_workers) == sum(len(d) for d in self.running)
+        assert self.fixed == [sum(not r.preemptible for r in d.values()) for d in self.running]
         return on_workers
 
 
