@@ -37,8 +37,8 @@ class Flaky(SimulatedWorker):
         return Health(not self.broken)
 
 
-def config(**kw: object) -> ServerConfig:
-    workers = tuple(WorkerConfig(n, "simulated", "sim", "sim", 1) for n in ("flaky", "good"))
+def config(names: tuple[str, ...] = ("flaky", "good"), **kw: object) -> ServerConfig:
+    workers = tuple(WorkerConfig(n, "simulated", "sim", "sim", 1) for n in names)
     return replace(ServerConfig(), workers=workers, probe_interval_s=0.05, **kw)  # type: ignore[arg-type]
 
 
@@ -99,6 +99,37 @@ def test_non_retryable_failure_fails_the_request_and_no_worker_left_is_a_503() -
             assert info.value.estimated_wait_s is None  # (no worker is up: not known)
             assert sum(w.failed for w in both.values()) == 2  # both tried, then it waited for one
             assert rt.recovery.down == {"flaky", "good"}
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
+
+
+def test_a_run_failing_on_a_worker_already_removed_still_ends_its_request() -> None:
+    """A fleet's worker leaves (its probes stop first) while a dispatch to it is on its way:
+    the run fails there, and the request must end — taking the worker out of placement,
+    which knows it no more, raised inside the failure and left the request running for
+    ever."""
+
+    class FailsRuns(Flaky):
+        async def health(self) -> Health:
+            return Health(True)
+
+    async def main() -> None:
+        leaving = FailsRuns("leaving", UpstreamUnavailable("the connection pool is closed"))
+        down = Flaky("down", UpstreamUnavailable("down"))  # (unhealthy: the request cannot go there)
+        rt = Runtime(config(("leaving", "down")), {"leaving": leaving, "down": down})
+        await rt.start()
+        try:
+            for _ in range(100):
+                if rt.recovery.down == {"down"}:
+                    break
+                await asyncio.sleep(0.02)
+            assert rt.recovery.down == {"down"}
+            rt.prober.remove("leaving")  # (as Fleet.remove_worker begins)
+            with pytest.raises(GenerationFailed):
+                await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
+            assert leaving.failed >= 1 and not rt.tickets
         finally:
             await rt.close()
 

@@ -121,8 +121,12 @@ class Prober:
 
     # ------------------------------------------------------------ placement
     def take_out(self, name: str, reason: str) -> None:
-        """Worker ``name`` cannot serve now: no new work goes to it until a probe succeeds."""
-        st = self.state[name]
+        """Worker ``name`` cannot serve now: no new work goes to it until a probe succeeds.
+        (A worker removed already — a fleet's engine gone while a run on it failed — has
+        nothing to take out.)"""
+        st = self.state.get(name)
+        if st is None:
+            return
         st.ok, st.detail = False, reason
         if name in self.down:
             return

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from laneway.backends.base import Worker
+from laneway.backends.upstream_run import UpstreamUnavailable
 from laneway.config.schema import ServerConfig
 from laneway.core import (
     CostModel,
@@ -354,10 +355,12 @@ class Runtime(WorkerEvents):
         ticket.phase = Phase.RUNNING
         ticket.worker = d.worker_id
         ticket.run += 1
-        if worker is None:  # (an engine of a cluster's fleet that cannot be reached from here)
-            self._failed(
-                ticket, ticket.run, GenerationFailed(f"worker {d.worker_id} cannot be reached from here")
+        if worker is None:  # (an engine of a cluster's fleet that cannot be reached from here, or
+            # one whose worker left as the decision came): it is placed again, as a failed start is
+            gone = UpstreamUnavailable(
+                f"worker {d.worker_id} cannot be reached from here", worker_fault=False
             )
+            self._failed(ticket, ticket.run, gone)
             return
         sink = self._sink(ticket, ticket.run, worker)
         ckpt, ticket.checkpoint = ticket.checkpoint, None
