@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -140,6 +141,48 @@ def test_an_engine_that_broke_is_started_again_by_the_health_probe(
             again = [e async for e in stream(worker, Job("k", "builtin:tiny", GREEDY, prompt="hello"))]
             assert isinstance(again[-1], Done) and again[-1].usage.completion_tokens == 60
         finally:
+            await worker.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_sent_as_the_engine_breaks_down_is_refused_not_left_waiting(
+    tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A request that comes while the engine's third failing step runs (after which its thread
+    stops taking work) is refused with the engine's failure: its start was left queued for a
+    thread that had gone, and its client waited for ever."""
+
+    async def main() -> None:
+        worker = await LocalWorker.create("w0", tiny, slots=4, data_dir=tmp_path)
+        try:
+            steps = 0
+            third, release = threading.Event(), threading.Event()
+
+            def broken() -> None:
+                nonlocal steps
+                steps += 1
+                if steps == 3:
+                    third.set()
+                    release.wait(10)
+                raise RuntimeError("device lost")
+
+            monkeypatch.setattr(worker.engine, "step", broken)
+            for i in range(2):
+                got = [e async for e in stream(worker, Job(f"j{i}", "builtin:tiny", GREEDY, prompt="x"))]
+                assert isinstance(got[-1], Failed)
+            last = asyncio.create_task(anext(stream(worker, Job("j2", "builtin:tiny", GREEDY, prompt="x"))))
+            assert await asyncio.to_thread(third.wait, 10)  # the third failing step runs now
+            late: list[Event] = []
+            job = Job("late", "builtin:tiny", GREEDY, prompt="x")
+            start = asyncio.create_task(worker.run(job, late.append))
+            await asyncio.sleep(0.1)  # (its start is queued for the engine's thread)
+            release.set()
+            with pytest.raises(RuntimeError, match="the engine is down: device lost"):
+                await asyncio.wait_for(start, 10)
+            assert isinstance(await asyncio.wait_for(last, 10), Failed)
+        finally:
+            release.set()
             await worker.close()
 
     asyncio.run(main())

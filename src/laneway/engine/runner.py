@@ -28,16 +28,19 @@ class EngineRunner:
         self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"laneway-{name}", daemon=True)
         self._closed = False
+        self._closing = threading.Lock()  # (a command is queued only while the thread takes them)
         self.error: BaseException | None = None
         self._thread.start()
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run ``fn`` on the engine thread between two steps."""
         fut: Future[T] = Future()
-        if self._closed:
-            fut.set_exception(RuntimeError("the engine is closed"))
-            return fut
-        self._cmds.put((fn, fut))
+        with self._closing:
+            if not self._closed:
+                self._cmds.put((fn, fut))
+                return fut
+        why = f"the engine is down: {self.error}" if self.error is not None else "the engine is closed"
+        fut.set_exception(RuntimeError(why))
         return fut
 
     def add(self, job: Job, sink: Sink, prompt_ids: list[int] | None = None) -> Future[None]:
@@ -53,10 +56,12 @@ class EngineRunner:
         return self.call(lambda: self.engine.cancel(job_id))
 
     def close(self, timeout: float = 10.0) -> None:
-        if not self._closed:
+        with self._closing:
+            if self._closed:
+                return
             self._closed = True
             self._cmds.put(None)
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     @property
     def alive(self) -> bool:
@@ -97,5 +102,17 @@ class EngineRunner:
                 engine.fail_all(exc)
                 if broken >= MAX_BROKEN_STEPS:  # the engine itself is broken: stop taking work
                     self.error = exc
-                    self._closed = True
+                    self._refuse_all(exc)
                     return
+
+    def _refuse_all(self, exc: BaseException) -> None:
+        """Take no command from now on, and fail those queued (their callers wait on them)."""
+        with self._closing:
+            self._closed = True
+        while True:
+            try:
+                item = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and item[1].set_running_or_notify_cancel():
+                item[1].set_exception(RuntimeError(f"the engine is down: {exc}"))
