@@ -603,8 +603,6 @@ class RemoteScheduler:
         if self.gate is not None:
             self.gate.clear()
         self.borrower = Borrower(self.borrower.specs, index=self.borrower.index)
-        await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
-        self.last_heartbeat = time.monotonic()
         log.warning(
             "replica %s was taken for dead (%s expired): %d requests in flight ended; it goes on as %s",
             self.replica,
@@ -612,5 +610,8 @@ class RemoteScheduler:
             len(lost),
             self.home,
         )
+        # (ended before anything is awaited: a Redis error there must not leave them unended)
         self.on_reborn(self.home, lost)
+        await self.r.set(f"{self.p}alive:{self.home}", "1", px=int(ALIVE_TTL_S * 1000))
+        self.last_heartbeat = time.monotonic()
         self._owns()
