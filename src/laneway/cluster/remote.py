@@ -167,6 +167,10 @@ class RemoteScheduler:
         # on one (its queue timeout and a grace, on the runtime's clock): the leader refuses
         # it at its timeout, unless it cannot be reached
         self._deadlines: dict[str, float] = {}
+        # of those, requests back in the leader's hands after a start (requeued, preempted, a
+        # dispatch held): the leader waits on no timeout for them, so they are given up on
+        # here only while the cluster stays out of reach (-> the span their deadline renews by)
+        self._back: dict[str, float] = {}
         self.last_heartbeat = -math.inf  # (monotonic) the last heartbeat that got through
         # dispatches that came while this replica could have been taken for dead (a pause past
         # its liveness): started only once a heartbeat says it was not
@@ -238,10 +242,23 @@ class RemoteScheduler:
                 return None
             self._emit(SlotsWanted(self.home, req.model or ""))  # (it asks for slots)
         self._emit(Submitted(Sent.of(req, self.home)))
+        self._arm(req, now)
+        return None  # admitted or refused by the leader: a decision comes back
+
+    def _arm(self, req: Request, now: float, *, back: bool = False) -> None:
+        """Give ``req`` up here if no decision for it comes by its queue timeout (and a grace):
+        the leader could not be reached. ``back``: it started before, and is given up on only
+        while the cluster is out of reach."""
         limit = req.timeout_s if req.timeout_s is not None else self._timeouts[req.priority]
         if limit is not None and math.isfinite(limit):
             self._deadlines[req.id] = now + limit + LOCAL_GRACE_S
-        return None  # admitted or refused by the leader: a decision comes back
+            if back:
+                self._back[req.id] = limit + LOCAL_GRACE_S
+
+    def _rearm(self, request_id: str, now: float) -> None:
+        req = self._reqs.get(request_id)
+        if req is not None and request_id in self._mine:
+            self._arm(req, now, back=True)
 
     def _may_start(self, req: Request) -> bool:
         est = req.est_service_s
@@ -271,6 +288,7 @@ class RemoteScheduler:
         self._mine.discard(request_id)
         self._reqs.pop(request_id, None)
         self._deadlines.pop(request_id, None)
+        self._back.pop(request_id, None)
         if self._gave_back(request_id) is None:
             self._emit(Finished(request_id, failed, tokens, prompt_tokens))
 
@@ -283,6 +301,7 @@ class RemoteScheduler:
         checkpoint_bytes: int | None = None,
         save_s: float | None = None,
     ) -> None:
+        self._rearm(request_id, now)
         req = self._gave_back(request_id)
         if req is not None:  # (stopped on a lent slot: it waits in the leader's queues now)
             self._emit(Submitted(Sent.of(req, self.home)))
@@ -294,11 +313,13 @@ class RemoteScheduler:
         self._mine.discard(request_id)
         self._reqs.pop(request_id, None)
         self._deadlines.pop(request_id, None)
+        self._back.pop(request_id, None)
         if self._gave_back(request_id) is None:
             self._emit(Cancelled(request_id, tokens))
         return live
 
     def requeue(self, request_id: str, now: float) -> None:
+        self._rearm(request_id, now)
         req = self._gave_back(request_id)
         self._emit(Requeued(request_id) if req is None else Submitted(Sent.of(req, self.home)))
 
@@ -391,12 +412,21 @@ class RemoteScheduler:
         for d in out:
             if type(d) in (Dispatch, Reject, Preempt):
                 self._deadlines.pop(d.request_id, None)  # type: ignore[union-attr]
+                self._back.pop(d.request_id, None)  # type: ignore[union-attr]
         if out and not self.fresh:  # (fencing: nothing starts on slots the leader may have given away)
-            self._held += [d for d in out if type(d) is Dispatch]
+            held = [d for d in out if type(d) is Dispatch]
+            self._held += held
+            for d in held:
+                self._rearm(d.request_id, now)
             out = [d for d in out if type(d) is not Dispatch]
         late = [rid for rid, at in self._deadlines.items() if at <= now]
         for rid in late:  # no decision in time: the leader could not be reached
             del self._deadlines[rid]
+            span = self._back.pop(rid, None)
+            if span is not None and self.connected:  # (it waits its turn with the leader)
+                self._deadlines[rid] = now + span
+                self._back[rid] = span
+                continue
             if rid in self._mine:
                 self.cancel(rid, now)
                 why = "the cluster's scheduler did not answer in time (is Redis reachable?)"
@@ -598,6 +628,7 @@ class RemoteScheduler:
         self._mine.clear()
         self._reqs.clear()
         self._deadlines.clear()
+        self._back.clear()
         self._held = []
         self._inbox = []
         if self.gate is not None:
