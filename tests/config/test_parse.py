@@ -131,6 +131,36 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"alerts": {"queue_wait_s": {"P0": "soon"}}}, "alerts.queue_wait_s.P0"),
         ({"scheduler": {"max_preemptions": -1}}, "scheduler.max_preemptions"),
         ({"models": {"other": {"aliases": ["x"]}}}, "models.other"),
+        # an alias that would hide a served model, or be two models' names
+        (
+            {
+                "workers": [
+                    {"type": "simulated", "model": "a"},
+                    {"type": "simulated", "model": "b", "name": "w1"},
+                ],
+                "models": {"a": {"aliases": ["b"]}},
+            },
+            "models.a.aliases",
+        ),
+        (
+            {
+                "workers": [
+                    {"type": "simulated", "model": "a"},
+                    {"type": "simulated", "model": "b", "name": "w1"},
+                ],
+                "models": {"a": {"aliases": ["x"]}, "b": {"aliases": ["x"]}},
+            },
+            "models.b.aliases",
+        ),
+        # one key of two tenants (the second's limits would never apply)
+        (
+            {"tenants": {"a": {"key_sha256": ["a" * 64]}, "b": {"key_sha256": ["A" * 64]}}},
+            "tenants.b.key_sha256",
+        ),
+        # a tenant allowed no class, or not the one its requests that name none get
+        ({"tenants": {"t": {"allowed": []}}}, "tenants.t.allowed"),
+        ({"tenants": {"t": {"allowed": ["P2"]}}}, "tenants.t.allowed"),
+        ({"server": {"default_priority": "P2"}, "tenants": {"t": {"allowed": ["P1"]}}}, "tenants.t.allowed"),
         ({"service_tiers": {"flex": "P9"}}, "service_tiers.flex"),
         ({"cluster": {"redis_url": "http://h"}}, "cluster.redis_url"),
         ({"cluster": {"redis_url": "redis://h", "leader_priority": -1}}, "cluster.leader_priority"),

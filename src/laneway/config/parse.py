@@ -69,7 +69,8 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     classes = _classes(top.table("classes"))
     names = classes.names
     sched_cfg = _scheduler(top.table("scheduler"), classes)
-    tenants = _tenants(top.table("tenants"), names)
+    default_class = _rank(server, "default_priority", names, base.default_priority)
+    tenants = _tenants(top.table("tenants"), names, default_class)
     policies = {t.name: t.policy for t in tenants}
     sched_cfg = replace(sched_cfg, tenants=policies)
     fleet = parse_fleet(top.raw("fleet"), names) if "fleet" in top else None
@@ -95,7 +96,7 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         port=server.int("port", base.port, low=0, high=65535),
         data_dir=Path(server.str("data_dir", str(base.data_dir))),
         policy=_policy(server),
-        default_priority=_rank(server, "default_priority", names, base.default_priority),
+        default_priority=default_class,
         max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
         default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
         shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
@@ -320,20 +321,33 @@ def _aliases(table: Table, served: set[str]) -> dict[str, str]:
         for alias in t.list("aliases", []):
             if not isinstance(alias, str) or not alias:
                 raise ConfigError(f"{t.key('aliases')}: expected a list of names")
+            if alias in served:  # (its own model could no longer be reached)
+                raise ConfigError(f"{t.key('aliases')}: {alias!r} is the name of a model served already")
+            if alias in out:
+                raise ConfigError(f"{t.key('aliases')}: {alias!r} is an alias of {out[alias]!r} already")
             out[alias] = name
         t.done()
     return out
 
 
-def _tenants(table: Table, names: tuple[str, ...]) -> tuple[TenantConfig, ...]:
+def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[TenantConfig, ...]:
     out = []
+    owner: dict[str, str] = {}  # key digest -> the tenant it is of
     for name in list(table.data):
         t = table.table(name)
         hashes = t.list("key_sha256", [])
         for h in hashes:
             if not isinstance(h, str) or len(h) != 64 or not set(h.lower()) <= _HEX:
                 raise ConfigError(f"{t.key('key_sha256')}: expected SHA-256 hex digests (64 characters)")
+            if owner.setdefault(h.lower(), name) != name:  # (one key is one tenant's)
+                raise ConfigError(
+                    f"{t.key('key_sha256')}: {h[:12]}… is a key of tenant {owner[h.lower()]!r} already"
+                )
         allowed = t.list("allowed", None)
+        if allowed == []:
+            raise ConfigError(
+                f"{t.key('allowed')}: an empty list allows no class (leave it out to allow all)"
+            )
         try:
             allowed_ranks = None if allowed is None else frozenset(_parse_rank(v, names) for v in allowed)
         except ValueError as exc:
@@ -369,6 +383,11 @@ def _tenants(table: Table, names: tuple[str, ...]) -> tuple[TenantConfig, ...]:
             and policy.default_class not in allowed_ranks
         ):
             raise ConfigError(f"{t.key('default_priority')}: not among the tenant's allowed classes")
+        if policy.default_class is None and allowed_ranks is not None and default_class not in allowed_ranks:
+            raise ConfigError(
+                f"{t.key('allowed')}: leaves out {names[default_class]}, the class its requests that "
+                f"name none get (server.default_priority); allow it, or give the tenant a default_priority"
+            )
         t.done()
         out.append(TenantConfig(name, frozenset(h.lower() for h in hashes), policy))
     return tuple(out)
