@@ -129,6 +129,22 @@ def test_401_without_or_with_a_bad_key(keyed: LiveServer) -> None:
         c.models.list()
 
 
+def test_anthropics_x_api_key_header_is_a_key_too(keyed: LiveServer) -> None:
+    """Anthropic's clients send their key as ``x-api-key`` (to ``/v1/messages``, relayed to an
+    upstream, and checked as every route checks it): the same key, the same tenant."""
+    url = keyed.base_url + "/chat/completions"
+    ok = httpx.post(url, json=chat(), headers={"x-api-key": BOB}, timeout=30)
+    assert ok.status_code == 200, ok.text
+    refused = httpx.post(url, json=chat(priority="P0"), headers={"x-api-key": ALICE}, timeout=30)
+    assert refused.status_code == 403, refused.text  # (alice's own limits hold)
+    assert httpx.post(url, json=chat(), headers={"x-api-key": "wrong"}, timeout=30).status_code == 401
+    messages = {"model": "sim", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    gone = httpx.post(keyed.base_url + "/messages", json=messages, headers={"x-api-key": "wrong"}, timeout=30)
+    assert gone.status_code == 401, gone.text
+    err = error_of(post(keyed, chat(), key=None), 401)
+    assert "x-api-key" in err["message"]
+
+
 def test_403_class_not_allowed(keyed: LiveServer) -> None:
     err = error_of(post(keyed, chat(priority="P0"), key=ALICE), 403)
     assert err["code"] == "class_not_allowed" and err["type"] == "permission_error"

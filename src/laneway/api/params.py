@@ -41,13 +41,16 @@ async def read_json_sized(request: Request, limit: int) -> tuple[dict[str, Any],
 
 
 def authenticate(request: Request, config: ServerConfig) -> TenantConfig | None:
-    """The tenant the bearer key belongs to (``None`` when keys are not required)."""
+    """The tenant the key belongs to (``None`` when keys are not required): a bearer key, or
+    Anthropic's ``x-api-key`` header (what its clients send)."""
     if not config.auth:
         return None
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+        key = request.headers.get("x-api-key", "")
+    if not key.strip():
+        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')")
     tenant = config.tenant_for_key(key.strip())
     if tenant is None:
         raise Unauthorized("invalid API key")
