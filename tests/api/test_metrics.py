@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 
-from live_server import LiveServer
+from laneway.config import parse_config
+from live_server import LiveServer, live_server
 
 NAMES = (
     "laneway_queue_depth",
@@ -51,3 +53,29 @@ def test_metric_names_present_and_moving(sim_server: LiveServer) -> None:
     ):
         assert value(after, sample) - value(before.text, sample) == 3, sample
     assert value(after, 'laneway_worker_slots{worker="sim0"}') == 2
+
+
+def test_a_request_refused_on_arrival_counts_as_one_ended_rejected(tmp_path: Path) -> None:
+    """One refused at once (its expected wait past its class's timeout) is counted as one
+    refused after it queued is: a rejection of its reason, and a request ended rejected."""
+    cfg = parse_config(
+        {
+            "server": {"data_dir": str(tmp_path)},
+            "classes": {"P1": {"timeout_s": 2}},
+            "workers": [{"name": "s", "type": "simulated", "model": "sim", "slots": 1, "tokens_per_s": 20}],
+        }
+    )
+    with live_server(cfg) as s, httpx.Client(base_url=s.base_url, timeout=30) as c:
+        hog = {"model": "sim", "prompt": "x", "max_tokens": 200, "priority": "P3", "preemptible": False}
+        with c.stream("POST", "/completions", json={**hog, "stream": True}) as held:
+            next(held.iter_lines())  # (it runs: 10 s, not to be preempted)
+            before = c.get(s.url + "/metrics").text
+            urgent = {"model": "sim", "prompt": "y", "max_tokens": 2, "priority": "P1"}
+            got = c.post("/completions", json=urgent)
+            assert got.status_code == 503 and got.json()["error"]["code"] == "queue_timeout", got.text
+            after = c.get(s.url + "/metrics").text
+    for sample in (
+        'laneway_requests_total{class="P1",outcome="rejected"}',
+        'laneway_rejections_total{reason="queue_timeout"}',
+    ):
+        assert value(after, sample) == value(before, sample) + 1, sample

@@ -211,22 +211,24 @@ class Runtime(WorkerEvents):
         if self.closed:
             raise shutting_down()
         if size and self.held_bytes + size > self.config.max_queued_bytes:
-            self.metrics.count_rejection("overloaded")
             wait = self.estimate_wait(priority, job.model)
-            raise Unavailable(
-                f"the server holds {self.held_bytes >> 20} MiB of requests (limit "
-                f"{self.config.max_queued_bytes >> 20} MiB)",
-                code="overloaded",
-                estimated_wait_s=wait,
+            raise self._refused(
+                priority,
+                "overloaded",
+                Unavailable(
+                    f"the server holds {self.held_bytes >> 20} MiB of requests (limit "
+                    f"{self.config.max_queued_bytes >> 20} MiB)",
+                    code="overloaded",
+                    estimated_wait_s=wait,
+                ),
             )
         if self.fleet is not None:
             refused_now = self.fleet.refusal(job.model)
             if refused_now is not None:
-                self.metrics.count_rejection("unavailable")
-                raise refused_now
+                raise self._refused(priority, "unavailable", refused_now)
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
-            raise self.prober.unavailable(job.model)
+            raise self._refused(priority, "unavailable", self.prober.unavailable(job.model))
         now = self.now()
         sizing = self.sizing
         req = Request(
@@ -245,8 +247,7 @@ class Runtime(WorkerEvents):
             req.timeout_s = timeout_s
         refused = self.sched.submit(req, now)
         if refused is not None:
-            self.metrics.count_rejection(refused.reason)
-            raise error_for(refused)
+            raise self._refused(priority, refused.reason, error_for(refused))
         ticket = Ticket(
             job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas, size=size
         )
@@ -260,6 +261,13 @@ class Runtime(WorkerEvents):
             self.prober.hold(ticket, now)
         self.kick()
         return ticket
+
+    def _refused(self, priority: int, reason: str, error: RequestError) -> RequestError:
+        """A request refused on arrival: counted as one that ended rejected, as one refused
+        after it queued is."""
+        self.metrics.count_rejection(reason)
+        self.metrics.ended[self.classes[priority].name, "rejected"].inc()
+        return error
 
     def contexts(self, model: str) -> list[int | None]:
         """The context, in tokens, of each worker serving ``model`` (``None``: it does not say)."""
