@@ -662,6 +662,15 @@ def test_files(schema: schemathesis.BaseSchema, http: httpx.Client) -> None:
     assert page["data"] == [made] and page["first_id"] == page["last_id"] == fid
     empty = conforms(schema, http.get("/files", params={"purpose": "vision"}))
     assert empty["data"] == [] and empty["first_id"] is None and empty["last_id"] is None
+    upload = http.post("/files", files={"file": ("b.jsonl", b"{}")}, data={"purpose": "batch"})
+    second = conforms(schema, upload)
+    for order, first in (("desc", second["id"]), ("asc", fid), (None, second["id"])):
+        listed = http.get("/files", params={"order": order} if order else {}).json()["data"]
+        mine = [f["id"] for f in listed if f["id"] in (fid, second["id"])]
+        assert mine[0] == first and len(mine) == 2, (order, mine)
+    bad = http.get("/files", params={"order": "sideways"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "order", bad.text
+    http.delete(f"/files/{second['id']}")
     content = http.get(f"/files/{fid}/content")
     conforms(schema, content, file_id=fid)
     assert json.loads(content.content) == lines[0]

@@ -64,6 +64,10 @@ def test_files_are_per_tenant_and_paginated(db: SQLiteDB) -> None:
     page, more = db.list_files("a", limit=10, after="file-3")
     assert [f.id for f in page] == ["file-2", "file-1", "file-0"] and not more
     assert db.list_files("a", limit=10, after="file-b") == ([], False)  # another tenant's cursor
+    page, more = db.list_files("a", limit=2, oldest_first=True)  # (order=asc)
+    assert [f.id for f in page] == ["file-0", "file-1"] and more
+    page, more = db.list_files("a", limit=10, after="file-1", oldest_first=True)
+    assert [f.id for f in page] == ["file-2", "file-3", "file-4"] and not more
     assert not db.delete_file("file-b", "a") and db.delete_file("file-b", "b")
     assert db.get_file("file-b", "b") is None
 

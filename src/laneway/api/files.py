@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive
 
 from laneway.api.kept import check_can_keep, created, gone_or
-from laneway.api.objects import file_object, limit_param, page
+from laneway.api.objects import file_object, limit_param, order_param, page
 from laneway.api.params import authenticate
 from laneway.config.schema import ServerConfig
 from laneway.errors import InvalidRequest, NotFound, PayloadTooLarge
@@ -127,7 +127,11 @@ async def list_files(request: Request) -> Response:
     query = request.query_params
     limit = limit_param(query, maximum=10_000)
     records, more = await _store(request).list_files(
-        tenant, limit=limit, after=query.get("after"), purpose=query.get("purpose")
+        tenant,
+        limit=limit,
+        after=query.get("after"),
+        purpose=query.get("purpose"),
+        oldest_first=order_param(query) == "asc",
     )
     return JSONResponse(page(records, more, file_object))
 

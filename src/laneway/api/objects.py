@@ -84,6 +84,14 @@ def limit_param(query: Mapping[str, str], maximum: int = MAX_LIMIT) -> int:
     return int(raw)
 
 
+def order_param(query: Mapping[str, str]) -> str:
+    """A list's ``order``: ``desc`` (newest first, the default) or ``asc``."""
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest(f"order must be asc or desc, got {order!r}", param="order")
+    return order
+
+
 def batch_class(metadata: Mapping[str, str] | None, config: ServerConfig) -> int | None:
     """The class named by ``metadata.priority`` (None: the default)."""
     if metadata is None or metadata.get("priority") is None:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from laneway.api.completions import JSON, first_event, submit
 from laneway.api.files import tenant_of
-from laneway.api.objects import limit_param, page
+from laneway.api.objects import limit_param, order_param, page
 from laneway.api.params import authenticate, read_json_sized
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
@@ -200,9 +200,7 @@ async def input_items(request: Request) -> Response:
     record = await _record(request.app.state.store, request.path_params["response_id"], owner)
     query = request.query_params
     limit = limit_param(query, MAX_ITEMS_PAGE)
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("order must be asc or desc", param="order")
+    order = order_param(query)
     items: list[dict[str, Any]] = record["input_items"]
     if order == "desc":
         items = items[::-1]

@@ -159,7 +159,13 @@ class Store(Protocol):
     async def get_file(self, file_id: str, tenant: str) -> FileRecord | None: ...
     async def file_content(self, file_id: str, tenant: str) -> bytes | None: ...
     async def list_files(
-        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        purpose: str | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[FileRecord], bool]: ...
     async def delete_file(self, file_id: str, tenant: str) -> bool: ...
 

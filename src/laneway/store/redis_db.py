@@ -173,10 +173,16 @@ class RedisDB:
         return bytes(data) if data is not None else None
 
     def _page(
-        self, index: str, after: str | None, keep: Callable[[str], Any], limit: int
+        self,
+        index: str,
+        after: str | None,
+        keep: Callable[[str], Any],
+        limit: int,
+        oldest_first: bool = False,
     ) -> tuple[list[Any], bool]:
-        """Newest first, after ``after`` (an id in ``index``), ``limit`` of what ``keep`` keeps."""
-        top: str = "+inf"
+        """Newest first (or oldest), after ``after`` (an id in ``index``), ``limit`` of what
+        ``keep`` keeps."""
+        top: str = "-inf" if oldest_first else "+inf"
         if after is not None:
             score = self.r.zscore(index, after)
             if score is None:
@@ -185,7 +191,11 @@ class RedisDB:
         out: list[Any] = []
         offset = 0
         while True:
-            ids = self.r.zrevrangebyscore(index, top, "-inf", start=offset, num=max(64, limit + 1))
+            n = max(64, limit + 1)
+            if oldest_first:
+                ids = self.r.zrangebyscore(index, top, "+inf", start=offset, num=n)
+            else:
+                ids = self.r.zrevrangebyscore(index, top, "-inf", start=offset, num=n)
             if not ids:
                 return out, False
             for i in ids:
@@ -197,13 +207,19 @@ class RedisDB:
             offset += len(ids)
 
     def list_files(
-        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        purpose: str | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[FileRecord], bool]:
         def keep(file_id: str) -> FileRecord | None:
             f = self._file(file_id, tenant)
             return f if f is not None and (purpose is None or f.purpose == purpose) else None
 
-        return self._page(self.p + "files:" + tenant, after, keep, limit)
+        return self._page(self.p + "files:" + tenant, after, keep, limit, oldest_first)
 
     def delete_file(self, file_id: str, tenant: str) -> bool:
         return bool(self._run("delete_file", file_id, tenant))

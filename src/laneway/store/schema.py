@@ -119,6 +119,9 @@ DELETE_FILE = f"DELETE FROM {FILES} WHERE id = ? AND tenant = ?"
 LIST_FILES = (
     f"SELECT {FILE_COLUMNS} FROM {FILES} WHERE tenant = ? AND seq < ? {{purpose}} ORDER BY seq DESC LIMIT ?"
 )
+LIST_FILES_OLDEST = (
+    f"SELECT {FILE_COLUMNS} FROM {FILES} WHERE tenant = ? AND seq > ? {{purpose}} ORDER BY seq ASC LIMIT ?"
+)
 FILE_SEQ = f"SELECT seq FROM {FILES} WHERE id = ? AND tenant = ?"
 
 # --- stored responses (the Responses API): one JSON record per tenant and id

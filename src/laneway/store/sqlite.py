@@ -172,12 +172,22 @@ class SQLiteDB:
         return bytes(row[0]) if row is not None else None
 
     def list_files(
-        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        purpose: str | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[FileRecord], bool]:
         seq = self._seq(q.FILE_SEQ, after, tenant)
         if seq is None:
             return [], False
-        sql = q.LIST_FILES.format(purpose="AND purpose = ?" if purpose is not None else "")
+        if oldest_first and after is None:
+            seq = -1
+        sql = (q.LIST_FILES_OLDEST if oldest_first else q.LIST_FILES).format(
+            purpose="AND purpose = ?" if purpose is not None else ""
+        )
         args: tuple[Any, ...] = (tenant, seq, *((purpose,) if purpose is not None else ()), limit + 1)
         rows = self.conn.execute(sql, args).fetchall()
         return [FileRecord(*r) for r in rows[:limit]], len(rows) > limit

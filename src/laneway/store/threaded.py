@@ -48,9 +48,17 @@ class ThreadedStore:
         return await self._call(self.db.file_content, file_id, tenant)
 
     async def list_files(
-        self, tenant: str, *, limit: int, after: str | None = None, purpose: str | None = None
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        purpose: str | None = None,
+        oldest_first: bool = False,
     ) -> tuple[list[FileRecord], bool]:
-        return await self._call(self.db.list_files, tenant, limit=limit, after=after, purpose=purpose)
+        return await self._call(
+            self.db.list_files, tenant, limit=limit, after=after, purpose=purpose, oldest_first=oldest_first
+        )
 
     async def delete_file(self, file_id: str, tenant: str) -> bool:
         return await self._call(self.db.delete_file, file_id, tenant)
