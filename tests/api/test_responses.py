@@ -175,12 +175,17 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
         ({"model": MODEL, "input": "x", "store": "yes"}, "store"),
         ({"model": MODEL, "input": "x", "previous_response_id": 5}, "previous_response_id"),
         ({"model": MODEL, "input": "x", "priority": "P9"}, "priority"),
+        ({"model": MODEL, "input": "x", "truncation": "auto"}, "truncation"),  # (it would drop items)
+        # the chat path's errors in the Responses API's words
+        ({"model": MODEL, "input": "x", "max_output_tokens": 100_000}, "max_output_tokens"),
+        ({"model": MODEL, "input": "x " * 5000}, "input"),
     ]
     for body, param in cases:
         r = httpx.post(url, json=body, timeout=30)
         assert r.status_code == 400, (body, r.text)
         error = r.json()["error"]
         assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"], body
+        assert "max_tokens" not in error["message"], error  # (a chat field the client did not send)
     r = httpx.post(url, json={"model": "nope", "input": "x"}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     r = httpx.post(url, content=b"{", headers={"content-type": "application/json"}, timeout=30)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -99,7 +99,11 @@ def submit(
 
 
 async def first_event(
-    request: Request, runtime: Runtime, ticket: Ticket, stream: bool
+    request: Request,
+    runtime: Runtime,
+    ticket: Ticket,
+    stream: bool,
+    worded: Callable[[RequestError], RequestError] = lambda exc: exc,
 ) -> Delta | Done | Response:
     """What a handler answers from: the ticket's first event (a stream's), or its ``Done``
     (a whole answer); or the response already due (the request's error, or nothing for a
@@ -113,8 +117,8 @@ async def first_event(
                     first = await ticket.next()
         finally:
             watch.stop()
-    except RequestError as exc:
-        return _GONE if watch.gone else request_error(exc)
+    except RequestError as exc:  # (``worded``: in the words of the API it came through)
+        return _GONE if watch.gone else request_error(worded(exc))
     except asyncio.CancelledError:
         runtime.cancel(ticket)
         raise

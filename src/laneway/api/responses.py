@@ -51,7 +51,32 @@ async def _record(store: Store, response_id: str, owner: str, param: str | None 
     return record
 
 
+# a chat field an error of the chat path names -> the Responses API's field for it
+_FIELDS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"}
+
+
+def _worded(exc: RequestError) -> RequestError:
+    """An error of the chat path a response is made by, naming the fields the client sent
+    (``max_output_tokens``, ``input``), not the chat request's."""
+    param = exc.param
+    if param is None:
+        return exc
+    ours = _FIELDS.get(param) or ("input" if param.startswith("messages") else None)
+    if ours is not None:
+        if param in _FIELDS:
+            exc.message = exc.message.replace(param, ours)
+        exc.param = ours
+    return exc
+
+
 async def create(request: Request) -> Response:
+    try:
+        return await _create(request)
+    except RequestError as exc:
+        raise _worded(exc) from None
+
+
+async def _create(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     store: Store = request.app.state.store
     config = runtime.config
@@ -75,7 +100,7 @@ async def create(request: Request) -> Response:
         job = parse_request(chat_body(req, context), CHAT, config, runtime.support).job
     ticket = submit(request, runtime, job, body, tenant, size)
     answer = Answer(req, req.model, int(time.time()), body.get("service_tier"))  # (the client's name)
-    first = await first_event(request, runtime, ticket, req.stream)
+    first = await first_event(request, runtime, ticket, req.stream, _worded)
     if isinstance(first, Response):
         return first
     kept = Kept(store, owner, req, context, forwarded=served.passthrough)
@@ -151,6 +176,7 @@ async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Don
             text += item.text
             item = await ticket.next()
     except RequestError as exc:  # after the stream began: an error event, then response.failed
+        exc = _worded(exc)
         for event in answer.failure(exc.code, exc.message, exc.param, text):
             yield event
         return

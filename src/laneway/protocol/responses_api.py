@@ -68,8 +68,8 @@ def _asks_nothing(name: str, value: object) -> bool:
         return value in ("auto", "none")
     if name == "parallel_tool_calls":
         return isinstance(value, bool)
-    if name == "truncation":
-        return value in ("auto", "disabled")
+    if name == "truncation":  # ("auto" drops the oldest items of a conversation too long: not done)
+        return value == "disabled"
     if name == "background":
         return value is False
     if name == "reasoning":
