@@ -141,6 +141,24 @@ def test_cancel_keeps_results_so_far(batch_server: LiveServer) -> None:
         c.batches.cancel(finished.id)
 
 
+def test_a_batch_cancelled_at_once_answers_every_line_in_one_of_its_files(batch_server: LiveServer) -> None:
+    """Cancelled as soon as it is made (while it is validated, or as it starts): every
+    custom_id is in one of its two files all the same, those that never ran batch_cancelled
+    (cancelled while validated, its lines were lost: total 0, no file)."""
+    c = client(batch_server.base_url)
+    for attempt in range(4):
+        ids = [f"a{attempt}-{i}" for i in range(300)]
+        b = submit(c, [chat_line(cid, max_tokens=200) for cid in ids])
+        c.batches.cancel(b.id)
+        b = wait(c, b.id)
+        assert b.status == "cancelled", b
+        assert b.request_counts.total == 300, b.request_counts
+        out = lines_of(c, b.output_file_id) if b.output_file_id else []
+        err = lines_of(c, b.error_file_id) if b.error_file_id else []
+        assert sorted(x["custom_id"] for x in out + err) == sorted(ids)
+        assert {e["error"]["code"] for e in err} <= {"batch_cancelled"}
+
+
 def test_expiry_keeps_partial_results(batch_server: LiveServer) -> None:
     c = client(batch_server.base_url)
     # 0.4 s a line, 4 at a time: 4 s in all; the window ends 1–2 s after creation

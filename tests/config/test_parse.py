@@ -159,8 +159,11 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ),
         # a tenant allowed no class, or not the one its requests that name none get
         ({"tenants": {"t": {"allowed": []}}}, "tenants.t.allowed"),
-        ({"tenants": {"t": {"allowed": ["P2"]}}}, "tenants.t.allowed"),
-        ({"server": {"default_priority": "P2"}, "tenants": {"t": {"allowed": ["P1"]}}}, "tenants.t.allowed"),
+        ({"tenants": {"t": {"allowed": ["P0"]}}}, "tenants.t.allowed"),
+        (
+            {"server": {"default_priority": "P2"}, "tenants": {"t": {"allowed": ["P0", "P1"]}}},
+            "tenants.t.allowed",
+        ),
         ({"service_tiers": {"flex": "P9"}}, "service_tiers.flex"),
         ({"cluster": {"redis_url": "http://h"}}, "cluster.redis_url"),
         ({"cluster": {"redis_url": "redis://h", "leader_priority": -1}}, "cluster.leader_priority"),
@@ -171,6 +174,14 @@ def test_errors_name_the_key(data: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(data)
     assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+def test_a_tenant_not_allowed_the_default_class_gets_its_most_urgent_allowed_one_below() -> None:
+    cfg = parse_config({"tenants": {"t": {"allowed": ["P3", "P2"]}, "u": {"allowed": ["P1", "P3"]}}})
+    policies = {t.name: t.policy for t in cfg.tenants}
+    assert cfg.default_priority == 1
+    assert policies["t"].default_class == 2  # (P1 not allowed: P2, not P3)
+    assert policies["u"].default_class is None  # (P1 allowed: the server's default)
 
 
 def test_two_workers_of_one_engine_and_model_are_warned_of(caplog: pytest.LogCaptureFixture) -> None:

@@ -174,6 +174,32 @@ def test_cancel_finalizes_leftovers_and_pending_lines_block_completion(db: SQLit
         db.finalize("batch_2", BatchStatus.COMPLETED, Outputs("o2", "e2", 5), None, 5)
 
 
+def test_a_batch_cancelled_while_validated_gets_its_lines_all_answered_cancelled(db: SQLiteDB) -> None:
+    """Cancelled before it started, its lines are written all the same and each is answered
+    batch_cancelled: every custom_id is in one of its two files (none was, the total 0)."""
+    db.create_batch(batch())
+    assert db.set_status("batch_1", BatchStatus.CANCELLING, 101)
+    lines = [NewLine(i + 1, f"c{i}", json.dumps({"i": i})) for i in range(3)]
+    assert db.start_batch("batch_1", lines, 102)
+    b = db.get_batch("batch_1")
+    assert b is not None and b.status is BatchStatus.CANCELLING and b.total == 3 and b.in_progress_at is None
+    assert not db.start_batch("batch_1", lines, 103)  # (once: its lines are not written twice)
+    done = db.finalize("batch_1", BatchStatus.CANCELLED, Outputs("o", "e", 104), lambda cid: f'"{cid}"', 104)
+    assert done is not None and done.status is BatchStatus.CANCELLED
+    assert (done.completed, done.failed) == (0, 3)
+    assert db.file_content("e", "t") == b'"c0"\n"c1"\n"c2"\n'
+    # one found bad as it was cancelled fails with its errors all the same
+    db.create_batch(batch("batch_2"))
+    assert db.set_status("batch_2", BatchStatus.CANCELLING, 101)
+    assert db.fail_batch("batch_2", [{"code": "x", "line": 1, "message": "bad", "param": None}], None, 102)
+    b2 = db.get_batch("batch_2")
+    assert b2 is not None and b2.status is BatchStatus.FAILED and len(b2.errors) == 1
+    # one cancelled once it ran is not given lines again, nor failed
+    started(db, 1, "batch_3")
+    assert db.set_status("batch_3", BatchStatus.CANCELLING, 102)
+    assert not db.start_batch("batch_3", lines, 103) and not db.fail_batch("batch_3", [], None, 103)
+
+
 def test_validation_failure_records_errors_and_error_file(db: SQLiteDB) -> None:
     db.create_batch(batch())
     err = FileRecord("file-err", "t", "batch_output", "batch_1_error.jsonl", 2, 5)

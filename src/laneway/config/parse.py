@@ -384,10 +384,16 @@ def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[
         ):
             raise ConfigError(f"{t.key('default_priority')}: not among the tenant's allowed classes")
         if policy.default_class is None and allowed_ranks is not None and default_class not in allowed_ranks:
-            raise ConfigError(
-                f"{t.key('allowed')}: leaves out {names[default_class]}, the class its requests that "
-                f"name none get (server.default_priority); allow it, or give the tenant a default_priority"
-            )
+            # its requests that name no class get its most urgent allowed class below the
+            # server's default (as its batches do); none below: it must say which
+            below = sorted(c for c in allowed_ranks if c > default_class)
+            if not below:
+                raise ConfigError(
+                    f"{t.key('allowed')}: leaves out {names[default_class]}, the class requests that "
+                    "name none get (server.default_priority), and every class below it; give the "
+                    "tenant a default_priority"
+                )
+            policy = replace(policy, default_class=below[0])
         t.done()
         out.append(TenantConfig(name, frozenset(h.lower() for h in hashes), policy))
     return tuple(out)

@@ -287,8 +287,8 @@ class RedisDB:
     def start_batch(self, batch_id: str, lines: Sequence[NewLine], now: int) -> bool:
         if len({n.custom_id for n in lines}) != len(lines):
             raise StoreError(f"batch {batch_id}: a custom_id is on two lines")
-        if self.r.hget(self.p + "b:" + batch_id, "status") != b"validating":
-            return False
+        if self.r.hget(self.p + "b:" + batch_id, "status") not in (b"validating", b"cancelling"):
+            return False  # (cancelling: the script writes its lines only if it never started)
         stage = f"{self.p}stage:{uuid.uuid4().hex}:"
         try:
             for i in range(0, len(lines), LINE_WRITE_CHUNK):

@@ -53,7 +53,12 @@ LUA_START_BATCH = """
 local p, id, stage = ARGV[1], ARGV[2], ARGV[5]
 local key = p .. 'b:' .. id
 local names = {'ld:', 'lst:', 'latt:', 'lq:'}
-if redis.call('HGET', key, 'status') ~= 'validating' then
+local status = redis.call('HGET', key, 'status')
+-- (cancelled while it was validated: its lines are written all the same, to be answered
+-- batch_cancelled, so that every custom_id is in one of its two files)
+local unstarted = status == 'cancelling' and not redis.call('HGET', key, 'in_progress_at')
+  and redis.call('EXISTS', p .. 'ld:' .. id) == 0
+if status ~= 'validating' and not unstarted then
   for _, n in ipairs(names) do redis.call('DEL', stage .. n) end
   return 0
 end
@@ -62,6 +67,10 @@ for _, n in ipairs({'ld:', 'lst:', 'latt:', 'lown:', 'lres:', 'lq:', 'lr:'}) do
 end
 for _, n in ipairs(names) do
   if redis.call('EXISTS', stage .. n) == 1 then redis.call('RENAME', stage .. n, p .. n .. id) end
+end
+if unstarted then
+  redis.call('HSET', key, 'total', ARGV[4])
+  return 1
 end
 local seq = redis.call('HGET', key, 'seq')
 redis.call('HSET', key, 'status', 'in_progress', 'in_progress_at', ARGV[3], 'total', ARGV[4])
@@ -73,7 +82,10 @@ return 1
 LUA_FAIL_BATCH = """
 local p = ARGV[1]
 local key = p .. 'b:' .. ARGV[2]
-if redis.call('HGET', key, 'status') ~= 'validating' then return 0 end
+local status = redis.call('HGET', key, 'status')
+-- (cancelled while it was validated: it fails with its errors all the same)
+local unstarted = status == 'cancelling' and not redis.call('HGET', key, 'in_progress_at')
+if status ~= 'validating' and not unstarted then return 0 end
 local seq = redis.call('HGET', key, 'seq')
 redis.call('HSET', key, 'status', 'failed', 'failed_at', ARGV[3], 'errors', ARGV[4])
 if ARGV[5] ~= '' then
@@ -84,7 +96,7 @@ if ARGV[5] ~= '' then
   redis.call('ZADD', p .. 'files:' .. ARGV[6], fseq, ARGV[5])
   redis.call('HSET', key, 'error_file_id', ARGV[5])
 end
-redis.call('ZREM', p .. 'bs:validating', ARGV[2])
+redis.call('ZREM', p .. 'bs:' .. status, ARGV[2])
 redis.call('ZADD', p .. 'bs:failed', seq, ARGV[2])
 return 1
 """

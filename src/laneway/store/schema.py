@@ -146,13 +146,17 @@ BATCH_SEQ = f"SELECT seq FROM {BATCHES} WHERE id = ? AND tenant = ?"
 BATCHES_IN = f"SELECT {BATCH_COLUMNS} FROM {BATCHES} WHERE status IN ({{marks}}) ORDER BY seq"
 # {stamp} is the status's timestamp column (from the transition table, never user input)
 SET_STATUS = f"UPDATE {BATCHES} SET status = ?, {{stamp}} = ? WHERE id = ? AND status IN ({{marks}})"
+# a batch cancelled while it was validated (never started) is still given its lines (each to
+# be answered batch_cancelled: every custom_id in one of its two files), or fails with its errors
+_UNSTARTED = "(status = 'validating' OR (status = 'cancelling' AND in_progress_at IS NULL))"
 START_BATCH = (
-    f"UPDATE {BATCHES} SET status = 'in_progress', in_progress_at = ?, total = ? "
-    "WHERE id = ? AND status = 'validating'"
+    f"UPDATE {BATCHES} SET in_progress_at = CASE status WHEN 'validating' THEN ? END, "
+    "status = CASE status WHEN 'validating' THEN 'in_progress' ELSE status END, total = ? "
+    f"WHERE id = ? AND {_UNSTARTED} AND NOT EXISTS (SELECT 1 FROM {LINES} WHERE batch_id = {BATCHES}.id)"
 )
 FAIL_BATCH = (
     f"UPDATE {BATCHES} SET status = 'failed', failed_at = ?, errors = ?, error_file_id = ? "
-    "WHERE id = ? AND status = 'validating'"
+    f"WHERE id = ? AND {_UNSTARTED}"
 )
 COUNT_DONE = (
     f"UPDATE {BATCHES} SET completed = completed + 1, input_tokens = input_tokens + ?, "
