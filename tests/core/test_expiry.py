@@ -119,6 +119,23 @@ def test_fifo_has_no_timeouts() -> None:
     assert d.sched.queued == 2
 
 
+def test_fifo_refuses_no_arrival_for_a_timeout_it_would_never_reach() -> None:
+    """Past the expected wait of its timeout an arrival is refused at once (it would time
+    out in the queue) — not under fifo, which has no timeouts: there only ``max_wait_s``
+    bounds it (the server refused it, the simulator queued it)."""
+    for policy, refused in (("laneway", True), ("fifo", False)):
+        d = _busy(policy, max_wait_s=5000.0)
+        got = d.sched.submit(req("own", 2, 0.0, timeout_s=1.0), 0.0)
+        assert (got is not None and got.reason == "queue_timeout") is refused, (policy, got)
+        got = d.sched.submit(req("p0", 0, 0.0), 0.0)  # (P0's class timeout)
+        assert (got is not None) is refused, (policy, got)
+        if not refused:
+            assert d.sched.queued == 2
+    d = _busy("fifo", max_wait_s=10.0)  # the bound by the wait still holds
+    got = d.sched.submit(req("long", 2, 0.0), 0.0)
+    assert got is not None and got.reason == "overloaded", got
+
+
 def test_cancelled_and_dispatched_requests_do_not_expire() -> None:
     d = Driver(sched(1))
     d.submit(req("runs", 0, 0.0, est_service_s=100.0))

@@ -86,7 +86,11 @@ class Refusals:
         tables = self.tables
         limits = tables.wait_limits
         if limits is not None:
-            timeout = req.timeout_s if req.timeout_s is not None else self.classes[cls].timeout_s
+            timeout = (  # (none under a policy without queue timeouts: it would not time out)
+                (req.timeout_s if req.timeout_s is not None else self.classes[cls].timeout_s)
+                if tables.timeouts
+                else None
+            )
             limit = timeout if timeout is not None else limits[cls]
             if limit is not None:
                 est = self.estimator.estimate_wait(req.priority, req.model, now, req.est_service_s)

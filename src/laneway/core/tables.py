@@ -42,6 +42,7 @@ class Tables:
     # --- refusal
     max_queued: tuple[int | None, ...]
     max_queued_total: int | None
+    timeouts: bool  # whether queue timeouts hold (the policy's; fifo has none)
     wait_limits: tuple[float | None, ...] | None  # per class, the expected wait refused at once
     bounded: bool  # whether any queue bound applies
     check_every: bool  # whether a request without a model may still be unplaceable
@@ -57,7 +58,7 @@ class Tables:
         k = len(table)
         max_queued = tuple(c.max_queued for c in table)
         wait_limits = (
-            tuple(c.timeout_s if c.timeout_s is not None else cfg.max_wait_s for c in table)
+            tuple(c.timeout_s if c.timeout_s is not None and pol.timeouts else cfg.max_wait_s for c in table)
             if cfg.max_wait_s is not None
             else None
         )
@@ -100,6 +101,7 @@ class Tables:
             boost_s=cfg.mlfq_boost_s if pol.aging else None,
             max_queued=max_queued,
             max_queued_total=cfg.max_queued_total,
+            timeouts=pol.timeouts,
             wait_limits=wait_limits,
             bounded=bounded,
             check_every=restricted,
