@@ -124,6 +124,10 @@ def test_stored_responses_are_read_listed_and_deleted(server: LiveServer) -> Non
     ]
     r = c.responses.create(model=MODEL, input=items, max_output_tokens=4, metadata={"k": "v"})  # type: ignore[arg-type]
     got = c.responses.retrieve(r.id)
+    url = f"{server.base_url}/responses/{r.id}"
+    assert httpx.get(url, params={"stream": "false"}, timeout=30).json()["id"] == r.id
+    again = httpx.get(url, params={"stream": "true"}, timeout=30)  # (not ignored: refused)
+    assert again.status_code == 400 and again.json()["error"]["param"] == "stream", again.text
     assert got.id == r.id and got.output_text == r.output_text and got.metadata == {"k": "v"}
     listed = list(c.responses.input_items.list(r.id, order="asc"))
     assert [(i.role, i.content[0].text) for i in listed] == [  # type: ignore[union-attr]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -58,6 +59,29 @@ def test_too_many_lines_and_empty_files_fail(batch_server: LiveServer) -> None:
     assert big.status == "failed" and [e.code for e in big.errors.data] == ["too_many_requests"]
     empty = wait(c, submit(c, ["", "  "]).id)
     assert empty.status == "failed" and [e.code for e in empty.errors.data] == ["empty_file"]
+
+
+def test_a_file_not_in_utf8_fails_in_one_error_saying_so(batch_server: LiveServer) -> None:
+    """JSON Lines are UTF-8: a file in UTF-16 (which json.loads would take) fails as a whole,
+    where it was taken and run, or failed each line as something else."""
+    c = client(batch_server.base_url)
+
+    def run(content: bytes) -> Any:
+        f = c.files.create(file=("input.jsonl", content), purpose="batch")
+        made = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        return wait(c, made.id)
+
+    text = jsonl([chat_line("u1"), chat_line("u2")]).decode()
+    for encoding in ("utf-16", "utf-32-le"):
+        b = run(text.encode(encoding))
+        assert b.status == "failed", (encoding, b)
+        assert [(e.code, e.line) for e in b.errors.data] == [("invalid_file_encoding", 1)], b.errors
+        assert "not UTF-8" in b.errors.data[0].message
+    second = json.dumps(chat_line("café"), ensure_ascii=False)
+    b = run(jsonl([chat_line("ok")]) + second.encode("latin-1") + b"\n")  # (its é one byte, not UTF-8)
+    assert [(e.code, e.line) for e in b.errors.data] == [("invalid_file_encoding", 2)]
+    b = run(b"\xef\xbb\xbf" + jsonl([chat_line("bom")]))  # (UTF-8 with a byte order mark: taken)
+    assert b.status == "completed" and b.request_counts.completed == 1, b
 
 
 def test_request_errors_at_creation(batch_server: LiveServer) -> None:

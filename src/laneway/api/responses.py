@@ -209,6 +209,10 @@ def _own_event(answer: Answer, req: ResponsesRequest, event: dict[str, Any]) -> 
 
 async def retrieve(request: Request) -> Response:
     owner = tenant_of(request, request.app.state.runtime.config)
+    if request.query_params.get("stream", "false").lower() not in ("false", "0"):
+        # (OpenAI streams a background response's events again: laneway runs none in the
+        # background, and a stored response has finished)
+        raise InvalidRequest("stream is not served here: a stored response comes whole", param="stream")
     record = await _record(request.app.state.store, request.path_params["response_id"], owner)
     return JSON(record["response"])
 

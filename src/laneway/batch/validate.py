@@ -48,6 +48,18 @@ def validate_input(
     content: bytes, endpoint: str, config: ServerConfig, support: Mapping[str, Support]
 ) -> Validated:
     out = Validated()
+    content = content.removeprefix(b"\xef\xbb\xbf")  # (a UTF-8 byte order mark, as some editors write)
+    bad_at = content.find(b"\0")  # (JSON text holds no NUL: UTF-16 or -32, whose ASCII is UTF-8)
+    why = "it holds NUL bytes: UTF-16 or UTF-32?"
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if bad_at < 0 or exc.start < bad_at:
+            bad_at, why = exc.start, f"byte {exc.start} is not UTF-8"
+    if bad_at >= 0:  # (a file in UTF-16 would fail each line as some other thing)
+        at = content.count(b"\n", 0, bad_at) + 1
+        out.bad(at, "invalid_file_encoding", f"the file is not UTF-8 text ({why})")
+        return out
     kind = ENDPOINTS[endpoint]
     limit = config.batches.max_lines
     seen: dict[str, int] = {}

@@ -42,6 +42,11 @@ def loads(data: bytes | str, what: str = "the body") -> Any:
     if value is not json_fast.UNREAD:
         check(value, what)
         return value
+    if isinstance(data, bytes):  # (JSON is UTF-8: json.loads would take UTF-16 and -32 too)
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadJSON(f"{what} is not valid JSON: it is not UTF-8 text (byte {exc.start})") from None
     try:
         value = json.loads(data, parse_constant=_no_constant)
     except RecursionError:
