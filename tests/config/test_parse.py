@@ -158,7 +158,6 @@ def test_tenants_store_hashes_and_find_keys() -> None:
             "tenants.b.key_sha256",
         ),
         # a tenant allowed no class, or not the one its requests that name none get
-        ({"tenants": {"t": {"allowed": []}}}, "tenants.t.allowed"),
         ({"tenants": {"t": {"allowed": ["P0"]}}}, "tenants.t.allowed"),
         (
             {"server": {"default_priority": "P2"}, "tenants": {"t": {"allowed": ["P0", "P1"]}}},

@@ -344,10 +344,6 @@ def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[
                     f"{t.key('key_sha256')}: {h[:12]}… is a key of tenant {owner[h.lower()]!r} already"
                 )
         allowed = t.list("allowed", None)
-        if allowed == []:
-            raise ConfigError(
-                f"{t.key('allowed')}: an empty list allows no class (leave it out to allow all)"
-            )
         try:
             allowed_ranks = None if allowed is None else frozenset(_parse_rank(v, names) for v in allowed)
         except ValueError as exc:
@@ -383,7 +379,8 @@ def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[
             and policy.default_class not in allowed_ranks
         ):
             raise ConfigError(f"{t.key('default_priority')}: not among the tenant's allowed classes")
-        if policy.default_class is None and allowed_ranks is not None and default_class not in allowed_ranks:
+        if policy.default_class is None and allowed_ranks and default_class not in allowed_ranks:
+            # (an empty list: a key for /metrics and the dashboard alone, which sends no request)
             # its requests that name no class get its most urgent allowed class below the
             # server's default (as its batches do); none below: it must say which
             below = sorted(c for c in allowed_ranks if c > default_class)
