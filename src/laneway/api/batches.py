@@ -68,16 +68,16 @@ def _entitled(cls: int | None, tenant: TenantConfig | None, config: ServerConfig
             )
         return cls
     default = config.batches.default_priority
-    if allowed is None or default in allowed:
+    if tenant is None:
         return default
-    fallback = [c for c in sorted(allowed) if c >= default]  # the most urgent allowed class not above it
-    if not fallback:
+    fallback = tenant.policy.fallback(default)  # the most urgent allowed class not above it
+    if fallback is None:
         raise ClassNotAllowed(
-            f"tenant {tenant.name!r} may not use the batch class {names[default]}; "  # type: ignore[union-attr]
+            f"tenant {tenant.name!r} may not use the batch class {names[default]}; "
             "set metadata.priority to an allowed class",
             param="metadata.priority",
         )
-    return fallback[0]
+    return fallback
 
 
 async def create(request: Request) -> Response:

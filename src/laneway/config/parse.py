@@ -383,14 +383,14 @@ def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[
             # (an empty list: a key for /metrics and the dashboard alone, which sends no request)
             # its requests that name no class get its most urgent allowed class below the
             # server's default (as its batches do); none below: it must say which
-            below = sorted(c for c in allowed_ranks if c > default_class)
-            if not below:
+            fallback = policy.fallback(default_class)
+            if fallback is None:
                 raise ConfigError(
                     f"{t.key('allowed')}: leaves out {names[default_class]}, the class requests that "
                     "name none get (server.default_priority), and every class below it; give the "
                     "tenant a default_priority"
                 )
-            policy = replace(policy, default_class=below[0])
+            policy = replace(policy, default_class=fallback)
         t.done()
         out.append(TenantConfig(name, frozenset(h.lower() for h in hashes), policy))
     return tuple(out)

@@ -76,6 +76,13 @@ class TenantPolicy:
     weight: float = 1.0  # its share inside a class, against other tenants (token-fair)
     token_quotas: Mapping[int, TokenQuota] = field(default_factory=dict)  # class rank -> tokens/min
 
+    def fallback(self, default: int) -> int | None:
+        """The class its work that names none gets where the server's ``default`` is: that
+        class where allowed, else its most urgent allowed class below it (``None``: none is)."""
+        if self.allowed is None or default in self.allowed:
+            return default
+        return min((c for c in self.allowed if c > default), default=None)
+
 
 class TokenBucket:
     __slots__ = ("burst", "rate", "stamp", "tokens")
