@@ -60,15 +60,12 @@ class Occupancy:
         left = req.est_s - req.run_s
         if left < 0.0:  # max(left, 0.0) without the call
             left = 0.0
-        req.expected_end_s = end = now + left
+        req.expected_end_s = now + left
         req.worker = w.id
         w.running[req.id] = req
         self.free -= 1
         self.running[cls][req.id] = req
-        self.end_sum[cls] += end
-        if not req.preemptible:
-            self.fixed[cls] += 1
-            self.fixed_end_sum[cls] += end
+        self._count(req, cls, 1)
 
     def release(self, req: Request) -> None:
         """Free the slot held by a running or preempted request."""
@@ -85,10 +82,7 @@ class Occupancy:
             self.free += 1
             self.placement.free_slot(w)
         del self.running[cls][rid]
-        self.end_sum[cls] -= req.expected_end_s
-        if not req.preemptible:
-            self.fixed[cls] -= 1
-            self.fixed_end_sum[cls] -= req.expected_end_s
+        self._count(req, cls, -1)
         req.worker = None
 
     def adoptable(self, worker_id: str, request_id: str) -> WorkerState:
@@ -108,10 +102,7 @@ class Occupancy:
         self.free -= 1
         self.running[req.cls][req.id] = req
         req.expected_end_s = now + max(req.est_s - req.run_s, 0.0)
-        self.end_sum[req.cls] += req.expected_end_s
-        if not req.preemptible:
-            self.fixed[req.cls] += 1
-            self.fixed_end_sum[req.cls] += req.expected_end_s
+        self._count(req, req.cls, 1)
         self.changes += 1
 
     def hold(self, worker_id: str, n: int) -> None:
@@ -183,22 +174,26 @@ class Occupancy:
     def reclass(self, req: Request, target: int) -> None:
         """Running ``req`` counts as class ``target`` from now on (inheritance)."""
         run = self.running[req.cls].pop(req.id)
-        self.end_sum[req.cls] -= req.expected_end_s
-        if not req.preemptible:
-            self.fixed[req.cls] -= 1
-            self.fixed_end_sum[req.cls] -= req.expected_end_s
-            self.fixed[target] += 1
-            self.fixed_end_sum[target] += req.expected_end_s
+        self._count(req, req.cls, -1)
         req.cls = target
         self.running[target][req.id] = run
-        self.end_sum[target] += req.expected_end_s
+        self._count(req, target, 1)
 
     def expect_end(self, req: Request, end: float) -> None:
         """Running ``req`` is expected to end at ``end`` now (its pace is known)."""
-        self.end_sum[req.cls] += end - req.expected_end_s
+        delta = end - req.expected_end_s  # (by the difference: the sums as they were added)
+        self.end_sum[req.cls] += delta
         if not req.preemptible:
-            self.fixed_end_sum[req.cls] += end - req.expected_end_s
+            self.fixed_end_sum[req.cls] += delta
         req.expected_end_s = end
+
+    def _count(self, req: Request, cls: int, sign: int) -> None:
+        """Running ``req`` counted in (``sign`` 1) or out of (-1) class ``cls``'s sums."""
+        end = sign * req.expected_end_s
+        self.end_sum[cls] += end
+        if not req.preemptible:
+            self.fixed[cls] += sign
+            self.fixed_end_sum[cls] += end
 
     # ------------------------------------------------------------------ checks
     def check(self) -> dict[str, str]:
