@@ -12,7 +12,7 @@ from laneway.backends.base import Health, Sink
 from laneway.backends.simulated import SimulatedWorker
 from laneway.backends.upstream import UpstreamUnavailable
 from laneway.config import ServerConfig, WorkerConfig
-from laneway.errors import BackendError, GenerationFailed, Unavailable
+from laneway.errors import BackendError, ContextTooLong, GenerationFailed, Unavailable
 from laneway.generation import Done, Failed, Job, SamplingParams
 from laneway.runtime import Runtime
 
@@ -130,6 +130,36 @@ def test_a_run_failing_on_a_worker_already_removed_still_ends_its_request() -> N
             with pytest.raises(GenerationFailed):
                 await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
             assert leaving.failed >= 1 and not rt.tickets
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_the_engine_refuses_as_too_long_ends_rejected_not_failed() -> None:
+    """An engine's 400 (the prompt over its context, found only when it tokenizes it) is the
+    client's error, as one refused on arrival: counted rejected, the client told why, the
+    worker not taken out of placement."""
+
+    class Refuses(Flaky):
+        async def health(self) -> Health:
+            return Health(True)
+
+    async def main() -> None:
+        refuses = Refuses("flaky", ContextTooLong("the prompt is 5,000 tokens; the context is 4,096"))
+        rt = Runtime(config(("flaky",)), {"flaky": refuses})
+        await rt.start()
+        try:
+            with pytest.raises(ContextTooLong, match="context is 4,096"):
+                await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
+            assert refuses.failed == 1 and not rt.recovery.down
+            name = rt.classes[1].name
+            assert rt.metrics.ended[name, "rejected"]._value.get() == 1
+            assert rt.metrics.ended[name, "failed"]._value.get() == 0
+            refuses.error = BackendError("the engine broke")  # (an engine's own fault stays failed)
+            with pytest.raises(GenerationFailed):
+                await asyncio.wait_for(rt.submit(job("b"), 1).result(), 5)
+            assert rt.metrics.ended[name, "failed"]._value.get() == 1
         finally:
             await rt.close()
 

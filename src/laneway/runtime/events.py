@@ -132,7 +132,7 @@ class WorkerEvents:
         if ticket.phase is not Phase.QUEUED and self.recovery.retry(ticket, error):
             return
         # refused by the engine before it made anything (a 4xx: too long, bad ids): its
-        # tenant is charged nothing for it
+        # tenant is charged nothing for it, and it ends rejected, as one refused here would
         refused = isinstance(error, RequestError) and error.status < 500 and not ticket.tokens
         try:
             self.sched.finished(
@@ -143,7 +143,7 @@ class WorkerEvents:
         if not isinstance(error, RequestError):
             log.error("request %s failed on worker %s: %s", ticket.id, ticket.worker, error)
             error = GenerationFailed(f"generation failed on worker {ticket.worker}: {error}")
-        self._end(ticket, error, "failed")
+        self._end(ticket, error, "rejected" if refused else "failed")
         self.kick()
 
     def _end(self, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
