@@ -385,3 +385,23 @@ def test_what_cannot_be_taken_is_named_plainly(
     r = hostile.post_raw("/v1/completions", body)
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == param and says in err["message"], err
+
+
+def test_the_priority_header_is_one_value_read_as_its_client_wrote_it(hostile: Hostile) -> None:
+    def send(*values: bytes) -> httpx.Response:
+        return hostile.send(
+            "POST", "/v1/chat/completions", json=chat(), headers=[(b"x-laneway-priority", v) for v in values]
+        )
+
+    r = send(b"P3", b"P0")  # which one was meant is not for the server to guess
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "X-Laneway-Priority", err
+    assert "'P3', 'P0'" in err["message"], err
+    assert send(b"P2", b"P2").status_code == 200  # (the same value twice says one thing)
+    r = send("P1é".encode())  # the error shows what was written, not its bytes read as latin-1
+    err = r.json()["error"]
+    assert r.status_code == 400 and "P1é" in err["message"] and "Ã" not in err["message"], err
+    r = hostile.send(
+        "GET", "/v1/queue/estimate", headers=[(b"x-laneway-priority", b"P3"), (b"x-laneway-priority", b"P0")]
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Laneway-Priority", r.text

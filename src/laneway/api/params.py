@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from laneway.config.schema import ServerConfig, TenantConfig
@@ -64,8 +65,32 @@ def parse_class(value: object, config: ServerConfig, param: str) -> int:
         raise InvalidRequest(str(exc), param=param) from None
 
 
+def priority_header(headers: Headers) -> str | None:
+    """The ``X-Laneway-Priority`` header's value (``None`` without one): sent once, or the same
+    value again; two values are refused rather than one taken at a guess. HTTP carries the
+    header as bytes, read here as UTF-8 (what a client sends ``"P1 é"`` as), so an error
+    message shows the value the client wrote."""
+    values = list(dict.fromkeys(v.strip() for v in headers.getlist(PRIORITY_HEADER)))
+    if len(values) > 1:
+        shown = ", ".join(repr(_utf8(v)) for v in values)
+        raise InvalidRequest(
+            f"X-Laneway-Priority is sent with {len(values)} different values ({shown}): send one",
+            param="X-Laneway-Priority",
+        )
+    return _utf8(values[0]) if values else None
+
+
+def _utf8(value: str) -> str:
+    """A header value as its client wrote it: the bytes (which the server reads as latin-1)
+    as UTF-8, where they are."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
 def priority(
-    body: Mapping[str, Any], headers: Mapping[str, str], tenant: TenantConfig | None, config: ServerConfig
+    body: Mapping[str, Any], headers: Headers, tenant: TenantConfig | None, config: ServerConfig
 ) -> int:
     """Body ``priority`` (or ``laneway.priority``), else the ``X-Laneway-Priority`` header,
     else ``service_tier``, else the tenant's default class, else the server's."""
@@ -74,7 +99,7 @@ def priority(
     ext = body.get("laneway")
     if isinstance(ext, dict) and ext.get("priority") is not None:
         return parse_class(ext["priority"], config, "laneway.priority")
-    header = headers.get(PRIORITY_HEADER)
+    header = priority_header(headers)
     if header:
         return parse_class(header, config, "X-Laneway-Priority")
     tier = body.get("service_tier")

@@ -8,7 +8,7 @@ import math
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from laneway.api.params import PRIORITY_HEADER, authenticate, parse_class
+from laneway.api.params import authenticate, parse_class, priority_header
 from laneway.api.state import runtime_of
 from laneway.errors import ClassNotAllowed, ModelNotFound
 
@@ -19,7 +19,7 @@ async def queue_estimate(request: Request) -> Response:
     config = runtime.config
     tenant = authenticate(request, config)
     query = request.query_params
-    raw = query.get("priority") or request.headers.get(PRIORITY_HEADER)
+    raw = query.get("priority") or priority_header(request.headers)
     if raw is not None:
         cls = parse_class(raw, config, "priority")
     elif tenant is not None and tenant.policy.default_class is not None:
