@@ -94,7 +94,7 @@ def test_a_refused_request_ends_its_span_with_an_error(tmp_path: Path, receiver:
     spans = receiver.of_trace(TRACE)
     assert spans, "no span was sent"
     [request] = [x for x in spans if x.name == "laneway.request"]
-    assert request.error and request.attributes["laneway.outcome"] == "failed"
+    assert request.error and request.attributes["laneway.outcome"] == "rejected"  # (the engine refused it)
 
 
 def test_without_an_endpoint_nothing_of_opentelemetry_is_imported() -> None:
