@@ -9,6 +9,9 @@ response preempts a P3 one, which resumes to the same text.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +21,11 @@ import httpx
 import openai
 import pytest
 
+from laneway.backends.simulated import SimulatedWorker
 from laneway.config import ServerConfig, hash_key, parse_config
-from live_server import LiveServer, live_server, overtaken, tiny
+from laneway.errors import BackendError
+from laneway.generation import Delta, Failed
+from live_server import LiveServer, live_server, overtaken, sim_config, tiny
 
 MODEL = "builtin:tiny"
 ALICE, BOB = "alice-key", "bob-key"
@@ -112,6 +118,81 @@ def test_the_stream_is_openais_events_in_order(server: LiveServer) -> None:
     assert c.responses.retrieve(final.id).output_text == whole.output_text  # a streamed one is stored too
     created = events[0].response  # type: ignore[union-attr]
     assert created.status == "in_progress" and created.output == [] and created.id == final.id
+
+
+def _created(lines: Iterator[str]) -> str:
+    """The id of the response a stream (its SSE lines) begins."""
+    for line in lines:
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            assert event["type"] == "response.created", event
+            return str(event["response"]["id"])
+    raise AssertionError("the stream ended before response.created")
+
+
+def _status(c: openai.OpenAI, response_id: str, want: str) -> str:
+    status = ""
+    for _ in range(100):  # (its end is stored as the stream closes)
+        status = c.responses.retrieve(response_id).status or ""
+        if status == want:
+            break
+        time.sleep(0.05)
+    return status
+
+
+def test_a_streaming_response_is_stored_in_progress_then_as_it_ended(tmp_path: Path) -> None:
+    with live_server(sim_config(tmp_path, tokens_per_s=50)) as server:  # (a pace to catch it streaming)
+        _stream_stored_as_it_goes(server)
+
+
+class BreaksPartWay(SimulatedWorker):
+    """Streams three words, then its engine breaks."""
+
+    async def _generate(self, run: Any) -> None:
+        for i in range(3):
+            run.done += 1
+            run.sink(Delta(run.job.id, f"w{i} ", run.done))
+            await asyncio.sleep(0.01)
+        self._runs.pop(run.job.id, None)
+        run.sink(Failed(run.job.id, BackendError("the engine broke")))
+
+
+def test_a_streaming_response_that_fails_is_stored_failed(tmp_path: Path) -> None:
+    with live_server(sim_config(tmp_path), {"sim0": BreaksPartWay("sim0", "sim", 2)}) as server:
+        c = client(server)
+        events = list(c.responses.create(model="sim", input="x", max_output_tokens=20, stream=True))
+        assert [e.type for e in events][-2:] == ["error", "response.failed"]
+        got = c.responses.retrieve(events[0].response.id)  # type: ignore[union-attr]
+        assert got.status == "failed" and got.error is not None and got.error.code == "server_error", got
+        assert got.output_text == "w0 w1 w2 "  # (what it made before it failed)
+        with pytest.raises(openai.BadRequestError, match="is failed"):
+            c.responses.create(model="sim", input="and then?", previous_response_id=got.id)
+
+
+def _stream_stored_as_it_goes(server: LiveServer) -> None:
+    c = client(server)
+    body = {"model": "sim", "input": "Tell a long story", "max_output_tokens": 400, "stream": True}
+    with httpx.Client(base_url=server.base_url, timeout=60) as http:
+        with http.stream("POST", "/responses", json=body) as r:
+            lines = r.iter_lines()  # (held: dropped, it would close the stream)
+            rid = _created(lines)
+            got = c.responses.retrieve(rid)  # as OpenAI shows one: there, in progress
+            assert got.status == "in_progress" and got.output == [], got
+            with pytest.raises(openai.BadRequestError, match="in_progress"):  # nothing to go on from yet
+                c.responses.create(model="sim", input="and then?", previous_response_id=rid)
+        # the client left part-way: the request is cancelled, and its response says so
+        assert _status(c, rid, "cancelled") == "cancelled"
+        with pytest.raises(openai.BadRequestError, match="cancelled"):
+            c.responses.create(model="sim", input="and then?", previous_response_id=rid)
+        with http.stream("POST", "/responses", json={**body, "max_output_tokens": 20}) as r:
+            lines = r.iter_lines()
+            rid = _created(lines)
+            c.responses.delete(rid)  # deleted while it streams: it stays deleted
+            last = [line for line in lines if line.startswith("data: ")][-1]
+        final = json.loads(last[6:])["response"]
+        assert final["status"] in ("completed", "incomplete") and final["store"] is False, final
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(rid)
 
 
 def test_stored_responses_are_read_listed_and_deleted(server: LiveServer) -> None:

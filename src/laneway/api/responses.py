@@ -28,7 +28,7 @@ from laneway.errors import InvalidRequest, NotFound, RequestError
 from laneway.generation import CHAT, Delta, Done
 from laneway.protocol.requests import model_of, parse_request
 from laneway.protocol.responses import event_sse, extension
-from laneway.protocol.responses_answer import Answer, own
+from laneway.protocol.responses_answer import Answer, failure_code, own
 from laneway.protocol.responses_api import (
     ResponsesRequest,
     chat_body,
@@ -88,12 +88,20 @@ async def _create(request: Request) -> Response:
     context: list[dict[str, Any]] = []
     if req.previous_response_id is not None:
         try:
-            context = (await _record(store, req.previous_response_id, owner))["context"]
+            previous = await _record(store, req.previous_response_id, owner)
         except NotFound:
             raise InvalidRequest(
                 f"previous response with id {req.previous_response_id!r} not found",
                 param="previous_response_id",
             ) from None
+        if previous["context"] is None:  # (one still streaming, or one that failed or was cancelled)
+            status = previous["response"]["status"]
+            raise InvalidRequest(
+                f"previous response with id {req.previous_response_id!r} is {status}: "
+                "only a finished response can be continued",
+                param="previous_response_id",
+            )
+        context = previous["context"]
     if served.passthrough:  # to the upstream's own Responses API
         job = forwarded_job(req, model, context)
     else:  # from the chat path
@@ -107,7 +115,12 @@ async def _create(request: Request) -> Response:
     if not req.stream:
         assert type(first) is Done
         return JSON(await kept.final(answer, first, ticket))
-    return EventStream(_events(kept, answer, ticket, first), lambda: runtime.cancel(ticket))
+
+    def gone() -> None:
+        kept.cancelled = True
+        runtime.cancel(ticket)
+
+    return EventStream(_events(kept, answer, ticket, first), gone)
 
 
 class Kept:
@@ -124,6 +137,20 @@ class Kept:
     ) -> None:
         self.store, self.owner, self.req, self.context = store, owner, req, context
         self.forwarded = forwarded  # answered by an upstream's Responses API (its own objects)
+        self.begun = False  # a stream's response is stored in progress (it can be retrieved so)
+        self.cancelled = False  # its client went away
+
+    async def begin(self, answer: Answer) -> None:
+        """A stream began: its response is stored ``in_progress`` (as OpenAI shows one), with
+        no conversation to continue yet."""
+        if self.req.store:
+            self.begun = await self._put(answer.response("in_progress"), None)
+
+    async def unfinished(self, answer: Answer, status: str, error: dict[str, str] | None, text: str) -> None:
+        """A stream that began ended without its answer (``failed``, ``cancelled``): its stored
+        response says so, and cannot be continued."""
+        if self.begun and await self._still_there():
+            await self._put(answer.response(status, text=text or None, error=error), None)
 
     async def final(self, answer: Answer, done: Done, ticket: Ticket) -> dict[str, Any]:
         """The finished response (the upstream's own, or one made from ``done``), stored."""
@@ -135,15 +162,25 @@ class Kept:
         """Whether it is stored. A store that cannot be reached does not cost the client its
         answer: it is sent, marked ``store: false``."""
         req = self.req
-        if not req.store:
+        if not req.store or (self.begun and not await self._still_there()):
             return False
         output = final.get("output")
-        record = {
-            "response": final,
-            "input_items": list(req.input_items),
-            "context": context_after(req, self.context, output if isinstance(output, list) else []),
-        }
-        created = final.get("created_at")
+        return await self._put(
+            final, context_after(req, self.context, output if isinstance(output, list) else [])
+        )
+
+    async def _still_there(self) -> bool:
+        """Whether the response stored in progress is still stored (its client may have
+        deleted it meanwhile: it stays deleted)."""
+        try:
+            return await self.store.get_response(self.req.id, self.owner) is not None
+        except StoreUnavailable:
+            return True
+
+    async def _put(self, response: dict[str, Any], context: list[dict[str, Any]] | None) -> bool:
+        req = self.req
+        record = {"response": response, "input_items": list(req.input_items), "context": context}
+        created = response.get("created_at")
         try:
             await self.store.put_response(
                 req.id,
@@ -162,11 +199,14 @@ async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Don
     events made from the engine's text; the last with the stored, finished response."""
     item: Delta | Done = first
     forwarded = kept.forwarded
-    if not forwarded:
-        for event in answer.opening():
-            yield event
     text = ""
+    ended = False
     try:
+        if type(item) is Delta:
+            await kept.begin(answer)
+        if not forwarded:
+            for event in answer.opening():
+                yield event
         while type(item) is Delta:
             if forwarded:
                 if item.chunk is not None:
@@ -177,9 +217,19 @@ async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Don
             item = await ticket.next()
     except RequestError as exc:  # after the stream began: an error event, then response.failed
         exc = _worded(exc)
+        ended = True
+        if kept.cancelled:
+            await kept.unfinished(answer, "cancelled", None, text)
+            return
+        await kept.unfinished(
+            answer, "failed", {"code": failure_code(exc.code), "message": exc.message}, text
+        )
         for event in answer.failure(exc.code, exc.message, exc.param, text):
             yield event
         return
+    finally:
+        if not ended and type(item) is Delta:  # (closed part-way: its client went away)
+            await kept.unfinished(answer, "cancelled", None, text)
     assert type(item) is Done
     final = await kept.final(answer, item, ticket)
     if kept.req.store and not final["store"]:

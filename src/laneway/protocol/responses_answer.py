@@ -51,6 +51,11 @@ def output_message(msg_id: str, text: str | None, status: str) -> dict[str, Any]
     return {"id": msg_id, "type": "message", "role": "assistant", "status": status, "content": content}
 
 
+def failure_code(code: str | None) -> str:
+    """A failed response's ``error.code``: one of the spec's codes."""
+    return "rate_limit_exceeded" if code == "rate_limit_exceeded" else "server_error"
+
+
 class Answer:
     """The objects of one response: the response (at each status) and its stream's events."""
 
@@ -185,10 +190,7 @@ class Answer:
 
     def failure(self, code: str | None, message: str, param: str | None, text: str) -> list[bytes]:
         """The events of an error after the stream began: ``error``, then ``response.failed``."""
-        known = (
-            "rate_limit_exceeded" if code == "rate_limit_exceeded" else "server_error"
-        )  # (the spec's codes)
-        failed = self.response("failed", text=text, error={"code": known, "message": message})
+        failed = self.response("failed", text=text, error={"code": failure_code(code), "message": message})
         return [
             self.event("error", code=code, message=message, param=param),
             self.event("response.failed", response=failed),
