@@ -49,7 +49,8 @@ class DispatchGate:
         """Hand the held decisions on in order, each dispatch once its worker is made."""
         try:
             while self._held:
-                d = self._held[0]
+                held = self._held
+                d = held[0]
                 if type(d) is Dispatch and not self.knows(d.worker_id):
                     try:
                         await self.make(d.worker_id)
@@ -57,7 +58,9 @@ class DispatchGate:
                         log.exception(
                             "replica %s: the worker %s could not be made", self.replica, d.worker_id
                         )
-                self.hand_on(self._held.pop(0))
+                    if self._held is not held:  # cleared meanwhile: what is held now is looked at anew
+                        continue
+                self.hand_on(held.pop(0))
         finally:
             self._task = None
 
