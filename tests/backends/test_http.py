@@ -199,3 +199,42 @@ def test_targets_are_http_urls() -> None:
     for bad in ("ftp://x/v1", "localhost:8000", "http://:80/v1", "http://x:99999/v1", "http://x/v1?a=1"):
         with pytest.raises(ValueError):
             Target.parse(bad)
+
+
+def test_an_answer_nobody_asked_for_closes_the_idle_connection_it_came_on() -> None:
+    """An upstream that sends a second, unasked answer after the first: the connection, idle
+    in the pool, was put there again (twice in it, two requests could share it); now it is
+    closed, and the next request goes on a new one."""
+    peers: list[object] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        first = True
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            if first:
+                first = False
+                await asyncio.sleep(0.05)  # (the client has put the connection back)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
+                await writer.drain()
+
+    async def main() -> None:
+        server, url = await serve(handler)
+        pool = Pool(url)
+        try:
+            assert (await pool.fetch("GET", "models", timeout_s=5)).body == b"ok"
+            await asyncio.sleep(0.2)
+            assert len(pool._idle) == 0, pool._idle  # (it was in it twice)
+            got = await asyncio.gather(*(pool.fetch("GET", "models", timeout_s=5) for _ in range(2)))
+            assert [g.body for g in got] == [b"ok", b"ok"]
+            assert len(peers) == 3  # the first, closed; one each for the two after
+        finally:
+            await pool.close()
+            server.close()
+
+    asyncio.run(main())

@@ -332,6 +332,8 @@ class _Connection(asyncio.Protocol):
         keep = self.parser.should_keep_alive()
         if exchange is not None:
             exchange._finish(None)
+        else:  # an answer nobody asked for (the connection was idle, in the pool): not trusted again
+            keep = False
         if keep and not self.closed:
             self.pool._release(self)
         else:
