@@ -9,28 +9,47 @@ from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.core import Decision, Dispatch
 
 
+class Workers:
+    """The workers made here, made after a moment (``w1``: once ``slow`` is set); what was
+    handed on, and whether its worker was made by then."""
+
+    def __init__(self, *made: str) -> None:
+        self.made = set(made)
+        self.handed: list[tuple[str, bool]] = []
+        self.slow = asyncio.Event()
+
+    async def make(self, worker: str) -> None:
+        if worker == "w1":
+            await self.slow.wait()
+        else:
+            await asyncio.sleep(0.01)
+        self.made.add(worker)
+
+    def hand_on(self, d: Decision) -> None:
+        assert type(d) is Dispatch
+        self.handed.append((d.request_id, d.worker_id in self.made))
+
+    def gate(self) -> DispatchGate:
+        return DispatchGate(lambda w: w in self.made, self.make, self.hand_on, "r1")
+
+    async def handed_on(self, n: int) -> list[tuple[str, bool]]:
+        for _ in range(100):
+            if len(self.handed) >= n:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # (and nothing more)
+        return self.handed
+
+
 def test_held_decisions_go_on_in_order_each_dispatch_once_its_worker_is_made() -> None:
     async def main() -> None:
-        made: set[str] = {"w0"}
-        handed: list[tuple[str, bool]] = []  # (request, whether its worker was made when handed on)
-
-        async def make(worker: str) -> None:
-            await asyncio.sleep(0.01)
-            made.add(worker)
-
-        def hand_on(d: Decision) -> None:
-            assert type(d) is Dispatch
-            handed.append((d.request_id, d.worker_id in made))
-
-        gate = DispatchGate(lambda w: w in made, make, hand_on, "r1")
+        workers = Workers("w0")
+        workers.slow.set()
+        gate = workers.gate()
         assert not gate.holds(Dispatch("a", "w0"))  # (its worker is here: nothing to wait for)
         for d in (Dispatch("b", "w1"), Dispatch("c", "w0"), Dispatch("d", "w2")):
             assert gate.holds(d)  # (c: behind b, in order)
-        for _ in range(100):
-            if len(handed) == 3:
-                break
-            await asyncio.sleep(0.01)
-        assert handed == [("b", True), ("c", True), ("d", True)]
+        assert await workers.handed_on(3) == [("b", True), ("c", True), ("d", True)]
         await gate.close()
 
     asyncio.run(main())
@@ -42,33 +61,14 @@ def test_a_gate_cleared_while_it_makes_a_worker_makes_the_worker_of_what_is_held
     of the dropped one."""
 
     async def main() -> None:
-        made: set[str] = set()
-        handed: list[tuple[str, bool]] = []
-        slow = asyncio.Event()
-
-        async def make(worker: str) -> None:
-            if worker == "w1":
-                await slow.wait()
-            else:
-                await asyncio.sleep(0.01)
-            made.add(worker)
-
-        def hand_on(d: Decision) -> None:
-            assert type(d) is Dispatch
-            handed.append((d.request_id, d.worker_id in made))
-
-        gate = DispatchGate(lambda w: w in made, make, hand_on, "r1")
+        workers = Workers()
+        gate = workers.gate()
         assert gate.holds(Dispatch("dropped", "w1"))
         await asyncio.sleep(0.01)  # (w1 is being made)
         gate.clear()
         assert gate.holds(Dispatch("after", "w2"))
-        slow.set()
-        for _ in range(100):
-            if handed:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
-        assert handed == [("after", True)]
+        workers.slow.set()
+        assert await workers.handed_on(1) == [("after", True)]
         await gate.close()
 
     asyncio.run(main())
