@@ -39,9 +39,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from laneway.backends.base import Capacity, EngineState, Health, Sink
-from laneway.backends.capabilities import Capabilities, metrics_of, state_of
-from laneway.backends.continuation import by_ids, by_text, request_body
+from laneway.backends.capabilities import metrics_of, state_of
+from laneway.backends.continuation import request_body
 from laneway.backends.http import Collect, Connect, Events, HttpError, Pool, Timeout
+from laneway.backends.upstream_body import PATHS, Bodies
 from laneway.backends.upstream_errors import describe_body, error_from, relay_error, stream_failure
 from laneway.backends.upstream_relay import Passed, Relayed, whole
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, plausible
@@ -63,7 +64,6 @@ from laneway.generation import (
     Failed,
     Job,
     ResumeMethod,
-    ResumeRule,
     Stopped,
     Usage,
 )
@@ -74,7 +74,6 @@ __all__ = ["UpstreamUnavailable", "UpstreamWorker"]
 
 log = logging.getLogger("laneway.backends")
 
-PATHS = {CHAT: "chat/completions", COMPLETION: "completions", EMBEDDING: "embeddings", RESPONSES: "responses"}
 PROBE_TIMEOUT_S = 2.0
 
 
@@ -117,16 +116,17 @@ class UpstreamWorker:
         self.name = name
         self.model = model
         self.slots = slots
-        self.forward_priority = forward_priority
         # awaited before each call with the model it names (a fleet: until the LoRA adapter
         # it names is loaded into this engine; what it raises ends the run)
         self.gate: Callable[[str], Awaitable[None]] | None = None
-        self.adapters: frozenset[str] = frozenset()  # LoRA adapters a job may name as its model
         self.base = url.rstrip("/")
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
-        self.token_ids = token_ids
-        self.options = dict(options or {})  # extra body fields sent with every request
+        # what its runs send, and what the engine takes (learnt)
+        self.bodies = Bodies(
+            name, model, token_ids=token_ids, options=dict(options or {}), forward_priority=forward_priority
+        )
+        self.caps = self.bodies.caps
         # the W3C traceparent a job's call carries, by job id (set where traces are on)
         self.trace: Callable[[str], str | None] | None = None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -134,11 +134,19 @@ class UpstreamWorker:
             url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4, connect=connect
         )
         self.max_model_len: int | None = None  # as the upstream's /models says (vLLM's field)
-        self.caps = Capabilities()  # what the engine takes, as learnt
         self._asking: asyncio.Task[None] | None = None
         self._runs: dict[str, Run] = {}
         # vLLM serves /detokenize beside /v1, at the root
         self._detokenize = self._pool.target.path.removesuffix("/v1") + "/detokenize"
+
+    @property
+    def adapters(self) -> frozenset[str]:
+        """LoRA adapters a job may name as its model (a fleet's engine: those loaded)."""
+        return self.bodies.adapters
+
+    @adapters.setter
+    def adapters(self, names: frozenset[str]) -> None:
+        self.bodies.adapters = names
 
     def capacity(self) -> Capacity:
         return Capacity(self.slots, len(self._runs), (self.model,))
@@ -149,15 +157,7 @@ class UpstreamWorker:
     def resume_method(self, job: Job) -> ResumeMethod:
         """How a preemption of ``job`` would resume here (the response's ``laneway.resume``),
         as far as what the engine takes is known."""
-        if job.resume is ResumeRule.NONE:
-            return ResumeMethod.NONE
-        if job.resume is ResumeRule.RESTART:
-            return ResumeMethod.RESTART
-        if self._asks_ids and self.caps.id_prompts is not False:
-            return ResumeMethod.TOKEN_IDS
-        if job.kind == CHAT and self.caps.continue_final is False:
-            return ResumeMethod.RESTART if not job.stream else ResumeMethod.NONE
-        return ResumeMethod.TEXT
+        return self.bodies.resume_method(job)
 
     # ------------------------------------------------------------ protocol
     async def run(self, job: Job, sink: Sink) -> None:
@@ -285,99 +285,6 @@ class UpstreamWorker:
             run.task = None
         return run
 
-    def _body(self, run: Run) -> tuple[str, dict[str, Any]]:
-        """This run's endpoint and body."""
-        job = run.job
-        body: dict[str, Any] = {**self.options, **(job.body or {})}
-        kind = job.kind
-        run.continued = run.runs > 0 and (run.tokens > 0 or run.out_ids is not None)
-        model = job.model if job.model in self.adapters else self.model
-        if kind == EMBEDDING:
-            body["model"] = model
-            return PATHS[kind], body
-        via = kind
-        run.by = ""
-        if run.continued:
-            if run.out_ids is not None and run.prompt_ids is not None and self.caps.id_prompts is not False:
-                body = by_ids(body, kind, run.prompt_ids + run.out_ids, len(run.out_ids))
-                via, run.by = COMPLETION, "ids"
-            else:
-                body = by_text(body, kind, run.text, run.tokens)
-                run.by = "text"
-        body["model"] = model
-        body["stream"] = True
-        if self.forward_priority:  # (vLLM: lower runs first; laneway's P0 is 0)
-            body["priority"] = job.rank
-        options = job.body.get("stream_options") if job.body else None
-        body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        run.added_ids = False
-        # (with echo, vLLM would blank the prompt)
-        if (
-            self._asks_ids
-            and not run.without_ids
-            and not body.get("echo")
-            and not body.get("return_token_ids")
-        ):
-            body["return_token_ids"] = True
-            run.added_ids = True
-        run.via = via
-        return PATHS[via], body
-
-    @property
-    def _asks_ids(self) -> bool:
-        """Whether token ids are asked of the engine (configured, and not refused by it)."""
-        return self.token_ids == "vllm" and self.caps.token_ids is not False
-
-    def _refused(self, run: Run, status: int) -> bool:
-        """A 400 to a run that used an extension the engine was not known to take: the
-        engine refuses it. Learnt, and ``True`` when the run may be sent again without it."""
-        if status not in (400, 422):
-            return False
-        caps = self.caps
-        self._saw_ids(run)
-        if run.added_ids and caps.token_ids is None:  # sent again without: that tells
-            run.without_ids = True
-            return True
-        if run.by == "ids" and caps.id_prompts is None:
-            caps.id_prompts = False
-            log.warning("upstream %s refuses prompts of token ids: requests resume by text", self.name)
-            return True
-        if run.by == "text" and run.job.kind == CHAT and caps.continue_final is None:
-            caps.continue_final = False
-            log.warning(
-                "upstream %s refuses continue_final_message: a chat request stopped there starts again "
-                "if its client has seen nothing yet, and one being streamed is not stopped",
-                self.name,
-            )
-            if run.assembly is not None:  # the client has seen nothing: from scratch, exactly
-                run.reset()
-                return True
-            raise UpstreamUnavailable(
-                f"upstream {self.name} cannot continue a chat request it was stopped in "
-                "(it refuses continue_final_message)",
-                worker_fault=False,
-            )
-        return False
-
-    def _saw_ids(self, run: Run) -> None:
-        """Ids came in an earlier run of this job: the engine gives them."""
-        if self.caps.token_ids is None and run.out_ids is not None and (run.added_ids or run.by == "ids"):
-            self.caps.token_ids = True
-
-    def _learnt(self, run: Run) -> None:
-        """A run ended well: what it used is taken."""
-        caps = self.caps
-        self._saw_ids(run)
-        if run.without_ids and caps.token_ids is None:  # refused with them, taken without
-            caps.token_ids = False
-            log.warning("upstream %s refuses return_token_ids: requests resume by text there", self.name)
-        if run.added_ids and caps.token_ids is None:
-            caps.token_ids = run.out_ids is not None  # (ignored: no ids came)
-        if run.by == "ids":
-            caps.id_prompts = True
-        elif run.by == "text" and run.job.kind == CHAT:
-            caps.continue_final = True
-
     def _live(self, run: Run, task: asyncio.Task[None] | None) -> bool:
         """Whether ``task`` is still ``run``'s current start: a run stopped (preempted,
         cancelled) while its task was between two steps must not go on, even if the task's
@@ -437,7 +344,7 @@ class UpstreamWorker:
 
     async def _embed(self, run: Run) -> None:
         me = asyncio.current_task()
-        path, body = self._body(run)
+        path, body = self.bodies.of(run)
         raw = json.dumps(body, separators=(",", ":")).encode()
         got = await self._fetch(run, path, raw)
         if not self._live(run, me):
@@ -461,7 +368,7 @@ class UpstreamWorker:
 
     async def _generate(self, run: Run) -> None:
         me = asyncio.current_task()
-        path, body = self._body(run)
+        path, body = self.bodies.of(run)
         if run.continued and run.via == COMPLETION and (run.job.body or {}).get("stop"):
             held = await self._held_text(run)
             if not self._live(run, me):
@@ -470,7 +377,7 @@ class UpstreamWorker:
                 # what the upstream held back cannot be read: the client has seen nothing
                 # yet, so the request starts again from scratch (exact, at a cost)
                 run.reset()
-                path, body = self._body(run)
+                path, body = self.bodies.of(run)
             else:
                 run.catch_up(held or "")
         run.begin()
@@ -494,7 +401,7 @@ class UpstreamWorker:
         reader = await self._stream(run, me, path, body, on_event)
         if reader is None:
             return
-        if reader.status != 200 and self._refused(run, reader.status):
+        if reader.status != 200 and self.bodies.refused(run, reader.status):
             run.runs = max(run.runs - 1, 0)  # (that one did not run)
             await self._generate(run)  # once more, without what was refused
             return
@@ -506,7 +413,7 @@ class UpstreamWorker:
                 f"upstream {self.name}: its stream ended before its answer did "
                 f"({reader.events} events, no finish_reason, no [DONE])"
             )
-        self._learnt(run)
+        self.bodies.learnt(run)
         self._end(run, run.ended())
 
     async def _stream(
@@ -567,11 +474,7 @@ class UpstreamWorker:
         API: :mod:`laneway.backends.upstream_relay`), streamed, its events passed on."""
         me = asyncio.current_task()
         job = run.job
-        body: dict[str, Any] = {**self.options, **(job.body or {})}
-        body["model"] = job.model if job.model in self.adapters else self.model
-        body["stream"] = True
-        if self.forward_priority:
-            body["priority"] = job.rank
+        body = self.bodies.relayed(job)
         run.begin()
         relayed = Relayed(run, self.name)
 
@@ -594,7 +497,7 @@ class UpstreamWorker:
         me = asyncio.current_task()
         job = run.job
         body: dict[str, Any] = {**(job.body or {})}
-        body["model"] = job.model if job.model in self.adapters else self.model
+        body["model"] = self.bodies.model_of(job)
         run.begin()
         if not job.stream:
             got = await self._fetch(run, job.endpoint, json_fast.dumps(body))
