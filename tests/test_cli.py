@@ -152,12 +152,12 @@ def test_trace_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_a_trace_of_epoch_times_runs_as_quickly_as_any(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Arrivals at Unix times and a run of ~3 years: the queue depth is sampled across the
+    """Arrivals at Unix times ~3 years apart: the queue depth is sampled across the
     quiet stretches once, not every 5 s of them (it took minutes and gigabytes)."""
     trace = write_trace(
         tmp_path,
         '{"arrival_s": 1.7e9, "priority": 1, "duration_s": 1}',
-        '{"arrival_s": 1.7e9, "priority": 3, "duration_s": 1e8}',
+        '{"arrival_s": 1.7e9, "priority": 3, "duration_s": 1e6}',
         '{"arrival_s": 1.8e9, "priority": 0, "duration_s": 2}',
     )
     started = time.monotonic()
@@ -167,6 +167,16 @@ def test_a_trace_of_epoch_times_runs_as_quickly_as_any(
     (s,) = json_lines(capsys.readouterr().out)
     assert [s["classes"][c]["completed"] for c in ("P0", "P1", "P3")] == [1, 1, 1]
     assert (out_dir / "queue_depth.png").stat().st_size > 0
+
+
+def test_a_trace_written_with_a_byte_order_mark_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "bom.jsonl"
+    trace.write_bytes("\ufeff".encode() + GOOD_LINE.encode() + b"\n")
+    assert main(["simulate", "--trace", str(trace), "--json"]) == 0
+    (s,) = json_lines(capsys.readouterr().out)
+    assert s["requests"] == 1
 
 
 def test_mixed_requests(capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,6 +227,12 @@ def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         ('{"arrival_s": 1, "priority": 0, "output_tokens": 0}', "'output_tokens' must be > 0"),
         ('{"arrival_s": 1, "priority": "\u0663", "duration_s": 1}', "unknown priority"),
         ('{"arrival_s": 1, "priority": 0, "duration_s": 1', "not valid JSON"),
+        # values past any real run (they looped until memory ran out)
+        ('{"arrival_s": 1e17, "priority": 2, "duration_s": 1}', "'arrival_s' must be <= 1e+10"),
+        ('{"arrival_s": 1, "priority": 2, "duration_s": 1e17}', "'duration_s' must be <= 1e+06"),
+        ('{"arrival_s": 1, "priority": 2, "output_tokens": ' + "1" * 27 + "}", "'output_tokens' must be <="),
+        ("[" * 10_000 + "]" * 10_000, "nested too deep"),  # (a RecursionError traceback)
+        ('{"arrival_s": 1, "priority": 0, "duration_s": 1, "duration_s": 9}', "'duration_s' is given twice"),
     ],
     ids=[
         "missing-field",
@@ -225,6 +241,11 @@ def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "no-output-tokens",
         "non-ascii-digit",
         "bad-json",
+        "arrival-past-any-clock",
+        "duration-of-centuries",
+        "output-tokens-of-27-digits",
+        "nested",
+        "key-twice",
     ],
 )
 def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str, words: str) -> None:
@@ -246,6 +267,9 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
         (["simulate", "--scenario", "mixed", "--policy", " , "], "no policy given"),
         (["simulate", "--scenario", "mixed", "--slots", "0"], "--slots"),
         (["simulate", "--scenario", "mixed", "--slots", "two"], "--slots"),
+        (["simulate", "--scenario", "mixed", "--slots", "9" * 20], "--slots: must be at most 100,000"),
+        (["simulate", "--scenario", "mixed", "--requests", "99999999999999"], "--requests: must be at most"),
+        (["simulate", "--trace", "t.jsonl", "--upstreams", "100000000"], "--upstreams: must be at most"),
         (["simulate", "--scenario", "mixed", "--seed", "1.5"], "--seed"),
         (["simulate", "--scenario", "mixed", "--hold-s", "-1"], "--hold-s"),
         (["simulate", "--scenario", "mixed", "--hold-s", "soon"], "--hold-s"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -30,6 +31,19 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def up_to(limit: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``limit``: a size past what a run can hold in memory is
+    refused in one line, not met minutes later by a ``MemoryError``."""
+
+    def bounded(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit:,}, got {value:,}")
+        return value
+
+    return bounded
 
 
 def seconds(text: str) -> float:

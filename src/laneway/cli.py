@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from laneway import __version__
-from laneway.arguments import positive_int, seconds, whole
+from laneway.arguments import seconds, up_to, whole
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
@@ -45,6 +45,10 @@ from laneway.sim.tables import print_summaries
 from laneway.sim.workload import load_trace
 
 TRACE_SLOTS = 8  # slots for trace replay unless --slots says otherwise
+# the largest runs `simulate` takes (each well within a few GB of memory)
+MAX_SLOTS = 100_000
+MAX_UPSTREAMS = 10_000
+MAX_REQUESTS = 1_000_000
 USAGE_ERROR = 2
 
 
@@ -78,25 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--slots",
-        type=positive_int,
+        type=up_to(MAX_SLOTS),
         metavar="N",
         help=f"slots (default: the scenario's own; {TRACE_SLOTS} for a trace; with --upstreams, of each: 8)",
     )
     sim.add_argument(
         "--upstreams",
-        type=positive_int,
+        type=up_to(MAX_UPSTREAMS),
         metavar="N",
         help="a trace runs on N upstreams whose engines keep a prefix cache (its lines' prefix, reply)",
     )
     sim.add_argument(
         "--kv-tokens",
-        type=positive_int,
+        type=up_to(10**10),
         metavar="N",
         help=f"with --upstreams: each engine's KV space in tokens (default {AGENT_KV_TOKENS:,})",
     )
     sim.add_argument("--seed", type=whole, metavar="N", help="scenario seed (default 0)")
     sim.add_argument(
-        "--requests", type=positive_int, metavar="N", help="mixed scenario only: about N requests"
+        "--requests", type=up_to(MAX_REQUESTS), metavar="N", help="mixed scenario only: about N requests"
     )
     sim.add_argument(
         "--fleet",

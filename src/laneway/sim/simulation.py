@@ -236,9 +236,12 @@ class Simulation:
                 every = self.depth_every_s
                 while now >= next_depth:
                     depth.append((next_depth, counts))
-                    next_depth += every
-                    if now - next_depth > every:  # a quiet stretch (a trace of epoch times): its
-                        next_depth += math.floor((now - next_depth) / every) * every  # last sample
+                    step = next_depth + every
+                    if now - step > every:  # a quiet stretch (a trace of epoch times): its
+                        step += math.floor((now - step) / every) * every  # last sample
+                    if step <= next_depth:  # (past a float's precision: none more before now)
+                        step = math.nextafter(now, math.inf)
+                    next_depth = step
             # 1. slot-freeing events due now
             while heap and heap[0][0] <= now and heap[0][1] < _ARRIVAL:
                 _, kind, _, _, payload = heappop(heap)

@@ -47,15 +47,29 @@ class SimRequest(NamedTuple):
     reply: tuple[int, ...] = ()
 
 
+# the largest value each field takes: past them a line is nonsense (a run of centuries), and
+# the simulation's clock and its per-second work (MLFQ's quanta, the depth samples) with it
+MAXIMA = {
+    "arrival_s": 1e10,  # (Unix times are ~1.7e9)
+    "duration_s": 1e6,  # (11.6 days)
+    "timeout_s": 1e8,
+    "vram_gb": 1e6,
+    "prompt_tokens": 10**9,
+    "output_tokens": 10**8,
+}
+
+
 def _number(obj: dict[str, object], key: str, *, minimum: float, strict: bool = False) -> float | None:
     value = obj.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"field {key!r} must be a number, got {value!r}")
+        raise ValueError(f"field {key!r} must be a number, got {_shown(value)}")
     if value < minimum or (strict and value == minimum):
         relation = ">" if strict else ">="
-        raise ValueError(f"field {key!r} must be {relation} {minimum:g}, got {value!r}")
+        raise ValueError(f"field {key!r} must be {relation} {minimum:g}, got {_shown(value)}")
+    if value > MAXIMA[key]:
+        raise ValueError(f"field {key!r} must be <= {MAXIMA[key]:g}, got {_shown(value)}")
     return float(value)
 
 
@@ -64,8 +78,15 @@ def _integer(obj: dict[str, object], key: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"field {key!r} must be a whole number >= 0, got {value!r}")
+        raise ValueError(f"field {key!r} must be a whole number >= 0, got {_shown(value)}")
+    if value > MAXIMA[key]:
+        raise ValueError(f"field {key!r} must be <= {MAXIMA[key]:g}, got {_shown(value)}")
     return value
+
+
+def _shown(value: object) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"{float(value):g}"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _text(obj: dict[str, object], key: str) -> str | None:
@@ -159,6 +180,16 @@ def parse_line(obj: object, classes: ClassTable, default_id: str) -> SimRequest:
     )
 
 
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are each given once (twice, which one was meant is a guess)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"field {twice!r} is given twice")
+    return obj
+
+
 def parse_trace(
     lines: Iterable[str],
     classes: ClassTable,
@@ -175,10 +206,16 @@ def parse_trace(
         text = line.strip()
         if not text:
             continue
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # (a byte-order mark, as some editors write one)
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_unique)
         except json.JSONDecodeError as exc:
             raise TraceError(f"{source}:{number}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TraceError(f"{source}:{number}: nested too deep to be a trace line") from None
+        except ValueError as exc:  # (a key twice, or Python's limit on an integer's digits)
+            raise TraceError(f"{source}:{number}: {exc}") from None
         try:
             req = parse_line(obj, classes, default_id=f"r{number}")
         except ValueError as exc:
