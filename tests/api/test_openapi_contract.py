@@ -560,9 +560,16 @@ def check_responses(
             "user": "u",
             "store": True,
             "service_tier": "flex",
-            "text": {"format": {"type": "text"}},
+            "text": {"format": {"type": "text"}, "verbosity": "low"},
             "tools": [],
             "priority": "P0",
+            # said back as given
+            "parallel_tool_calls": False,
+            "tool_choice": "none",
+            "safety_identifier": "user-1",
+            "prompt_cache_key": "agent-7",
+            "top_logprobs": 0,
+            "background": False,
         },
     ]
     for body in bodies:

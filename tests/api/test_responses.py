@@ -261,6 +261,16 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
         ({"model": MODEL, "input": "x", "previous_response_id": 5}, "previous_response_id"),
         ({"model": MODEL, "input": "x", "priority": "P9"}, "priority"),
         ({"model": MODEL, "input": "x", "truncation": "auto"}, "truncation"),  # (it would drop items)
+        # fields of the spec taken only of their type
+        ({"model": MODEL, "input": "x", "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+        ({"model": MODEL, "input": "x", "safety_identifier": 5}, "safety_identifier"),
+        ({"model": MODEL, "input": "x", "prompt_cache_key": ["a"]}, "prompt_cache_key"),
+        ({"model": MODEL, "input": "x", "prompt_cache_key": "k" * 65}, "prompt_cache_key"),
+        ({"model": MODEL, "input": "x", "stream_options": 5}, "stream_options"),
+        (
+            {"model": MODEL, "input": "x", "text": {"format": {"type": "text"}, "verbosity": 5}},
+            "text.verbosity",
+        ),
         # the chat path's errors in the Responses API's words
         ({"model": MODEL, "input": "x", "max_output_tokens": 100_000}, "max_output_tokens"),
         ({"model": MODEL, "input": "x " * 5000}, "input"),
@@ -289,6 +299,20 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
         "include": [],
     }
     assert httpx.post(url, json=plain, timeout=30).status_code == 200
+    # what it took is said back as given (the spec's Response has each)
+    said = {
+        "parallel_tool_calls": False,
+        "tool_choice": "none",
+        "safety_identifier": "user-1",
+        "prompt_cache_key": "agent-7",
+        "top_logprobs": 0,
+        "background": False,
+    }
+    r = httpx.post(url, json={**plain, **said, "text": {"verbosity": "low"}}, timeout=30)
+    stored = httpx.get(f"{url}/{r.json()['id']}", timeout=30)
+    for got in (r.json(), stored.json()):
+        assert {k: got.get(k) for k in said} == said, got
+        assert got["text"] == {"format": {"type": "text"}, "verbosity": "low"}, got
     for query in ("limit=0", "limit=101", "limit=x", "order=up"):
         rid = httpx.post(url, json={"model": MODEL, "input": "x", "max_output_tokens": 2}, timeout=30).json()[
             "id"

@@ -41,7 +41,8 @@ def test_responses_are_vllms_own_and_laneway_keeps_the_conversation(
     history = [{"role": "user", "content": "Hello"}, *[o.model_dump() for o in ref.output]]
     ref2 = direct.responses.create(input=[*history, {"role": "user", "content": "again"}], **ask)  # type: ignore[list-item]
     assert second.output_text == ref2.output_text and second.previous_response_id == first.id
-    assert via.responses.retrieve(second.id).output_text == second.output_text
+    kept = via.responses.retrieve(second.id)  # read back as it was answered
+    assert kept.output_text == second.output_text and kept.store is True is second.store
     assert [i.role for i in via.responses.input_items.list(second.id)] == ["user"]  # type: ignore[union-attr]
     # streamed: vLLM's own events, laneway's id on the response they carry
     events = list(via.responses.create(input="Hello", instructions="be brief", stream=True, **ask))
@@ -50,7 +51,8 @@ def test_responses_are_vllms_own_and_laneway_keeps_the_conversation(
     final = events[-1].response  # type: ignore[union-attr]
     assert deltas == final.output_text == ref.output_text
     assert events[0].response.id == final.id and final.model_extra["laneway"]["priority"] == "P1"  # type: ignore[union-attr]
-    assert via.responses.retrieve(final.id).output_text == ref.output_text
+    kept = via.responses.retrieve(final.id)
+    assert kept.output_text == ref.output_text and kept.store is True is final.store
     # what vLLM refuses comes back as its 400
     try:
         via.responses.create(input="x", reasoning={"effort": "bogus"}, **ask)  # type: ignore[typeddict-item]

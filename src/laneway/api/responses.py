@@ -155,6 +155,7 @@ class Kept:
     async def final(self, answer: Answer, done: Done, ticket: Ticket) -> dict[str, Any]:
         """The finished response (the upstream's own, or one made from ``done``), stored."""
         final = answer.finished(done, extension(ticket), forwarded=self.forwarded, now=int(time.time()))
+        final["store"] = self.req.store  # (as it is kept: read back, it says so too)
         final["store"] = await self._keep(final)
         return final
 

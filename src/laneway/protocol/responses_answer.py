@@ -117,6 +117,7 @@ class Answer:
             "truncation": "disabled",
             "metadata": req.metadata,
         }
+        obj.update(req.echoed)  # (what the request set of those above, and of optional ones)
         if usage is not None:  # (none until it is done)
             obj["usage"] = usage_of(usage)
         if req.user is not None:

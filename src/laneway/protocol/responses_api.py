@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from laneway.errors import InvalidRequest
@@ -56,6 +56,16 @@ READ = frozenset(
     }
 )
 TEXT_FORMAT = {"format": {"type": "text"}}
+VERBOSITY = ("low", "medium", "high")
+# what a response says back of its request, where given (beside its other fields)
+ECHOED = (
+    "parallel_tool_calls",
+    "tool_choice",
+    "top_logprobs",
+    "background",
+    "safety_identifier",
+    "prompt_cache_key",
+)
 
 
 def _asks_nothing(name: str, value: object) -> bool:
@@ -66,8 +76,10 @@ def _asks_nothing(name: str, value: object) -> bool:
         return value == []
     if name == "tool_choice":
         return value in ("auto", "none")
+    if name in ("parallel_tool_calls", "background") and not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be true or false, got {value!r}", param=name)
     if name == "parallel_tool_calls":
-        return isinstance(value, bool)
+        return True
     if name == "truncation":  # ("auto" drops the oldest items of a conversation too long: not done)
         return value == "disabled"
     if name == "background":
@@ -75,7 +87,18 @@ def _asks_nothing(name: str, value: object) -> bool:
     if name == "reasoning":
         return isinstance(value, dict) and all(v is None for v in value.values())
     if name == "text":
-        return isinstance(value, dict) and value.get("format", TEXT_FORMAT["format"]) == TEXT_FORMAT["format"]
+        if not isinstance(value, dict):
+            raise InvalidRequest(f"text must be an object, got {value!r}", param="text")
+        verbosity = value.get("verbosity")
+        if verbosity is not None and verbosity not in VERBOSITY:
+            raise InvalidRequest(
+                f"text.verbosity must be one of {', '.join(VERBOSITY)}, got {verbosity!r}",
+                param="text.verbosity",
+            )
+        return (
+            set(value) <= {"format", "verbosity"}
+            and value.get("format", TEXT_FORMAT["format"]) == TEXT_FORMAT["format"]
+        )
     if name in ("top_logprobs", "max_tool_calls"):
         return value == 0
     return False
@@ -116,6 +139,7 @@ class ResponsesRequest:
     metadata: dict[str, str]
     user: str | None
     body: Mapping[str, Any]
+    echoed: Mapping[str, Any] = field(default_factory=dict)  # fields said back as given (ECHOED, text)
 
 
 def new_id(prefix: str) -> str:
@@ -276,6 +300,25 @@ def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> Responses
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("user must be a string", param="user")
+    for name in ("safety_identifier", "prompt_cache_key"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > 64):
+            raise InvalidRequest(f"{name} must be a string of at most 64 characters", param=name)
+    options = body.get("stream_options")
+    if options is not None and (
+        not isinstance(options, dict) or not isinstance(options.get("include_obfuscation", False), bool)
+    ):
+        raise InvalidRequest(
+            'stream_options must be an object ({"include_obfuscation": true or false})',
+            param="stream_options",
+        )
+    echoed = {name: body[name] for name in ECHOED if body.get(name) is not None} if engine else {}
+    text = body.get("text")
+    if engine and isinstance(text, dict):
+        echoed["text"] = {
+            **TEXT_FORMAT,
+            **({"verbosity": text["verbosity"]} if text.get("verbosity") else {}),
+        }
     return ResponsesRequest(
         id=new_id(RESPONSE_PREFIX),
         model=model,
@@ -292,6 +335,7 @@ def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> Responses
         metadata=_metadata(body.get("metadata")),
         user=user,
         body=body,
+        echoed=echoed,
     )
 
 
