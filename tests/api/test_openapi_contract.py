@@ -676,8 +676,13 @@ def test_files(schema: schemathesis.BaseSchema, http: httpx.Client) -> None:
         listed = http.get("/files", params=query).json()["data"]
         mine = [f["id"] for f in listed if f["id"] in (fid, second["id"])]
         assert mine[0] == first and len(mine) == 2, (order, mine)
-    bad = http.get("/files", params={"order": "sideways"})
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "order", bad.text
+    for path, query in (
+        ("/files", {"order": "sideways"}),
+        ("/files", {"after": ""}),
+        ("/batches", {"after": ""}),
+    ):
+        bad = http.get(path, params=query)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == next(iter(query)), bad.text
     http.delete(f"/files/{second['id']}")
     content = http.get(f"/files/{fid}/content")
     conforms(schema, content, file_id=fid)

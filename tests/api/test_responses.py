@@ -313,12 +313,18 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
     for got in (r.json(), stored.json()):
         assert {k: got.get(k) for k in said} == said, got
         assert got["text"] == {"format": {"type": "text"}, "verbosity": "low"}, got
-    for query in ("limit=0", "limit=101", "limit=x", "order=up"):
+    rid = httpx.post(url, json={"model": MODEL, "input": "x", "max_output_tokens": 2}, timeout=30).json()[
+        "id"
+    ]
+    for query in ("include=message.output_text.logprobs", "include[]=reasoning.encrypted_content"):
+        r = httpx.get(f"{url}/{rid}?{query}", timeout=30)  # (not ignored: refused, as on POST)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "include", query
+    for query in ("limit=0", "limit=101", "limit=x", "order=up", "after="):
         rid = httpx.post(url, json={"model": MODEL, "input": "x", "max_output_tokens": 2}, timeout=30).json()[
             "id"
         ]
         r = httpx.get(f"{url}/{rid}/input_items?{query}", timeout=30)
-        assert r.status_code == 400 and r.json()["error"]["param"] in ("limit", "order"), query
+        assert r.status_code == 400 and r.json()["error"]["param"] in ("limit", "order", "after"), query
 
 
 def test_a_p0_response_preempts_a_p3_response_which_resumes_unchanged(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from laneway.api.files import tenant_of
 from laneway.api.kept import check_can_keep, created, gone_or
-from laneway.api.objects import batch_class, batch_object, limit_param, page
+from laneway.api.objects import after_param, batch_class, batch_object, limit_param, page
 from laneway.api.params import authenticate, read_json
 from laneway.batch.runner import BatchRunner
 from laneway.batch.validate import ENDPOINTS
@@ -156,7 +156,7 @@ async def list_batches(request: Request) -> Response:
     config, store, _ = _parts(request)
     tenant = tenant_of(request, config)
     query = request.query_params
-    records, more = await store.list_batches(tenant, limit=limit_param(query), after=query.get("after"))
+    records, more = await store.list_batches(tenant, limit=limit_param(query), after=after_param(query))
     return JSONResponse(page(records, more, lambda r: batch_object(r, config)))
 
 

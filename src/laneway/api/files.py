@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive
 
 from laneway.api.kept import check_can_keep, created, gone_or
-from laneway.api.objects import file_object, limit_param, order_param, page
+from laneway.api.objects import after_param, file_object, limit_param, order_param, page
 from laneway.api.params import authenticate
 from laneway.config.schema import ServerConfig
 from laneway.errors import InvalidRequest, NotFound, PayloadTooLarge
@@ -129,7 +129,7 @@ async def list_files(request: Request) -> Response:
     records, more = await _store(request).list_files(
         tenant,
         limit=limit,
-        after=query.get("after"),
+        after=after_param(query),
         purpose=query.get("purpose"),
         oldest_first=order_param(query) == "asc",
     )

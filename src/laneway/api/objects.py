@@ -84,6 +84,14 @@ def limit_param(query: Mapping[str, str], maximum: int = MAX_LIMIT) -> int:
     return int(raw)
 
 
+def after_param(query: Mapping[str, str]) -> str | None:
+    """A list's ``after``: the id the page starts after (none: the first page)."""
+    after = query.get("after")
+    if after is not None and not after:
+        raise InvalidRequest("after must be an id (the last_id of the page before), got ''", param="after")
+    return after
+
+
 def order_param(query: Mapping[str, str]) -> str:
     """A list's ``order``: ``desc`` (newest first, the default) or ``asc``."""
     order = query.get("order", "desc")

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from laneway.api.completions import JSON, first_event, submit
 from laneway.api.files import tenant_of
-from laneway.api.objects import limit_param, order_param, page
+from laneway.api.objects import after_param, limit_param, order_param, page
 from laneway.api.params import authenticate, read_json_sized
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
@@ -264,6 +264,11 @@ async def retrieve(request: Request) -> Response:
         # (OpenAI streams a background response's events again: laneway runs none in the
         # background, and a stored response has finished)
         raise InvalidRequest("stream is not served here: a stored response comes whole", param="stream")
+    include = [v for key in ("include", "include[]") for v in request.query_params.getlist(key) if v]
+    if include:  # (as when it was made: nothing more than its text is kept)
+        raise InvalidRequest(
+            f"include is not served here (got {include[0]!r}): a stored response is its text", param="include"
+        )
     record = await _record(request.app.state.store, request.path_params["response_id"], owner)
     return JSON(record["response"])
 
@@ -285,7 +290,7 @@ async def input_items(request: Request) -> Response:
     items: list[dict[str, Any]] = record["input_items"]
     if order == "desc":
         items = items[::-1]
-    after = query.get("after")
+    after = after_param(query)
     if after is not None:
         ids = [i["id"] for i in items]
         items = items[ids.index(after) + 1 :] if after in ids else []
