@@ -111,3 +111,15 @@ def test_a_bad_endpoint_is_a_clear_error() -> None:
 
     with pytest.raises(ConfigError, match="otlp_traces_endpoint: an OTLP/HTTP URL"):
         parse_config({"server": {"otlp_traces_endpoint": "127.0.0.1:4318"}})
+
+
+def test_a_response_is_traced_under_the_id_its_client_holds(tmp_path: Path, receiver: Receiver) -> None:
+    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path, otlp_traces_endpoint=receiver.url)
+    with live_server(cfg) as s:
+        body = {"model": "builtin:tiny", "input": "Hi", "max_output_tokens": 3}
+        r = httpx.post(
+            s.base_url + "/responses", json=body, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"}
+        )
+        assert r.status_code == 200
+    [request] = [x for x in receiver.of_trace(TRACE) if x.name == "laneway.request"]
+    assert request.attributes["laneway.request_id"] == r.json()["id"]

@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -106,6 +107,7 @@ async def _create(request: Request) -> Response:
         job = forwarded_job(req, model, context)
     else:  # from the chat path
         job = parse_request(chat_body(req, context), CHAT, config, runtime.support).job
+        job = replace(job, id=req.id)  # (its logs and traces under the id its client holds)
     ticket = submit(request, runtime, job, body, tenant, size)
     answer = Answer(req, req.model, int(time.time()), body.get("service_tier"))  # (the client's name)
     first = await first_event(request, runtime, ticket, req.stream, _worded)
