@@ -38,8 +38,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield s
 
 
+_clients: list[openai.OpenAI] = []
+
+
 def client(s: LiveServer, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=s.base_url, api_key=key, max_retries=0, timeout=120)
+    """A client of ``s``, closed as the test ends (left to the collector, its kept-alive
+    connection would be reported unclosed in whichever test ran then)."""
+    c = openai.OpenAI(base_url=s.base_url, api_key=key, max_retries=0, timeout=120)
+    _clients.append(c)
+    return c
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _clients:
+        _clients.pop().close()
 
 
 def chat_text(c: openai.OpenAI, messages: list[dict[str, str]], tokens: int) -> tuple[str, Any]:
@@ -158,8 +172,10 @@ class BreaksPartWay(SimulatedWorker):
 
 
 def test_a_streaming_response_that_fails_is_stored_failed(tmp_path: Path) -> None:
-    with live_server(sim_config(tmp_path), {"sim0": BreaksPartWay("sim0", "sim", 2)}) as server:
-        c = client(server)
+    with (
+        live_server(sim_config(tmp_path), {"sim0": BreaksPartWay("sim0", "sim", 2)}) as server,
+        client(server) as c,
+    ):
         events = list(c.responses.create(model="sim", input="x", max_output_tokens=20, stream=True))
         assert [e.type for e in events][-2:] == ["error", "response.failed"]
         got = c.responses.retrieve(events[0].response.id)  # type: ignore[union-attr]
@@ -170,9 +186,8 @@ def test_a_streaming_response_that_fails_is_stored_failed(tmp_path: Path) -> Non
 
 
 def _stream_stored_as_it_goes(server: LiveServer) -> None:
-    c = client(server)
     body = {"model": "sim", "input": "Tell a long story", "max_output_tokens": 400, "stream": True}
-    with httpx.Client(base_url=server.base_url, timeout=60) as http:
+    with client(server) as c, httpx.Client(base_url=server.base_url, timeout=60) as http:
         with http.stream("POST", "/responses", json=body) as r:
             lines = r.iter_lines()  # (held: dropped, it would close the stream)
             rid = _created(lines)
