@@ -79,16 +79,21 @@ def complete(url: str, model: str, max_tokens: int = 4, **body: Any) -> httpx.Re
     )
 
 
-def engine_processes() -> dict[int, dict[str, str]]:
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def engine_processes(*parents: int) -> dict[int, dict[str, str]]:
     """The engine processes a fleet started, running now (group leaders with LANEWAY_REPLICA
-    in their environment): pid -> {replica, model, gpus}."""
+    in their environment): pid -> {replica, model, gpus}; ``parents``: only those these
+    processes started (other tests, and anything else on the machine, run engines too)."""
     out: dict[int, dict[str, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         try:
-            if os.getpgid(pid) != pid or not alive(pid):
+            if os.getpgid(pid) != pid or not alive(pid) or (parents and parent_of(pid) not in parents):
                 continue
             raw = (entry / "environ").read_bytes().split(b"\0")
         except OSError:

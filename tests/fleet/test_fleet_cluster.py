@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from fleet_util import complete, engine_processes, replicas, standin_model, wait_gone
+from fleet_util import complete, engine_processes, parent_of, replicas, standin_model, wait_gone
 from laneway.fault_harness import replica_toml
 from laneway.testing import ServeProcess
 
@@ -67,10 +67,6 @@ def _pair(
             server.stop()
 
 
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def _wait_ready(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -86,8 +82,8 @@ def test_two_replicas_each_start_the_engines_of_their_own_node_and_both_reach_ev
 ) -> None:
     with _pair(tmp_path, redis_url) as (a, b):
         # the preload: placed on the first node, started by its owner alone
-        mine = {pid: e for pid, e in engine_processes().items() if _parent(pid) in (a.proc.pid, b.proc.pid)}
-        assert [(e["model"], e["gpus"], _parent(pid)) for pid, e in mine.items()] == [
+        mine = engine_processes(a.proc.pid, b.proc.pid)
+        assert [(e["model"], e["gpus"], parent_of(pid)) for pid, e in mine.items()] == [
             ("small", "a0", a.proc.pid)
         ], mine
         # a request to the other replica runs on it all the same
@@ -101,11 +97,9 @@ def test_two_replicas_each_start_the_engines_of_their_own_node_and_both_reach_ev
         assert got.status_code == 200, got.text
         worker = got.json()["laneway"]["worker"]
         assert worker.endswith("@b0"), worker
-        engines = {
-            pid: e for pid, e in engine_processes().items() if _parent(pid) in (a.proc.pid, b.proc.pid)
-        }
+        engines = engine_processes(a.proc.pid, b.proc.pid)
         placed = sorted(
-            (e["model"], e["gpus"], "ra" if _parent(pid) == a.proc.pid else "rb")
+            (e["model"], e["gpus"], "ra" if parent_of(pid) == a.proc.pid else "rb")
             for pid, e in engines.items()
         )
         assert placed == [("other", "b0", "rb"), ("small", "a0", "ra")], engines
@@ -125,7 +119,7 @@ def test_two_replicas_each_start_the_engines_of_their_own_node_and_both_reach_ev
         assert 'laneway_gpu_vram_used_bytes{gpu="a0",node="a"} 1.4e+10' in metrics, metrics
 
         # a replica stopped takes its engines with it; the other goes on serving its own
-        pids_b = [pid for pid, e in engines.items() if _parent(pid) == b.proc.pid]
+        pids_b = [pid for pid, e in engines.items() if parent_of(pid) == b.proc.pid]
         b.stop()
         assert wait_gone(pids_b) == []
         assert complete(a.url, "small").status_code == 200
@@ -142,7 +136,7 @@ def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica
         got = complete(a.url, "other")
         assert got.status_code == 200, got.text
         assert got.json()["laneway"]["worker"].endswith("@b0")
-        pids_b = [pid for pid in engine_processes() if _parent(pid) == b.proc.pid]
+        pids_b = list(engine_processes(b.proc.pid))
         assert len(pids_b) == 1
 
         b.proc.kill()  # (SIGKILL: the leader and node b's owner, gone at once)
@@ -158,7 +152,7 @@ def test_a_new_leader_keeps_the_engines_that_run_and_replaces_those_of_a_replica
         got = complete(a.url, "other")
         assert got.status_code == 200, got.text
         assert got.json()["laneway"]["worker"].endswith("@a0")
-        placed = [e for pid, e in engine_processes().items() if _parent(pid) == a.proc.pid]
+        placed = list(engine_processes(a.proc.pid).values())
         assert [(e["model"], e["gpus"]) for e in placed] == [("other", "a0")], placed
     assert "Traceback" not in a.text(), a.text()
 

@@ -261,7 +261,7 @@ def test_a_new_engine_starts_on_a_gpu_only_once_the_evicted_one_has_exited(tmp_p
         t.start()
         deadline = time.monotonic() + 30
         while t.is_alive() and time.monotonic() < deadline:
-            seen.append(sorted(p["model"] for p in engine_processes().values()))
+            seen.append(sorted(p["model"] for p in engine_processes(server.proc.pid).values()))
             time.sleep(0.02)
         t.join(30)
         assert got["r"].status_code == 200, got["r"].text
