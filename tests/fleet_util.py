@@ -3,6 +3,7 @@ for a set time (``--load-s``), started and stopped by ``laneway serve``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -58,6 +59,18 @@ def alive(pid: int) -> bool:
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def group_members(*pgids: int) -> list[int]:
+    """The live processes of these process groups (an engine's: its shell, its server …)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) in pgids and alive(pid):
+                    out.append(pid)
+    return out
 
 
 def wait_gone(pids: list[int], timeout_s: float = 15.0) -> list[int]:

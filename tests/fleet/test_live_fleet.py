@@ -15,7 +15,16 @@ from pathlib import Path
 
 import httpx
 
-from fleet_util import alive, complete, engine_processes, fleet_toml, replicas, standin_model, wait_gone
+from fleet_util import (
+    alive,
+    complete,
+    engine_processes,
+    fleet_toml,
+    group_members,
+    replicas,
+    standin_model,
+    wait_gone,
+)
 from laneway.testing import serve_process
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -64,14 +73,25 @@ def test_a_preloaded_engine_serves_and_a_two_gpu_model_takes_its_place(tmp_path:
 
 
 def test_sigterm_and_sigkill_of_laneway_leave_no_engine_behind(tmp_path: Path) -> None:
-    cfg = fleet_toml(tmp_path, standin_model("a", 10) + standin_model("b", 10), preload='"a", "b"')
+    """Neither an engine started through a shell (the parent-death signal reaches the shell
+    only) nor one whose first process ignores SIGTERM outlives laneway, even a SIGKILLed one."""
+    plain = standin_model("b", 10)
+    server = plain.split("command = '", 1)[1].split("'\n", 1)[0].replace('"', "")
+    # (sh ignores SIGTERM, and waits for its server)
+    shell = plain.replace(
+        plain.split("command = ", 1)[1].split("\n", 1)[0],
+        f"""['sh', '-c', 'trap "" TERM; {server}; echo ended']""",
+    )
+    cfg = fleet_toml(tmp_path, standin_model("a", 10) + shell, preload='"a", "b"')
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with serve_process("--config", str(cfg), log=tmp_path / f"serve-{sig}.log") as server:
             pids = [int(r["pid"]) for r in replicas(server.url).values()]  # type: ignore[call-overload]
             assert len(pids) == 2 and all(map(alive, pids))
+            members = group_members(*pids)
+            assert len(members) >= 3, members  # (b: its shell and its server)
             server.proc.send_signal(sig)
             server.proc.wait(30)
-            assert wait_gone(pids) == [], f"{sig!r} left engines running: {server.text()}"
+            assert wait_gone(members, 20) == [], f"{sig!r} left engines running: {server.text()}"
 
 
 def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -> None:
@@ -223,7 +243,7 @@ def test_the_cpu_example_fleet_runs_a_real_laneway_engine_beside_the_stand_in(tm
     cfg.write_text(text, encoding="utf-8")
     with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
         assert [r["model"] for r in replicas(server.url).values()] == ["standin"]
-        got = complete(server.url, "tiny", max_tokens=6)
+        got = complete(server.url, "tiny", max_tokens=6, ignore_eos=True)  # (sampled: it may stop sooner)
         assert got.status_code == 200, got.text
         assert got.json()["usage"]["completion_tokens"] == 6
         on = {r["model"]: r["gpus"] for r in replicas(server.url).values()}

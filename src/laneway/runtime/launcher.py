@@ -7,9 +7,10 @@ It is ready when its ``ready_path`` answers 200 on that port; a launch that exit
 first, or is not ready in ``ready_timeout_s``, fails with the end of its log.
 
 No engine outlives laneway: each is stopped with SIGTERM to its whole process group
-(then SIGKILL after ``stop_grace_s``) when laneway stops, and the kernel sends it
-SIGTERM if laneway dies without stopping it (Linux's parent-death signal, set in the
-child before it runs the engine).
+(then SIGKILL after ``stop_grace_s``) when laneway stops; if laneway dies without stopping
+it, the kernel sends its first process SIGTERM (Linux's parent-death signal, set in the
+child before it runs the engine), and laneway's reaper (:mod:`laneway.runtime.reaper`)
+stops its whole group the same way.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from pathlib import Path
 import httpx
 
 from laneway.config.fleet import EngineLaunch
+from laneway.runtime.reaper import Reaper
 
 log = logging.getLogger("laneway.fleet")
 
 PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.25
 LOG_TAIL_LINES = 12
+REAPER = Reaper()  # (one for the process: it stops the engines left if laneway dies)
 
 
 class LaunchFailed(Exception):
@@ -118,6 +121,7 @@ class EngineProcess:
                 )
             except OSError as exc:
                 raise LaunchFailed(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+        REAPER.started(self.proc.pid, self.launch.stop_grace_s)
         self.started_s = time.monotonic()
         log.info(
             "starting %s (pid %d, port %d, CUDA_VISIBLE_DEVICES=%s)",
@@ -174,7 +178,11 @@ class EngineProcess:
         """SIGTERM to its process group, SIGKILL after the grace; returns once it exited."""
         proc = self.proc
         self.stopping = True
-        if proc is None or proc.returncode is not None:
+        if proc is None:
+            return
+        if proc.returncode is not None:  # (it exited: what it started may run on in its group)
+            _signal_group(proc.pid, signal.SIGKILL)
+            REAPER.stopped(proc.pid)
             return
         _signal_group(proc.pid, signal.SIGTERM)
         try:
@@ -184,6 +192,7 @@ class EngineProcess:
             _signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)  # (what it left behind in its group)
+        REAPER.stopped(proc.pid)
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -1,0 +1,109 @@
+"""What stops a fleet's engines when laneway dies without stopping them (``kill -9``, OOM).
+
+The kernel's parent-death signal (set in each engine's first process) reaches that process
+only, and only as SIGTERM: an engine started through a shell (``sh -c "vllm serve …"``)
+leaves its real server running, and one that ignores SIGTERM runs on. So laneway starts,
+with its first engine, one small process of its own — this module's :func:`main` — in a
+session apart (a Ctrl-C in laneway's terminal does not reach it). laneway tells it, on a
+pipe, each engine process group it starts (``+PGID GRACE``) and each it has stopped
+(``-PGID``). When the pipe closes — laneway ended, however — it sends what is left
+SIGTERM, then SIGKILL after the longest grace, and exits. A laneway that stopped its
+engines itself has left it nothing to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+log = logging.getLogger("laneway.fleet")
+
+
+class Reaper:
+    """laneway's side: the reaper process and the pipe it reads."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def started(self, pgid: int, grace_s: float) -> None:
+        """An engine's process group, to be stopped if laneway dies."""
+        self._send(f"+{pgid} {grace_s:g}\n")
+
+    def stopped(self, pgid: int) -> None:
+        self._send(f"-{pgid}\n")
+
+    def _send(self, line: str) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            try:
+                proc = self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "laneway.runtime.reaper"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                log.warning(
+                    "the engines' reaper could not start (%s): a killed laneway may leave engines", exc
+                )
+                return
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(line.encode())
+            proc.stdin.flush()
+        except OSError:
+            log.warning("the engines' reaper is gone: a killed laneway may leave engines")
+
+    def close(self) -> None:
+        """laneway stops, its engines stopped: the reaper ends with nothing to do."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main() -> None:
+    """The reaper: reads ``+PGID GRACE`` / ``-PGID`` lines until its pipe closes, then
+    stops the groups left."""
+    groups: dict[int, float] = {}
+    for raw in sys.stdin.buffer:
+        line = raw.decode("ascii", "replace").strip()
+        with contextlib.suppress(ValueError, IndexError):
+            if line.startswith("+"):
+                pgid, grace = line[1:].split()
+                groups[int(pgid)] = float(grace)
+            elif line.startswith("-"):
+                groups.pop(int(line[1:]), None)
+    left = [g for g in groups if _alive(g)]
+    for g in left:
+        with contextlib.suppress(OSError):
+            os.killpg(g, signal.SIGTERM)
+    deadline = time.monotonic() + max((groups[g] for g in left), default=0.0)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [g for g in left if _alive(g)]
+    for g in left:
+        with contextlib.suppress(OSError):
+            os.killpg(g, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (only its pipe's end ends it)
+    main()
