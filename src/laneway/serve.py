@@ -21,6 +21,7 @@ from laneway import logs
 from laneway.arguments import port, positive_int
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
 from laneway.core import ConfigError
+from laneway.core.gpu_placement import GpuPlacement
 from laneway.logs import FORMATS, LEVELS
 
 if TYPE_CHECKING:
@@ -137,6 +138,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = resolve(args)
     except ConfigError as exc:
         raise ServeError(str(exc)) from None
+    if config.fleet is not None:  # (what only placing it shows: preloads that do not fit together)
+        try:
+            GpuPlacement(config.fleet.inventory, switch_wait_s=config.fleet.switch_wait_s)
+        except ConfigError as exc:
+            raise ServeError(f"{args.config}: {exc}") from None
     note = check_exposure(config, args.insecure)
     fd_limit = raise_fd_limit()
     try:

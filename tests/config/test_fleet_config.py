@@ -228,3 +228,21 @@ def test_serve_prints_every_mistake_on_its_own_line(
     assert capsys.readouterr().err == (
         "laneway: error: argument --model: not with a [fleet] (its models and slots are configured)\n"
     )
+
+
+def test_preloads_that_do_not_fit_together_are_one_line_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only placing them shows it: refused before anything starts, not as a traceback of the
+    server's start-up."""
+    cfg = tmp_path / "fleet.toml"
+    models = "".join(f'[fleet.models.{m}]\nvram_gb = 20\ncommand = "run {{port}}"\n' for m in "abc")
+    cfg.write_text(
+        '[fleet]\npreload = ["a", "b", "c"]\n'
+        '[fleet.nodes.n]\ngpus = [{ id = "g0", vram_gb = 24 }, { id = "g1", vram_gb = 24 }]\n' + models,
+        encoding="utf-8",
+    )
+    assert main(["serve", "--config", str(cfg)]) == 2
+    assert capsys.readouterr().err == (
+        f"laneway: error: {cfg}: preload: model 'c' does not fit next to the ones before it\n"
+    )

@@ -79,7 +79,14 @@ NODE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"nodes": {"a": {"gpus": [{"vram_gb": None}]}}}, r"^nodes\.a\.gpus\[0\]: "),
     ({"nodes": {"a": {"gpus": [{"vram_gb": 0}]}}}, r"^nodes\.a\.gpus\[0\]: .*vram_gb: must be > 0"),
     ({"nodes": {"a": {"gpus": [{"vram_gb": -8}]}}}, r"^nodes\.a\.gpus\[0\]: .*vram_gb: must be > 0"),
-    ({"nodes": {"a": {"gpus": [{"vram_gb": "nan"}]}}}, r"^nodes\.a\.gpus\[0\]: .*vram_gb: must be > 0"),
+    (
+        {"nodes": {"a": {"gpus": [{"vram_gb": "nan"}]}}},
+        r"^nodes\.a\.gpus\[0\]: vram_gb: expected a finite number",
+    ),
+    (
+        {"nodes": {"a": {"gpus": [{"vram_gb": float("inf")}]}}},
+        r"^nodes\.a\.gpus\[0\]: vram_gb: expected a finite",
+    ),
     (
         {"nodes": {"a": {"gpus": [{"vram_gb": 24, "kv_reserve_gb": 24}]}}},
         r"^nodes\.a\.gpus\[0\]: .*kv_reserve_gb: must be >= 0 and below vram_gb",
@@ -136,15 +143,19 @@ MODEL_ERRORS: list[tuple[Any, str]] = [
     (["m"], r"^models: "),
     ({"m": 14}, r"^models\.m: expected a table"),
     ({"m": {}}, r"^models\.m\.vram_gb: required"),
-    ({"m": {"vram_gb": "huge"}}, r"^models\.m: "),
+    ({"m": {"vram_gb": "huge"}}, r"^models\.m\.vram_gb: expected a finite number, got 'huge'"),
     ({"m": {"vram_gb": 0}}, r"^models\.m\.vram_gb: must be > 0"),
-    ({"m": {"vram_gb": "nan"}}, r"^models\.m\.vram_gb: must be > 0"),
+    ({"m": {"vram_gb": "nan"}}, r"^models\.m\.vram_gb: expected a finite number"),
+    ({"m": {"vram_gb": float("nan")}}, r"^models\.m\.vram_gb: expected a finite number"),
     ({"m": {"vram_gb": 14, "gpus": 0}}, r"^models\.m\.gpus: must be >= 1"),
-    ({"m": {"vram_gb": 14, "gpus": "two"}}, r"^models\.m: "),
+    ({"m": {"vram_gb": 14, "gpus": "two"}}, r"^models\.m\.gpus: expected a whole number"),
     ({"m": {"vram_gb": 14, "load_s": -1}}, r"^models\.m\.load_s: must be >= 0"),
-    ({"m": {"vram_gb": 14, "load_s": "nan"}}, r"^models\.m\.load_s: must be >= 0"),
+    ({"m": {"vram_gb": 14, "load_s": "nan"}}, r"^models\.m\.load_s: expected a finite number"),
     ({"m": {"vram_gb": 14, "slots": 0}}, r"^models\.m\.slots: must be >= 1"),
-    ({"ok": {"vram_gb": 14}, "bad": {"vram_gb": 14, "slots": None}}, r"^models\.bad: "),
+    (
+        {"ok": {"vram_gb": 14}, "bad": {"vram_gb": 14, "slots": None}},
+        r"^models\.bad\.slots: expected a whole",
+    ),
     ({"m": {"vram_gb": 14, "colour": 1}}, r"^models\.m\.colour: unknown key \(expected one of: vram_gb, "),
 ]
 
@@ -162,6 +173,7 @@ def test_bad_models_raise_config_error_naming_the_key(models: Any, pattern: str)
         ([1], r"^preload: a list of model names"),
         ({"m": True}, r"^preload: a list of model names"),
         (["m", "ghost"], r"^preload: unknown model 'ghost'"),
+        (["m", "m"], r"^preload: 'm' is named twice"),
     ],
 )
 def test_bad_preload_raises_config_error(preload: Any, pattern: str) -> None:

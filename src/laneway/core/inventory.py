@@ -16,6 +16,7 @@ Built from plain data with :meth:`Inventory.from_dict` (what a TOML file gives).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,14 +195,14 @@ class Inventory:
                         GpuSpec(
                             str(g.get("id", f"{node}-gpu{i}")),
                             str(node),
-                            float(g["vram_gb"]),
-                            float(g.get("kv_reserve_gb", 0.0)),
+                            _number(g, "", "vram_gb"),
+                            _number(g, "", "kv_reserve_gb", 0.0),
                             ranks,
                         )
                     )
                 except KeyError as exc:
                     raise ConfigError(f"{key}.{exc.args[0]}: required") from None
-                except (TypeError, ValueError) as exc:
+                except (TypeError, ValueError) as exc:  # (a ConfigError too: it names the GPU's key)
                     raise ConfigError(f"{key}: {exc}") from None
         models: dict[str, ModelSpec] = {}
         table = data.get("models") or {}
@@ -224,30 +225,43 @@ class Inventory:
             _known(
                 m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots", "wake_s", "adapter_of", "max_adapters")
             )
-            try:
-                models[name] = ModelSpec(
-                    name,
-                    float(m["vram_gb"]) if base is None else 0.0,
-                    int(m.get("gpus", 1)),
-                    float(m.get("load_s", 30.0 if base is None else 1.0)),
-                    int(m.get("slots", 4)),
-                    None if m.get("wake_s") is None else float(m["wake_s"]),
-                    base,
-                    int(m.get("max_adapters", 1)),
-                )
-            except KeyError as exc:
-                raise ConfigError(f"{key}.{exc.args[0]}: required") from None
-            except ConfigError:
-                raise  # (it names its key: models.NAME.KEY)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"{key}: {exc}") from None
+            at = f"{key}."
+            models[name] = ModelSpec(
+                name,
+                _number(m, at, "vram_gb") if base is None else 0.0,
+                int(_number(m, at, "gpus", 1, whole=True)),
+                _number(m, at, "load_s", 30.0 if base is None else 1.0),
+                int(_number(m, at, "slots", 4, whole=True)),
+                None if m.get("wake_s") is None else _number(m, at, "wake_s"),
+                base,
+                int(_number(m, at, "max_adapters", 1, whole=True)),
+            )
         preload = data.get("preload", [])
         if not isinstance(preload, list) or not all(isinstance(p, str) for p in preload):
             raise ConfigError("preload: a list of model names is expected")
+        twice = [p for i, p in enumerate(preload) if p in preload[:i]]
+        if twice:
+            raise ConfigError(f"preload: {twice[0]!r} is named twice (each preloaded model is one replica)")
         asleep = data.get("max_asleep", 2)
         if isinstance(asleep, bool) or not isinstance(asleep, int):
             raise ConfigError(f"max_asleep: a whole number is expected, got {asleep!r}")
         return cls(tuple(gpus), models, tuple(preload), asleep)
+
+
+def _number(
+    table: Mapping[str, Any], prefix: str, key: str, default: float | None = None, *, whole: bool = False
+) -> float:
+    """``table[key]`` (``default`` where it is not given and has one): a finite number, or a
+    whole one; otherwise an error naming the key."""
+    if key not in table and default is not None:
+        return default
+    if key not in table:
+        raise KeyError(key) if not prefix else ConfigError(f"{prefix}{key}: required")
+    value = table[key]
+    kinds = int if whole else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        raise ConfigError(f"{prefix}{key}: expected a {'whole' if whole else 'finite'} number, got {value!r}")
+    return float(value)
 
 
 def _known(table: Mapping[str, Any], prefix: str, keys: tuple[str, ...]) -> None:
