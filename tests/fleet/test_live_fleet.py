@@ -120,6 +120,13 @@ def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -
         assert "exited with status 3" in failing["broken"] and "no weights at" in failing["broken"]
         # the other model is not affected
         assert complete(server.url, "ok").status_code == 200
+        # past its back-off the server is ready again, the failure still told
+        deadline = time.monotonic() + 15
+        while httpx.get(server.url + "/readyz", timeout=5).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ready = httpx.get(server.url + "/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+        assert "exited with status 3" in ready.json()["fleet"]["failing"]["broken"]
         # an engine that is up but serves another name is a failed launch too (and stopped)
         got = complete(server.url, "misnamed")
         assert got.status_code == 503, got.text
