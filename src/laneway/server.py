@@ -57,7 +57,16 @@ async def start_server(
         from laneway.cluster.node import join
 
         node = await join(runtime, config.cluster)
-    await runtime.start()
+    try:
+        await runtime.start()  # (a fleet's preloaded engines: up to their ready timeout)
+    except BaseException:  # (failed, or cancelled: a Ctrl-C while it started)
+        await runtime.close()
+        if node is not None:
+            with contextlib.suppress(Exception):
+                await node.close()
+        if store is not None:
+            await store.close()
+        raise
     try:
         opened = store if store is not None else await open_store(config)
     except BaseException:

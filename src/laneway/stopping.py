@@ -66,6 +66,9 @@ class LanewayServer(uvicorn.Server):
             super().handle_exit(sig, frame)
             if loop is not None:  # (before start-up, uvicorn stops without serving)
                 loop.call_soon_threadsafe(self._grace)
+                starting = getattr(self.app.state, "starting", None)
+                if starting is not None:  # still starting: what it starts is stopped
+                    loop.call_soon_threadsafe(starting.cancel)
         elif not self._ending and loop is not None:  # a second Ctrl-C or SIGTERM
             self._ending = True
             loop.call_soon_threadsafe(

@@ -8,12 +8,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from fleet_util import (
     alive,
@@ -353,3 +355,35 @@ def test_a_preloaded_engine_that_fails_to_start_is_retried_with_a_back_off(tmp_p
         ready = httpx.get(server.url + "/readyz", timeout=5)
     assert "retried after 5 s" in log and "retried after 10 s" in log, log  # (the back-off doubles)
     assert ready.status_code == 503 and "exited with status 4" in ready.json()["fleet"]["failing"]["flaky"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_preloaded_engines_start_stops_them_and_laneway_at_once(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A preload of an engine that takes 60 s to be ready: Ctrl-C (or SIGTERM) meanwhile
+    stops laneway and the engine now, not once the engine is up."""
+    cfg = fleet_toml(tmp_path, standin_model("slow", 10, load_s=60), preload='"slow"')
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "laneway"), "serve", "--config", str(cfg), "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # (as in a terminal)
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not engine_processes(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        engines = list(engine_processes(proc.pid))
+        assert engines, "the engine did not start"
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 15, err  # (not the 60 s of its start)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode in (0, 130) and "Traceback" not in err, err
+    assert wait_gone(engines) == [], err

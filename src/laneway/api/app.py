@@ -67,7 +67,18 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        server = await start_server(config, workers, store)
+        # (a task: a Ctrl-C or SIGTERM while it starts — a fleet's engines may take minutes —
+        # cancels it, laneway.stopping)
+        app.state.starting = starting = asyncio.ensure_future(start_server(config, workers, store))
+        try:
+            server = await starting
+        except asyncio.CancelledError:
+            if not getattr(app.state, "stopping", False):
+                raise
+            yield  # (stopped before it served: uvicorn ends at once, nothing left to close)
+            return
+        finally:
+            app.state.starting = None
         app.state.runtime = server.runtime
         app.state.node = server.node
         app.state.store = server.store
