@@ -332,3 +332,23 @@ def test_request_naming_no_model_is_unplaceable_on_a_gpu_fleet() -> None:
     rej = d.submit(greq("r", 0, 0.0, None))
     assert rej is not None and rej.reason == "unplaceable"
     assert d.sched.live == 0
+
+
+def test_a_model_that_fits_only_on_gpus_kept_for_other_classes_is_told_so() -> None:
+    inv = Inventory.from_dict(
+        {
+            "nodes": {
+                "n": {
+                    "gpus": [
+                        {"id": "g0", "vram_gb": 8},
+                        {"id": "g1", "vram_gb": 24, "reserved_for": ["P0", "P1"]},
+                    ]
+                }
+            },
+            "models": {"r": {"vram_gb": 20}},
+        }
+    )
+    assert inv.never("r", 0) is None and inv.never("r", 1) is None
+    why = inv.never("r", 2)
+    assert why is not None and "(g1) are reserved for other classes" in why, why
+    assert "no GPU group" not in why  # (one can: not for this class)

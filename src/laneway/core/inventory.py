@@ -149,8 +149,16 @@ class Inventory:
             fit = [g for g in gpus if g.usable_gb >= spec.per_gpu_gb and g.admits(cls)]
             if len(fit) >= spec.gpus:
                 return None
-        biggest = max(g.usable_gb for g in self.gpus)
         where = f"{spec.gpus} GPUs of one node" if spec.gpus > 1 else "one GPU"
+        for gpus in self.nodes.values():  # (it would fit, on GPUs kept for other classes)
+            fit = [g for g in gpus if g.usable_gb >= spec.per_gpu_gb]
+            if len(fit) >= spec.gpus:
+                kept = ", ".join(g.id for g in fit if not g.admits(cls))
+                return (
+                    f"model {model!r} needs {spec.vram_gb:g} GB of VRAM on {where}; the GPUs that can "
+                    f"hold it ({kept}) are reserved for other classes than this request's"
+                )
+        biggest = max(g.usable_gb for g in self.gpus)
         return (
             f"model {model!r} needs {spec.vram_gb:g} GB of VRAM on {where} "
             f"({spec.per_gpu_gb:g} GB each); no GPU group of this fleet can hold it "
