@@ -111,6 +111,7 @@ def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -
         assert err["code"] == "model_unavailable"
         assert "model 'broken' could not be started" in err["message"]
         assert "exited with status 3" in err["message"]
+        assert "no weights at" in err["message"]  # (its log's last line, not only "the end of …:")
         assert int(got.headers["retry-after"]) >= 1 and err["estimated_wait_s"] is None
         # while it backs off, new requests are refused at once; /readyz says why
         t0 = time.monotonic()

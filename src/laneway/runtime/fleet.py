@@ -440,8 +440,10 @@ class Fleet:
     def unavailable(self, model: str) -> Unavailable:
         f = self.failing[model]
         back = max(math.ceil(f.until - self.rt.now()), 1)
+        lines = f.reason.splitlines()  # (a line, and where a log's end follows, the end's last line)
+        said = lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1].strip()} (all of it: /readyz)"
         return Unavailable(
-            f"model {model!r} could not be started: {f.reason.splitlines()[0]}",
+            f"model {model!r} could not be started: {said}",
             code="model_unavailable",
             retry_after_s=back,  # (its next start, at the soonest; what it would wait: not known)
             estimated_wait_s=None,
