@@ -8,7 +8,7 @@ session apart (a Ctrl-C in laneway's terminal does not reach it). laneway tells 
 pipe, each engine process group it starts (``+PGID GRACE``) and each it has stopped
 (``-PGID``). When the pipe closes — laneway ended, however — it sends what is left
 SIGTERM, then SIGKILL after the longest grace, and exits. A laneway that stopped its
-engines itself has left it nothing to do.
+engines itself has left it nothing to do (its pipe closes as laneway exits).
 """
 
 from __future__ import annotations
@@ -58,15 +58,6 @@ class Reaper:
             proc.stdin.flush()
         except OSError:
             log.warning("the engines' reaper is gone: a killed laneway may leave engines")
-
-    def close(self) -> None:
-        """laneway stops, its engines stopped: the reaper ends with nothing to do."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
 
 
 def _alive(pgid: int) -> bool:
