@@ -614,3 +614,34 @@ def test_a_drain_window_that_lapses_unused_does_not_keep_waking_the_scheduler() 
     d.advance(until + 5.0)  # through the lapse
     assert d.sched.next_wakeup() > d.now
     assert "b" not in d.sched.promises.clearing
+
+
+def test_a_drain_stays_while_the_model_it_is_for_still_waits() -> None:
+    """One 24 GB GPU holds "b" (16 GB); a P1 for "a" (16 GB) waits past the switch bound,
+    so "b" is drained (no new work) until its running requests end. The drain must hold
+    for as long as "a" waits: it lapsed after one window (at 10.5 s), and a queued b
+    request took the slot the first b request freed, so "a" waited for that one too."""
+    inv = inventory(
+        [gpu("g0", 24)], [model("a", 16, load_s=1.0, slots=2), model("b", 16, load_s=1.0, slots=2)], ("b",)
+    )
+    d = GpuDriver(gpu_sched(inv, switch_wait_s=5.0))
+    d.submit(greq("b1", 2, 0.0, "b", timeout_s=INF))
+    d.step()
+    d.advance(0.5)
+    d.submit(greq("a1", 1, d.now, "a", timeout_s=INF))
+    d.step()
+    d.advance(1.0)
+    d.submit(greq("b2", 2, d.now, "b", timeout_s=INF))
+    d.step()
+    d.advance(1.0)
+    d.submit(greq("b3", 2, d.now, "b", timeout_s=INF))
+    d.step()
+    assert sorted(d.running) == ["b1", "b2"]  # (b3 waits for a slot)
+    d.advance(12.0)  # 14.5 s: past the drain's first window
+    d.finish("b1")
+    d.step()
+    assert d.started("b3") is None, d.log[-4:]  # b is drained for "a": nothing new starts there
+    d.finish("b2")  # b idle: evicted, "a" loaded
+    d.step()
+    d.advance(2.0)
+    assert evicted(d) == ["b"] and d.started("a1") is not None and d.started("a1") <= 16.0

@@ -164,6 +164,9 @@ class GpuRoom:
                 continue
             usable.sort(key=lambda g: self.vram.used[g.id])
             for g in usable[: model.gpus]:
+                for r in self.vram.on_gpu[g.id].values():
+                    if r.draining:  # still needed: it stays drained (lapsed, its queue would refill it)
+                        r.draining = max(r.draining, now + self.switch_wait_s)
                 free = self.vram.free(g) + sum(
                     r.model.per_gpu_gb for r in self.vram.on_gpu[g.id].values() if r.draining
                 )
