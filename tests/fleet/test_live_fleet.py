@@ -388,3 +388,27 @@ def test_a_signal_while_preloaded_engines_start_stops_them_and_laneway_at_once(
             proc.wait(10)
     assert proc.returncode in (0, 130) and "Traceback" not in err, err
     assert wait_gone(engines) == [], err
+
+
+def test_a_model_only_gpus_kept_for_other_classes_can_hold_is_refused_for_this_class_and_estimated_so(
+    tmp_path: Path,
+) -> None:
+    gpus = (
+        '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 8 }, '
+        '{ id = "a1", vram_gb = 24, reserved_for = ["P0", "P1"] } ]\n'
+    )
+    cfg = fleet_toml(tmp_path, standin_model("r", 20), gpus=gpus)
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        for ask in (
+            lambda: complete(server.url, "r", priority="P2"),
+            lambda: httpx.get(
+                server.url + "/v1/queue/estimate", params={"priority": "P2", "model": "r"}, timeout=5
+            ),
+        ):
+            got = ask()
+            assert got.status_code == 404, got.text
+            assert "(a1) are reserved for other classes" in got.json()["error"]["message"], got.text
+        fine = httpx.get(
+            server.url + "/v1/queue/estimate", params={"priority": "P1", "model": "r"}, timeout=5
+        )
+        assert fine.status_code == 200, fine.text

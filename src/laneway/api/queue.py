@@ -31,6 +31,10 @@ async def queue_estimate(request: Request) -> Response:
         model = config.aliases.get(model, model)
         if model not in runtime.models:
             raise ModelNotFound(f"the model {model!r} does not exist", param="model")
+        fleet = runtime.fleet
+        never = fleet.cfg.inventory.never(model, cls) if fleet is not None else None
+        if never is not None:  # (what a request of it would be answered: it could never run)
+            raise ModelNotFound(never, param="model")
     wait, span = runtime.estimate_range(cls, model)
     quota_wait = 0.0
     detail = span.detail
