@@ -174,3 +174,14 @@ def _clean(node: Any) -> Any:
     if isinstance(node, list):
         return [_clean(v) for v in node]
     return node
+
+
+# fields of the spec's Response a Responses request may set, each said back as given
+SAID_BACK: dict[str, object] = {
+    "parallel_tool_calls": False,
+    "tool_choice": "none",
+    "safety_identifier": "user-1",
+    "prompt_cache_key": "agent-7",
+    "top_logprobs": 0,
+    "background": False,
+}

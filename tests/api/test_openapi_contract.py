@@ -563,13 +563,7 @@ def check_responses(
             "text": {"format": {"type": "text"}, "verbosity": "low"},
             "tools": [],
             "priority": "P0",
-            # said back as given
-            "parallel_tool_calls": False,
-            "tool_choice": "none",
-            "safety_identifier": "user-1",
-            "prompt_cache_key": "agent-7",
-            "top_logprobs": 0,
-            "background": False,
+            **openapi_subset.SAID_BACK,  # (said back as given)
         },
     ]
     for body in bodies:

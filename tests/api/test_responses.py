@@ -26,6 +26,7 @@ from laneway.config import ServerConfig, hash_key, parse_config
 from laneway.errors import BackendError
 from laneway.generation import Delta, Failed
 from live_server import LiveServer, live_server, overtaken, sim_config, tiny
+from openapi_subset import SAID_BACK
 
 MODEL = "builtin:tiny"
 ALICE, BOB = "alice-key", "bob-key"
@@ -315,14 +316,7 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
     }
     assert httpx.post(url, json=plain, timeout=30).status_code == 200
     # what it took is said back as given (the spec's Response has each)
-    said = {
-        "parallel_tool_calls": False,
-        "tool_choice": "none",
-        "safety_identifier": "user-1",
-        "prompt_cache_key": "agent-7",
-        "top_logprobs": 0,
-        "background": False,
-    }
+    said = SAID_BACK
     r = httpx.post(url, json={**plain, **said, "text": {"verbosity": "low"}}, timeout=30)
     stored = httpx.get(f"{url}/{r.json()['id']}", timeout=30)
     for got in (r.json(), stored.json()):
