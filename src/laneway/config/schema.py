@@ -67,6 +67,7 @@ class WorkerConfig:
     adapt_slots: bool = True  # upstream: its concurrency adapts to its engine's gauges (saturation)
     min_slots: int = 1  # upstream: ... never under this
     forward_priority: bool = False  # upstream: send each request's class as vLLM's `priority`
+    isolate: bool = False  # urgent work runs there with no work it may preempt beside it
     options: Mapping[str, Any] = field(default_factory=dict)  # anything else, for the backend
 
 

@@ -63,6 +63,7 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
                 adapt_slots=t.bool("adapt_slots", True),
                 min_slots=t.int("min_slots", 1, low=1),
                 forward_priority=t.bool("forward_priority", False),
+                isolate=t.bool("isolate", False),
                 options=options,
             )
         )

@@ -15,6 +15,7 @@ from laneway.core.decisions import Decision, Dispatch
 from laneway.core.fairness import FairShares
 from laneway.core.feedback import TimeSlices
 from laneway.core.holds import Holds
+from laneway.core.isolation import Isolation
 from laneway.core.lanes import Lanes
 from laneway.core.measures import Calibration
 from laneway.core.occupancy import Occupancy
@@ -40,6 +41,7 @@ class Dispatcher:
         "feedback",
         "holds",
         "interval_s",
+        "isolation",
         "lanes",
         "loads",
         "occ",
@@ -64,6 +66,7 @@ class Dispatcher:
         slices: TimeSlices,
         loads: ModelLoads | None,
         holds: Holds,
+        isolation: Isolation | None = None,
     ) -> None:
         self.lanes = lanes
         self.occ = occ
@@ -80,6 +83,7 @@ class Dispatcher:
         self.interval_s = tables.interval_s
         self.preemptible = tables.preemptible
         self.holds = holds  # (free slots kept a moment for the class that freed them)
+        self.isolation = isolation  # (workers that run urgent work alone)
 
     def step(self, now: float, out: list[Decision]) -> None:
         """Start queued requests while slots are free (or loads may be planned)."""
@@ -130,6 +134,8 @@ class Dispatcher:
             if req.tenant is not None and self.fair is not None:  # (others' tags are arrivals)
                 self.fair.dispatched(req)
             occ.start(req, w, now)
+            if self.isolation is not None:
+                self.isolation.start(req, w)
             if loads is not None:  # (and the LoRA adapter loads it needs: before its dispatch)
                 loads.touch(w.id, now, out)
             counters.dispatched += 1

@@ -198,7 +198,7 @@ class SlotPlacement:
         self.down: set[str] = set()  # workers out of placement until they recover
         # every worker serves every model and class, and nothing ranks them
         self._open = not self.scorers and all(
-            w.spec.models is None and w.spec.classes is None for w in self.workers
+            w.spec.models is None and w.spec.classes is None and not w.spec.isolate for w in self.workers
         )
         # one slot each: every candidate runs nothing, the one idle longest is least loaded
         self._single = all(w.spec.slots == 1 for w in self.workers)

@@ -46,6 +46,7 @@ from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.holds import Holds
 from laneway.core.inheritance import Inheritance
 from laneway.core.inspection import check_invariants, snapshot
+from laneway.core.isolation import Isolation
 from laneway.core.lanes import Lanes
 from laneway.core.live import Live
 from laneway.core.loads import ModelLoads
@@ -61,7 +62,7 @@ from laneway.core.measures import (
 )
 from laneway.core.modes import StopMode
 from laneway.core.occupancy import Occupancy, worker_states
-from laneway.core.placement import Placement, SlotPlacement
+from laneway.core.placement import AdmitsClass, Placement, ServesModel, SlotPlacement
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.preemption import Preemptor
 from laneway.core.prefix_cache import PrefixIndex
@@ -102,6 +103,7 @@ class Scheduler:
         "fair",
         "holds",
         "inheritance",
+        "isolation",
         "lanes",
         "live_requests",
         "loads",
@@ -132,8 +134,17 @@ class Scheduler:
         self.tables = tables = Tables.build(cfg, pol, restricted=restricted)
         k = tables.k
         states = worker_states(workers)
+        # (workers that run urgent work alone: under a policy of classes)
+        self.isolation = isolation = (
+            Isolation(tables.victims, cfg.hold_s, list(states.values()), stops=tables.preempting)
+            if pol.classes and any(w.isolate for w in workers)
+            else None
+        )
         placement = placement or SlotPlacement(
-            list(states.values()), spread=pol.spread or cfg.placement, patient=tables.preemptible
+            list(states.values()),
+            filters=(ServesModel(), AdmitsClass(), *((isolation,) if isolation else ())),
+            spread=pol.spread or cfg.placement,
+            patient=tables.preemptible,
         )
         if planner is not None:  # replicas loaded at start-up take work at once
             for rid, rep in planner.replicas.items():
@@ -204,6 +215,7 @@ class Scheduler:
             slices,
             loads,
             holds,
+            isolation,
         )
         self._now = 0.0  # the clock of the last schedule() call
         # (the parts' own objects, held here too for the hot path)
@@ -381,6 +393,8 @@ class Scheduler:
             req.preemptions -= 1
             self.counters.preemptions[req.cls] -= 1
         service = req.run_s + (now - req.started_s)
+        if self.isolation is not None and not failed:
+            self.isolation.ended(req, self.occupancy.workers[req.worker], now)  # type: ignore[index]
         self.occupancy.release(req)  # self._release(req), inline: the hot path
         if req.claimed_for is not None:
             self.promises.freed(req)
@@ -667,6 +681,8 @@ class Scheduler:
         if promises.clearing:
             self.preemptor.lapsed_clearings(now)
         self.dispatcher.step(now, out)
+        if self.isolation is not None and self.isolation.started:
+            self.isolation.separate(self.preemptor, now, out)
         if self.slices.heap:
             self.slices.step(now, out)
         if self._preempting and self.lanes.total:
@@ -692,6 +708,8 @@ class Scheduler:
             t = min(t, self.slices.next_due())
         if self.holds.count and self.lanes.total:
             t = min(t, self.holds.next_lapse())
+        if self.isolation is not None and self.lanes.total:
+            t = min(t, self.isolation.next_calm(self._now))
         return t
 
     # ------------------------------------------------------------------ estimates

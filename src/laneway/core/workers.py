@@ -4,6 +4,7 @@ worker a request goes to is :mod:`laneway.core.placement`'s to say."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from laneway.core.errors import ConfigError
@@ -18,6 +19,7 @@ class WorkerSpec:
     can_checkpoint: bool = True
     classes: frozenset[int] | None = None  # the classes it may run (reserved GPUs); None: any
     kv_tokens: int | None = None  # its engine's KV space in tokens (its prefix cache); None: not known
+    isolate: bool = False  # urgent work runs there with nothing it may preempt beside it
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -33,7 +35,7 @@ class WorkerSpec:
 
 
 class WorkerState:
-    __slots__ = ("cap_debt", "capped", "free", "held", "id", "running", "spec")
+    __slots__ = ("calm_for", "calm_s", "cap_debt", "capped", "free", "held", "id", "running", "spec")
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
@@ -45,6 +47,9 @@ class WorkerState:
         # withholds as running requests end
         self.capped = 0
         self.cap_debt = 0
+        # isolated workers: until when what class ``calm_for`` may preempt keeps off it
+        self.calm_s = -math.inf
+        self.calm_for: int | None = None
 
     @property
     def usable(self) -> int:

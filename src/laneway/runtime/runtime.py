@@ -75,6 +75,7 @@ class Runtime(WorkerEvents):
         self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
         kv = {w.name: w.kv_tokens for w in config.workers}
+        isolated = {w.name for w in config.workers if w.isolate}
         # upstreams told each request's class (vLLM's priority scheduling)
         self.ranked = {w.name for w in config.workers if w.forward_priority and w.name in self.workers}
         specs = [
@@ -84,6 +85,7 @@ class Runtime(WorkerEvents):
                 models=frozenset({self.served.get(name, name)}),
                 can_checkpoint=worker.can_checkpoint,
                 kv_tokens=kv.get(name),
+                isolate=name in isolated,
             )
             for name, worker in self.workers.items()
         ]

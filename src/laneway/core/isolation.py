@@ -1,0 +1,101 @@
+"""Workers that run urgent work alone (``isolate``): no batch work beside it.
+
+On an engine whose requests share one compute budget — a CPU engine, llama.cpp on a
+laptop, an engine whose batch prefills stall its decodes — every request added slows the
+others in proportion: a batch request running beside an urgent one takes its compute and
+its KV space. laneway's classes decide *when* work starts; on such a worker they must
+also decide *what runs together*. A worker marked ``isolate`` keeps them apart:
+
+- a request does not start there beside a running request of a class that may preempt
+  its class, nor for ``hold_s`` after one ended there (its client's next step most often
+  comes within it);
+- a request that starts there stops the running ones it may preempt (those that may be
+  stopped: preemptible, not claimed by another class, their preemptions not spent), by
+  checkpoint or recompute as any preemption; they resume where they stopped, there once
+  the worker is quiet, or elsewhere.
+
+Urgent work never waits for it: the rule only keeps less urgent work off a worker. The
+cost is batch throughput on that worker while urgent work comes; on an engine that
+batches requests almost free (a GPU decoding), leave it off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from laneway.core.decisions import Decision
+from laneway.core.request import Request, State
+from laneway.core.workers import WorkerState
+
+if TYPE_CHECKING:
+    from laneway.core.preemption import Preemptor
+
+_RUNNING = State.RUNNING
+
+
+class Isolation:
+    """The placement filter and the stops of isolated workers (:mod:`laneway.core.isolation`)."""
+
+    __slots__ = ("hold_s", "started", "stops", "victims", "workers")
+
+    def __init__(
+        self,
+        victims: Sequence[tuple[int, ...]],
+        hold_s: float,
+        workers: Sequence[WorkerState],
+        stops: bool = True,
+    ) -> None:
+        self.victims = tuple(frozenset(v) for v in victims)  # per class, the classes it may stop
+        self.hold_s = hold_s
+        self.stops = stops  # (whether the policy preempts at all)
+        self.workers = [w for w in workers if w.spec.isolate]
+        # urgent starts on isolated workers since the last stop step: (request, worker)
+        self.started: list[tuple[Request, WorkerState]] = []
+
+    # ------------------------------------------------------------------ the filter
+    def fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        if not w.spec.isolate:
+            return True
+        cls = req.cls
+        victims = self.victims
+        if w.calm_s > now and w.calm_for is not None and cls in victims[w.calm_for]:
+            return False
+        return not any(cls in victims[r.cls] for r in w.running.values() if r.state is _RUNNING)
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return True
+
+    def why_never(self, req: Request) -> str:  # (never: ``ever`` holds)
+        return ""
+
+    # ------------------------------------------------------------------ events
+    def start(self, req: Request, w: WorkerState) -> None:
+        """``req`` started on ``w``: if it may preempt anyone, those beside it stop at the
+        next :meth:`separate`."""
+        if self.stops and w.spec.isolate and self.victims[req.cls] and len(w.running) > 1:
+            self.started.append((req, w))
+
+    def ended(self, req: Request, w: WorkerState, now: float) -> None:
+        """``req`` ended on ``w`` at ``now``: what it may preempt keeps off ``w`` for
+        ``hold_s`` (the most urgent class that ended there within it decides)."""
+        if w.spec.isolate and self.hold_s > 0 and self.victims[req.cls]:
+            if w.calm_s <= now or w.calm_for is None or req.cls < w.calm_for:
+                w.calm_for = req.cls
+            w.calm_s = now + self.hold_s
+
+    def separate(self, preemptor: Preemptor, now: float, out: list[Decision]) -> None:
+        """Stop what each urgent request started on an isolated worker runs beside."""
+        started, self.started = self.started, []
+        for req, w in started:
+            if req.state is not _RUNNING or req.worker != w.id:
+                continue
+            mine = self.victims[req.cls]
+            for r in [r for r in w.running.values() if r.cls in mine]:
+                if preemptor.may_stop(r, now):
+                    preemptor.stop(r, preemptor.cheapest_mode(r, now), req.cls, now, out)
+
+    def next_calm(self, now: float) -> float:
+        """When the next quiet time of an isolated worker ends (inf: none pending)."""
+        return min((w.calm_s for w in self.workers if w.calm_s > now), default=math.inf)

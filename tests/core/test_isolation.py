@@ -1,0 +1,188 @@
+"""Workers marked ``isolate`` run urgent work with nothing it may preempt beside it."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from laneway.core import Dispatch, Preempt, Scheduler, SchedulerConfig, WorkerSpec
+from laneway.core.request import State
+
+from .helpers import Driver, ids, req
+
+
+def two(isolate: bool = True, slots: int = 4, hold_s: float = 0.0, policy: str = "laneway") -> Driver:
+    """Two workers of ``slots`` slots, ``a`` isolated (or not), ``b`` not."""
+    workers = [WorkerSpec("a", slots, isolate=isolate), WorkerSpec("b", slots)]
+    return Driver(Scheduler(workers, SchedulerConfig(hold_s=hold_s), policy))
+
+
+def one(slots: int = 4, hold_s: float = 0.0) -> Driver:
+    return Driver(Scheduler([WorkerSpec("a", slots, isolate=True)], SchedulerConfig(hold_s=hold_s)))
+
+
+def test_an_urgent_start_stops_the_batch_work_beside_it_and_the_batch_waits_until_it_ends() -> None:
+    d = one()
+    for i in range(3):
+        d.submit(req(f"p3-{i}", 3))
+    assert ids(d.step(), Dispatch) == ["p3-0", "p3-1", "p3-2"]
+    d.now = 1.0
+    d.submit(req("p0", 0, 1.0))
+    out = d.step()
+    # the P0 takes the free slot at once; the three P3s beside it stop
+    assert ids(out, Dispatch) == ["p0"]
+    assert sorted(ids(out, Preempt)) == ["p3-0", "p3-1", "p3-2"]
+    assert all(d_.for_class == 0 for d_ in out if isinstance(d_, Preempt))
+    for rid in sorted(d.stopping):
+        d.ack(rid)
+    assert d.step() == []  # three slots free, and no P3 starts beside the P0
+    assert d.sched.free_slots == 3
+    d.now = 2.0
+    d.finish("p0")
+    assert sorted(ids(d.step(), Dispatch)) == ["p3-0", "p3-1", "p3-2"]  # resumed once it is alone
+
+
+def test_more_urgent_work_may_run_together_and_classes_without_rights_are_kept_from_nothing() -> None:
+    d = one()
+    d.submit(req("p1", 1))
+    d.submit(req("p2", 2))  # P1 may not preempt P2: they run together
+    assert ids(d.step(), Dispatch) == ["p1", "p2"]
+    d.submit(req("p0", 0))
+    out = d.step()
+    assert ids(out, Dispatch) == ["p0"] and ids(out, Preempt) == ["p2"]  # (P0 may preempt P2)
+    d.submit(req("p0b", 0))
+    d.submit(req("p3", 3))
+    assert ids(d.step(), Dispatch) == ["p0b"]  # the P3 waits: P0 and P1 may both preempt it
+
+
+def test_work_that_may_not_be_stopped_stays_and_urgent_work_never_waits_for_isolation() -> None:
+    d = one(slots=2)
+    d.submit(req("fixed", 3, preemptible=False))
+    assert ids(d.step(), Dispatch) == ["fixed"]
+    d.submit(req("p0", 0))
+    out = d.step()
+    assert ids(out, Dispatch) == ["p0"] and not ids(out, Preempt)
+    assert d.sched.get("fixed").state is State.RUNNING
+
+
+def test_batch_work_goes_to_the_worker_that_runs_no_urgent_work() -> None:
+    d = two(slots=2)
+    d.submit(req("p0", 0))
+    assert ids(d.step(), Dispatch) == ["p0"]
+    assert d.running["p0"] == "a"
+    for i in range(3):
+        d.submit(req(f"p3-{i}", 3))
+    d.step()
+    # b takes two; none starts beside the P0 on a
+    assert sorted(d.running.items()) == [("p0", "a"), ("p3-0", "b"), ("p3-1", "b")]
+
+
+def test_a_worker_not_isolated_runs_batch_beside_urgent_work_as_before() -> None:
+    d = Driver(Scheduler([WorkerSpec("a", 4)], SchedulerConfig()))
+    d.submit(req("p3", 3))
+    d.step()
+    d.submit(req("p0", 0))
+    out = d.step()
+    assert ids(out, Dispatch) == ["p0"] and not ids(out, Preempt)
+    d.submit(req("p3b", 3))
+    assert ids(d.step(), Dispatch) == ["p3b"]
+
+
+def test_batch_work_keeps_off_for_hold_s_after_the_urgent_work_ended_then_starts() -> None:
+    d = one(hold_s=0.5)
+    d.submit(req("p0", 0))
+    d.step()
+    d.submit(req("p3", 3))
+    assert d.step() == []
+    d.now = 1.0
+    d.finish("p0")
+    assert d.step() == []
+    assert d.sched.next_wakeup() == 1.5
+    d.now = 1.2
+    d.submit(req("p0b", 0, 1.2))  # the agent's next step: it finds the worker free of batch work
+    out = d.step()
+    assert ids(out, Dispatch) == ["p0b"] and not ids(out, Preempt)
+    d.now = 2.0
+    d.finish("p0b")
+    d.step()
+    out = d.advance(0.6)
+    assert ids(out, Dispatch) == ["p3"]
+
+
+def test_a_p1_ending_keeps_off_only_what_p1_may_preempt() -> None:
+    d = one(hold_s=0.5)
+    d.submit(req("p1", 1))
+    d.step()
+    d.now = 1.0
+    d.finish("p1")
+    d.submit(req("p2", 2, 1.0))
+    d.submit(req("p3", 3, 1.0))
+    assert ids(d.step(), Dispatch) == ["p2"]  # P1 may not preempt P2; the P3 waits the hold
+
+
+def test_under_fifo_isolation_keeps_nothing_apart() -> None:
+    workers = [WorkerSpec("a", 2, isolate=True)]
+    d = Driver(Scheduler(workers, SchedulerConfig(), "fifo"))
+    d.submit(req("p3", 3))
+    d.submit(req("p0", 0))
+    assert ids(d.step(), Dispatch) == ["p3", "p0"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["submit", "submit", "submit", "finish", "ack", "advance"]),
+            st.integers(0, 3),
+            st.floats(0.0, 0.6),
+            st.integers(0, 4).map(lambda x: x == 0),  # (a fifth may not be preempted)
+        ),
+        min_size=5,
+        max_size=60,
+    ),
+    st.integers(1, 4),
+    st.sampled_from([0.0, 0.25]),
+)
+def test_isolated_workers_never_start_work_beside_what_may_preempt_it_and_every_request_ends(
+    steps: list[tuple[str, int, float, bool]], n_slots: int, hold_s: float
+) -> None:
+    """Whatever arrives and ends: no request starts on an isolated worker beside a running
+    one that may preempt it; after each step, what runs there beside such a request is
+    being stopped or may not be; urgent work never waits while a slot is free; the
+    scheduler's invariants hold and every request ends exactly once."""
+    d = two(slots=n_slots, hold_s=hold_s)
+    victims = d.sched.tables.victims
+    n = 0
+    for kind, cls, dt, fixed in steps:
+        if kind == "submit":
+            d.submit(req(f"r{n}", cls, d.now, preemptible=not fixed))
+            n += 1
+        elif kind == "finish":
+            live = sorted(r for r in d.running if r not in d.stopping)
+            if live:
+                d.finish(live[cls % len(live)])
+        elif kind == "ack":
+            if d.stopping:
+                d.ack(sorted(d.stopping)[0])
+        else:
+            d.now += dt
+        before = dict(d.running)
+        out = d.step()
+        for dec in out:
+            if isinstance(dec, Dispatch) and dec.worker_id == "a":
+                beside = [
+                    d.sched.get(r)
+                    for r, w in before.items()
+                    if w == "a" and r not in d.stopping and r in d.sched
+                ]
+                started = d.sched.get(dec.request_id)
+                assert not any(started.cls in victims[b.cls] for b in beside), (dec, beside)
+        a = d.sched.workers["a"]
+        urgent = [r for r in a.running.values() if r.state is State.RUNNING and victims[r.cls]]
+        for r in a.running.values():
+            if r.state is State.RUNNING and any(r.cls in victims[u.cls] for u in urgent):
+                assert not d.sched.preemptor.may_stop(r, d.now), r  # (stopping, or it may not be)
+        if d.sched.lanes.class_count[0]:  # a P0 waits only while no slot is free
+            assert d.sched.free_slots == 0
+    d.drain()
+    assert sorted(d.ended) == sorted(d.submitted)
