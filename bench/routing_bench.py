@@ -3,7 +3,7 @@
     python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
         [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order rounds|cyclic|random]
         [--kv-share 0.7 | --kv-tokens N]
-        [--modes round-robin,laneway-rr,laneway] [--flood N --flood-tokens 256] [--priority]
+        [--modes round-robin,laneway-rr,laneway,laneway-isolated] [--flood N --flood-tokens 256] [--priority]
         [--json out.json]
 
 Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
@@ -25,7 +25,9 @@ before each
   ``[scheduler] placement = "round-robin"``: requests dispatched to them in turn, so that
   only the path differs from ``round-robin``;
 - ``laneway``: through ``laneway serve`` with nothing configured but the two workers (its
-  default placement: where the prompt is likely cached, else the least loaded).
+  default placement: where the prompt is likely cached, else the least loaded);
+- ``laneway-isolated``: the same with ``isolate = true`` on both workers: urgent work runs
+  with no batch work beside it (each engine, one core, is compute-bound).
 
 Reported per mode: time to first token p50/p99 and mean, the mean time from the first
 token to the end (the decode, which no placement shortens: with ``--clients`` clients busy
@@ -151,7 +153,12 @@ def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
 
 @contextlib.contextmanager
 def gateway(
-    tmp: Path, urls: list[str], slots: int, placement: str | None = None, forward_priority: bool = False
+    tmp: Path,
+    urls: list[str],
+    slots: int,
+    placement: str | None = None,
+    forward_priority: bool = False,
+    isolate: bool = False,
 ) -> Iterator[str]:
     toml = f'[server]\nhost = "{HOST}"\ndata_dir = "{tmp / "data"}"\n'
     if placement is not None:
@@ -161,6 +168,7 @@ def gateway(
             f'\n[[workers]]\nname = "up{i}"\ntype = "upstream"\nurl = "{url}"\nmodel = "{MODEL}"\n'
             f'served_name = "{MODEL}"\nslots = {slots}\n'
             + ("forward_priority = true\n" if forward_priority else "")
+            + ("isolate = true\n" if isolate else "")
         )
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "laneway.toml"
@@ -325,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", type=Path, metavar="DIR", help="keep the engines' and laneway's logs here")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway"})
+    bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway", "laneway-isolated"})
     if bad:
         ap.error(f"unknown mode {bad[0]!r}")
     bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens, args.order)
@@ -356,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                 if mode.startswith("laneway"):
                     placement = "round-robin" if mode == "laneway-rr" else None
                     here = tmp / mode.replace(" ", "-")
-                    with gateway(here, eng.urls, args.slots, placement, args.priority) as via:
+                    isolate = mode == "laneway-isolated"
+                    with gateway(here, eng.urls, args.slots, placement, args.priority, isolate) as via:
                         results.append(asyncio.run(run(mode, bodies, eng, via, args.clients, flood)))
                 else:
                     results.append(asyncio.run(run(mode, bodies, eng, None, args.clients, flood)))

@@ -115,6 +115,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
             "workers[0].device",
         ),
         ({"workers": [{"type": "simulated", "timeout_s": 5}]}, "workers[0].timeout_s"),
+        ({"workers": [{"type": "local", "isolate": "yes"}]}, "workers[0].isolate"),
         ({"workers": [{"type": "local", "x_top_k": 5}]}, "workers[0].x_top_k"),
         ({"server": {"probe_interval_s": 0}}, "server.probe_interval_s"),
         ({"server": {"max_header_bytes": 100}}, "server.max_header_bytes"),
@@ -213,14 +214,20 @@ def test_upstream_settings() -> None:
             "server": {"probe_interval_s": 0.5, "unavailable_hold_s": 0},
             "workers": [
                 {"type": "upstream", "model": "m", "url": "https://gpu.example/v1", "token_ids": "none"},
-                {"type": "upstream", "model": "m", "url": "http://[::1]:8001/v1", "stall_timeout_s": "none"},
+                {
+                    "type": "upstream",
+                    "model": "m",
+                    "url": "http://[::1]:8001/v1",
+                    "stall_timeout_s": "none",
+                    "isolate": True,
+                },
             ],
         }
     )
     assert (cfg.probe_interval_s, cfg.unavailable_hold_s) == (0.5, 0.0)
     a, b = cfg.workers
-    assert (a.token_ids, a.stall_timeout_s) == ("none", 30.0)
-    assert (b.token_ids, b.stall_timeout_s) == ("vllm", None)
+    assert (a.token_ids, a.stall_timeout_s, a.isolate) == ("none", 30.0, False)
+    assert (b.token_ids, b.stall_timeout_s, b.isolate) == ("vllm", None, True)
 
 
 def test_file_errors(tmp_path: Path) -> None:

@@ -77,6 +77,34 @@ def test_batch_work_goes_to_the_worker_that_runs_no_urgent_work() -> None:
     assert sorted(d.running.items()) == [("p0", "a"), ("p3-0", "b"), ("p3-1", "b")]
 
 
+def test_batch_work_leaves_the_last_slot_of_an_isolated_worker_to_urgent_work() -> None:
+    d = one(slots=4)
+    for i in range(5):
+        d.submit(req(f"p3-{i}", 3))
+    assert len(ids(d.step(), Dispatch)) == 3  # the fourth slot is kept
+    d.submit(req("p1", 1))  # (urgent work takes it)
+    out = d.step()
+    assert ids(out, Dispatch) == ["p1"] and len(ids(out, Preempt)) == 3
+    single = Driver(Scheduler([WorkerSpec("a", 1, isolate=True)], SchedulerConfig()))
+    single.submit(req("p3", 3))
+    assert ids(single.step(), Dispatch) == ["p3"]  # (one slot: nothing to keep; P0 preempts it)
+
+
+def test_urgent_work_goes_where_it_stops_batch_work_before_it_shares_an_engine_with_urgent_work() -> None:
+    workers = [WorkerSpec("a", 4, isolate=True), WorkerSpec("b", 4, isolate=True)]
+    d = Driver(Scheduler(workers, SchedulerConfig()))
+    d.submit(req("p0a", 0))
+    d.step()
+    for i in range(3):
+        d.submit(req(f"p3-{i}", 3))
+    d.step()
+    assert sorted(w for r, w in d.running.items() if r.startswith("p3")) == ["b", "b", "b"]
+    d.submit(req("p0b", 0))
+    out = d.step()  # b runs three P3s (all of which it would stop), a one P0: b
+    assert ids(out, Dispatch) == ["p0b"] and d.running["p0b"] != d.running["p0a"]
+    assert sorted(ids(out, Preempt)) == ["p3-0", "p3-1", "p3-2"]
+
+
 def test_a_worker_not_isolated_runs_batch_beside_urgent_work_as_before() -> None:
     d = Driver(Scheduler([WorkerSpec("a", 4)], SchedulerConfig()))
     d.submit(req("p3", 3))

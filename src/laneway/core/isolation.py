@@ -8,11 +8,16 @@ also decide *what runs together*. A worker marked ``isolate`` keeps them apart:
 
 - a request does not start there beside a running request of a class that may preempt
   its class, nor for ``hold_s`` after one ended there (its client's next step most often
-  comes within it);
+  comes within it), nor in its last free slot: that one is kept for urgent work, so that
+  urgent work finds a slot on every such worker;
 - a request that starts there stops the running ones it may preempt (those that may be
   stopped: preemptible, not claimed by another class, their preemptions not spent), by
   checkpoint or recompute as any preemption; they resume where they stopped, there once
   the worker is quiet, or elsewhere.
+
+Urgent work is spread over such workers by what it would not stop there: a P0 goes to a
+worker running only batch work (which stops) before one running another P0, so that
+urgent requests share an engine only once each engine runs one.
 
 Urgent work never waits for it: the rule only keeps less urgent work off a worker. The
 cost is batch throughput on that worker while urgent work comes; on an engine that
@@ -38,7 +43,7 @@ _RUNNING = State.RUNNING
 class Isolation:
     """The placement filter and the stops of isolated workers (:mod:`laneway.core.isolation`)."""
 
-    __slots__ = ("hold_s", "started", "stops", "victims", "workers")
+    __slots__ = ("exposed", "hold_s", "started", "stops", "victims", "workers")
 
     def __init__(
         self,
@@ -48,6 +53,7 @@ class Isolation:
         stops: bool = True,
     ) -> None:
         self.victims = tuple(frozenset(v) for v in victims)  # per class, the classes it may stop
+        self.exposed = frozenset(c for v in victims for c in v)  # the classes some class may stop
         self.hold_s = hold_s
         self.stops = stops  # (whether the policy preempts at all)
         self.workers = [w for w in workers if w.spec.isolate]
@@ -60,9 +66,27 @@ class Isolation:
             return True
         cls = req.cls
         victims = self.victims
+        if cls in self.exposed and w.free <= 1 and w.usable > 1:
+            return False  # (its last free slot is kept for the work that may stop this)
         if w.calm_s > now and w.calm_for is not None and cls in victims[w.calm_for]:
             return False
         return not any(cls in victims[r.cls] for r in w.running.values() if r.state is _RUNNING)
+
+    # ------------------------------------------------------------------ load, as urgent work sees it
+    def busy(self, req: Request, w: WorkerState) -> int:
+        """The slots of ``w`` in use that ``req`` would not free by starting there (on an
+        isolated worker, what it may stop does not count)."""
+        n = w.usable - w.free
+        if w.spec.isolate and self.stops:
+            mine = self.victims[req.cls]
+            if mine:
+                n -= sum(1 for r in w.running.values() if r.cls in mine and r.state is _RUNNING)
+        return n
+
+    def score(self, req: Request, w: WorkerState, now: float) -> float:
+        """A scorer: the share of its slots ``w`` runs that ``req`` would not stop."""
+        usable = w.usable
+        return self.busy(req, w) / usable if usable > 0 else 1.0
 
     def ever(self, req: Request, w: WorkerState) -> bool:
         return True

@@ -28,11 +28,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from laneway.core.prefix_cache import PrefixIndex
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
+
+if TYPE_CHECKING:
+    from laneway.core.isolation import Isolation
 
 
 class Filter(Protocol):
@@ -179,6 +182,7 @@ class SlotPlacement:
         scorers: Sequence[Scorer] = (),
         spread: str = "least-loaded",
         patient: Sequence[bool] = (),
+        isolation: Isolation | None = None,
     ) -> None:
         if spread not in SPREADS:
             raise ValueError(f"unknown spread {spread!r} (one of: {', '.join(SPREADS)})")
@@ -187,6 +191,11 @@ class SlotPlacement:
         self.scorers = tuple(scorers)
         self.spread = spread
         self.patient = tuple(patient)  # per class rank: whether it weighs affinity more
+        # workers that run urgent work alone: a filter, and how loaded a worker is to urgent work
+        self.isolation = isolation
+        if isolation is not None:
+            self.filters = (*self.filters, isolation)
+        self._load_scorers = (*self.scorers, *((isolation,) if isolation else ()), _LOAD)
         self._turn = 0  # round-robin: where the next turn starts in self.workers
         # prefix: what each worker's prefix cache likely holds
         self.index: PrefixIndex | None = (
@@ -215,7 +224,7 @@ class SlotPlacement:
         elif self._open and (self._single or len(free) == 1):
             got = free[0]
         else:
-            got = choose(req, free, self.filters, (*self.scorers, _LOAD), now)
+            got = choose(req, free, self.filters, self._load_scorers, now)
         if got is None:
             return None
         w = got
@@ -230,7 +239,8 @@ class SlotPlacement:
         """The least loaded candidate, or the one holding most of the prompt if that is at
         least half of it and it is not much busier."""
         least: WorkerState | None = None
-        least_key = (2.0, 2.0)
+        least_key: tuple[float, ...] = (2.0, 2.0, 2.0)
+        iso = self.isolation
         best: WorkerState | None = None
         best_blocks = 0
         blocks = req.prefix
@@ -241,7 +251,9 @@ class SlotPlacement:
             else:
                 # least loaded; among equals the one whose cache is fullest the least (so that
                 # prompts new to all spread over the caches), then the one idle longest
-                key = (_load(w), index.held(w.id) / index.capacity(w.id))
+                key: tuple[float, ...] = (_load(w), index.held(w.id) / index.capacity(w.id))
+                if iso is not None:  # (urgent work: what it would stop there counts as free)
+                    key = (iso.busy(req, w) / w.usable, *key)
                 if key < least_key:
                     least, least_key = w, key
                 m = index.matched(w.id, blocks)
@@ -249,7 +261,10 @@ class SlotPlacement:
                     best, best_blocks = w, m
         if best is None or least is None or best is least or 2 * best_blocks < len(blocks):
             return least
-        busier = (best.usable - best.free) - (least.usable - least.free)
+        if iso is None:
+            busier = (best.usable - best.free) - (least.usable - least.free)
+        else:
+            busier = iso.busy(req, best) - iso.busy(req, least)
         patient = req.preemptible and req.cls < len(self.patient) and self.patient[req.cls]
         return best if patient or busier <= max(1, best.spec.slots // 2) else least
 

@@ -62,7 +62,7 @@ from laneway.core.measures import (
 )
 from laneway.core.modes import StopMode
 from laneway.core.occupancy import Occupancy, worker_states
-from laneway.core.placement import AdmitsClass, Placement, ServesModel, SlotPlacement
+from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.preemption import Preemptor
 from laneway.core.prefix_cache import PrefixIndex
@@ -142,9 +142,9 @@ class Scheduler:
         )
         placement = placement or SlotPlacement(
             list(states.values()),
-            filters=(ServesModel(), AdmitsClass(), *((isolation,) if isolation else ())),
             spread=pol.spread or cfg.placement,
             patient=tables.preemptible,
+            isolation=isolation,
         )
         if planner is not None:  # replicas loaded at start-up take work at once
             for rid, rep in planner.replicas.items():
