@@ -105,6 +105,22 @@ def test_urgent_work_goes_where_it_stops_batch_work_before_it_shares_an_engine_w
     assert sorted(ids(out, Preempt)) == ["p3-0", "p3-1", "p3-2"]
 
 
+def test_batch_work_kept_off_an_isolated_worker_is_not_told_a_slot_is_free_for_it() -> None:
+    d = one(slots=4)
+    d.submit(req("p0", 0, est_service_s=5.0))
+    d.step()
+    wait, why = d.sched.estimate_range(3, None, d.now)
+    assert wait > 0 and why.basis != "now", (wait, why)  # (three slots free, none of them for a P3)
+    wait, why = d.sched.estimate_range(1, None, d.now)
+    assert wait == 0 and why.basis == "now"  # (a P1 may start beside the P0)
+    d.now = 1.0
+    d.finish("p0")
+    d.now = 2.0
+    d.step()
+    wait, why = d.sched.estimate_range(3, None, d.now)
+    assert wait == 0 and why.basis == "now"
+
+
 def test_a_worker_not_isolated_runs_batch_beside_urgent_work_as_before() -> None:
     d = Driver(Scheduler([WorkerSpec("a", 4)], SchedulerConfig()))
     d.submit(req("p3", 3))

@@ -24,6 +24,7 @@ from laneway.core.workers import WorkerState
 
 if TYPE_CHECKING:
     from laneway.core.gpu_placement import GpuPlacement
+    from laneway.core.isolation import Isolation
 
 EXACT_BLOCKING = 64  # up to this many running requests in its way, their own ends are used
 EXACT_AHEAD = 64  # ... and with up to this many queued ahead, each one's turn on the slots
@@ -77,7 +78,17 @@ class OccupancyView(Protocol):
 
 
 class Estimator:
-    __slots__ = ("down", "drain_cap_s", "lanes", "measures", "occ", "planner", "slice_s", "tables")
+    __slots__ = (
+        "down",
+        "drain_cap_s",
+        "isolation",
+        "lanes",
+        "measures",
+        "occ",
+        "planner",
+        "slice_s",
+        "tables",
+    )
 
     def __init__(
         self,
@@ -89,8 +100,10 @@ class Estimator:
         measures: Measures,
         down: set[str],
         planner: GpuPlacement | None,
+        isolation: Isolation | None = None,
     ) -> None:
         self.tables = tables
+        self.isolation = isolation  # (free slots of isolated workers are not free to all)
         self.drain_cap_s = drain_cap_s
         self.slice_s = slice_s
         self.lanes = lanes
@@ -244,6 +257,8 @@ class Estimator:
                 ahead += n
                 work += queued_work
         available = occ.free + occ.held  # (held slots come back when asked: see hold)
+        if self.isolation is not None:
+            available -= self.isolation.kept_from(cls, now)
         blocking = 0
         remaining = 0.0
         end_sum = occ.end_sum

@@ -62,9 +62,10 @@ class Isolation:
 
     # ------------------------------------------------------------------ the filter
     def fits(self, req: Request, w: WorkerState, now: float) -> bool:
-        if not w.spec.isolate:
-            return True
-        cls = req.cls
+        return not w.spec.isolate or self.admits(req.cls, w, now)
+
+    def admits(self, cls: int, w: WorkerState, now: float) -> bool:
+        """Whether a request of class ``cls`` may start on isolated worker ``w`` now."""
         victims = self.victims
         if cls in self.exposed and w.free <= 1 and w.usable > 1:
             return False  # (its last free slot is kept for the work that may stop this)
@@ -87,6 +88,13 @@ class Isolation:
         """A scorer: the share of its slots ``w`` runs that ``req`` would not stop."""
         usable = w.usable
         return self.busy(req, w) / usable if usable > 0 else 1.0
+
+    def kept_from(self, cls: int, now: float) -> int:
+        """Free slots of isolated workers that a request of class ``cls`` may not take now
+        (an estimate does not count them as free for it)."""
+        if cls not in self.exposed:
+            return 0
+        return sum(w.free for w in self.workers if w.free > 0 and not self.admits(cls, w, now))
 
     def ever(self, req: Request, w: WorkerState) -> bool:
         return True

@@ -191,7 +191,15 @@ class Scheduler:
         self.live_requests = live = Live(reqs, admission, inheritance)
         self.loads = loads = ModelLoads(planner, occ, lanes, counters) if planner is not None else None
         self.estimator = estimator = Estimator(
-            tables, cfg.drain_cap_s, cfg.mlfq_slice_s, lanes, occ, measures, placement.down, planner
+            tables,
+            cfg.drain_cap_s,
+            cfg.mlfq_slice_s,
+            lanes,
+            occ,
+            measures,
+            placement.down,
+            planner,
+            isolation,
         )
         self.refusals = Refusals(
             tables, cfg.classes, placement, admission, lanes, expiry, live, estimator, counters
