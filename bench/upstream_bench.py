@@ -3,7 +3,7 @@
     python bench/upstream_bench.py [--only flood,overhead,vllm,gate] [--traces] [--batch 200] [--tokens 1000]
         [--urgent 20] [--urgent-tokens 16] [--slots 4] [--ms-per-token 2] [--requests 2000]
         [--clients 32] [--duration 5] [--vllm VENV --vllm-model DIR] [--gate-slots 16] [--gate-batch 64]
-        [--hold-s S] [--json out.json]
+        [--hold-s S] [--isolate] [--json out.json]
 
 Every engine and server is a subprocess on 127.0.0.1 (logs in a temporary
 directory), stopped afterwards; every loop is bounded in count and time.
@@ -46,6 +46,8 @@ directory), stopped afterwards; every loop is bounded in count and time.
    the most a gateway gives them without stopping all the engine's other work;
    and ``--slots`` kept in flight, one stopped just before each urgent request
    (what it costs the engine to swap a request, as a preemption does).
+   With ``--isolate`` laneway's worker is ``isolate = true``: each urgent request
+   stops the batch work beside it, which resumes after it.
 """
 
 from __future__ import annotations
@@ -314,6 +316,8 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
                 here = Path(tmp) / name.replace(" ", "-")
                 here.mkdir()
                 worker = f"adapt_slots = {'true' if adapt else 'false'}\n"
+                if args.isolate:
+                    worker += "isolate = true\n"
                 if args.hold_s is not None:
                     worker += f"\n[scheduler]\nhold_s = {args.hold_s}\n"
                 with gateway(here, v.url, "tiny", args.gate_slots, worker) as url:
@@ -614,6 +618,11 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="gate: laneway's [scheduler] hold_s (default: the server's, 0.25 s)",
+    )
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="gate: the upstream worker isolate = true (P0 runs with no batch work beside it)",
     )
     ap.add_argument(
         "--traces",

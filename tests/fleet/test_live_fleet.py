@@ -27,6 +27,7 @@ from fleet_util import (
     standin_model,
     wait_gone,
 )
+from laneway.runtime.fleet import BROKEN_RUNS
 from laneway.testing import serve_process
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -412,3 +413,44 @@ def test_a_model_only_gpus_kept_for_other_classes_can_hold_is_refused_for_this_c
             server.url + "/v1/queue/estimate", params={"priority": "P1", "model": "r"}, timeout=5
         )
         assert fine.status_code == 200, fine.text
+
+
+BROKEN_ENGINE = (
+    "import sys, uvicorn; sys.path.insert(0, sys.argv[2]); from broken_upstream import Broken; "
+    "uvicorn.run(Broken(), host='127.0.0.1', port=int(sys.argv[1]), log_level='warning')"
+)
+
+
+def test_engines_whose_requests_fail_while_their_probes_pass_are_stopped_not_multiplied(
+    tmp_path: Path,
+) -> None:
+    """Found in a trial: an engine answering 200 with a body that is not a stream failed each
+    request and was taken out until its probe passed, and the fleet started another replica
+    for each (6 engines for 2 requests). It is stopped after a few such requests, and its
+    model backs off as one that could not be started."""
+    tests = Path(__file__).resolve().parents[1]
+    model = (
+        "[fleet.models.m]\nvram_gb = 5\nslots = 2\nload_s = 0.3\nstop_grace_s = 5\n"
+        f"command = ['{sys.executable}', '-c', \"{BROKEN_ENGINE}\", '{{port}}', '{tests}']\n"
+    )
+    cfg = fleet_toml(tmp_path, model)
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        statuses = []
+        for _ in range(4):  # (bounded: each fails within seconds)
+            got = complete(server.url, "m", prompt="json200 please")
+            statuses.append(got.status_code)
+            if got.status_code == 503:
+                break
+        assert statuses[-1] == 503, statuses
+        err = got.json()["error"]
+        assert err["code"] == "model_unavailable"
+        assert f"its engines failed {BROKEN_RUNS} runs in a row" in err["message"]
+        assert all(s in (502, 503) for s in statuses), statuses
+        # while it backs off, no engine of it runs, and the few it started are all gone
+        deadline = time.monotonic() + 15
+        while engine_processes(server.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert engine_processes(server.proc.pid) == {}
+        log = server.text()
+    launches = log.count("INFO laneway.fleet: starting m#")
+    assert 1 <= launches <= BROKEN_RUNS, log  # (one for each failure until it was taken for broken)

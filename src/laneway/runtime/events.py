@@ -98,6 +98,8 @@ class WorkerEvents:
         usage = event.usage
         self.sched.finished(ticket.id, now, tokens=usage.completion_tokens, prompt_tokens=usage.prompt_tokens)
         self.metrics.took[ticket.class_name].observe(now - ticket.arrival_s)
+        if self.fleet is not None:
+            self.fleet.ran(ticket.worker)
         if not ticket.preemptions:  # one run: its pace is the model's
             self.sizing.observe(ticket.job.model, usage.completion_tokens, now - ticket.first_token_s)
         self._end(ticket, event, "completed")

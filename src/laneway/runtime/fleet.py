@@ -63,6 +63,7 @@ BACKOFF_S = 5.0
 BACKOFF_MAX_S = 300.0
 DRAIN_POLL_S = 0.1
 DRAIN_POLLS = 300  # (an engine that died: its requests are ended or moved within 30 s)
+BROKEN_RUNS = 3  # runs in a row failing on a model's engines by their fault (probes passing): stopped
 
 
 @dataclass
@@ -96,6 +97,8 @@ class Fleet:
         self._adapter_calls: dict[str, asyncio.Lock] = {}
         self._adapter_in: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._falling_asleep: dict[str, bool] = {}  # replica -> whether it is to stop once asleep
+        # model -> its engines' faults since a request ended well on one, and the replicas at fault
+        self._run_faults: dict[str, tuple[int, set[str]]] = {}
         # where its loads were decided: this process's core, or (set by a cluster's node) the leader
         self.placing: Placing = LocalPlacing(runtime, core, planner)
         self.node: str | None = None  # (in a cluster: the node whose GPUs this replica starts engines on)
@@ -462,18 +465,64 @@ class Fleet:
             return
         self.engines.pop(rid, None)
         log.error("the engine of %s exited with status %s%s", rid, status, engine.tail())
-        rt = self.rt
-        rt.prober.take_out(rid, f"its engine exited with status {status}")
+        await self._gone(rid, engine.model, f"its engine exited with status {status}")
+        self._preload_again(engine.model, 0.0)
+        self.rt.kick()
+
+    async def _gone(self, rid: str, model: str, reason: str) -> None:
+        """Replica ``rid``'s engine is gone (or going): out of placement, its requests failed
+        over, its worker removed, its GPUs free in the core."""
+        self.rt.prober.take_out(rid, reason)
         for _ in range(DRAIN_POLLS):  # (its requests fail over as any upstream's: elsewhere, or queued)
             if not self.runs_on(rid):
                 break
             await asyncio.sleep(DRAIN_POLL_S)
         else:
-            log.error("%s still runs requests %g s after its engine exited", rid, DRAIN_POLLS * DRAIN_POLL_S)
+            log.error("%s still runs requests %g s after its engine went", rid, DRAIN_POLLS * DRAIN_POLL_S)
         await self.remove_worker(rid)
-        self.placing.gone(rid, engine.model)
-        self._preload_again(engine.model, 0.0)
-        rt.kick()
+        self.placing.gone(rid, model)
+
+    def run_failed(self, rid: str, reason: str) -> None:
+        """A request on replica ``rid`` failed by its engine's fault (answered wrongly, its
+        stream broken) and was taken out until a probe passes. When :data:`BROKEN_RUNS`
+        requests in a row fail so on a model's engines, none ending well between, while
+        their probes pass, its engines are broken, not busy: those at fault are stopped and
+        the model backs off as one that could not be started (another replica started for
+        each failure would only fail the same and hold its GPUs too)."""
+        engine = self.engines.get(rid)
+        if engine is None or self.rt.closed:
+            return
+        model = engine.model
+        n, at_fault = self._run_faults.get(model, (0, set()))
+        n += 1
+        at_fault.add(rid)
+        if n < BROKEN_RUNS:
+            self._run_faults[model] = (n, at_fault)
+            return
+        del self._run_faults[model]
+        why = f"its engines failed {n} runs in a row: {reason}"
+        log.error("stopping the engines of %s (%s): %s", model, ", ".join(sorted(at_fault)), why)
+        for r in sorted(at_fault):
+            broken = self.engines.pop(r, None)
+            if broken is None:
+                continue
+            stop = asyncio.get_running_loop().create_task(broken.stop())
+            for gid in broken.gpu_ids:  # (what starts on these GPUs next waits for their memory)
+                held = self._stopping.setdefault(gid, set())
+                held.add(stop)
+                stop.add_done_callback(held.discard)
+            self.rt.spawn(self._gone(r, model, why))
+        self.rt.metrics.load_failures.labels(model).inc()
+        backoff = self._back_off(model, f"the engines of {model} were stopped", why)
+        self._preload_again(model, backoff)
+        self.rt.kick()
+
+    def ran(self, rid: str | None) -> None:
+        """A request on ``rid`` ended well: its model's engines are not broken."""
+        if self._run_faults and rid is not None:
+            engine = self.engines.get(rid)
+            if engine is not None:
+                self._run_faults.pop(engine.model, None)
 
     # ------------------------------------------------------------ the runtime's workers
     def add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:

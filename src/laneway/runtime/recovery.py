@@ -51,6 +51,8 @@ class Recovery:
         worker = ticket.worker
         if worker is not None and getattr(error, "worker_fault", True):
             rt.prober.take_out(worker, str(error))
+            if rt.fleet is not None:
+                rt.fleet.run_failed(worker, str(error))
         checkpoint = getattr(error, "checkpoint", None)
         if ticket.tokens > 0:  # it streamed: it may go on elsewhere only from where it stopped
             if checkpoint is None or ticket.migrations >= rt.config.max_migrations:
