@@ -27,7 +27,7 @@ from fleet_util import (
     standin_model,
     wait_gone,
 )
-from laneway.runtime.fleet import BROKEN_RUNS
+from laneway.runtime.fleet_faults import BROKEN_RUNS
 from laneway.testing import serve_process
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +48,7 @@ from laneway.errors import Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING
 from laneway.protocol.requests import Support
 from laneway.runtime import engine_adapters, engine_sleep
+from laneway.runtime.fleet_faults import BROKEN_RUNS, Faults
 from laneway.runtime.launcher import EngineProcess, LaunchFailed
 from laneway.runtime.placing import EngineInfo, LocalPlacing, Placing, Started
 from laneway.runtime.ticket import Phase
@@ -59,18 +58,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laneway.fleet")
 
-BACKOFF_S = 5.0
-BACKOFF_MAX_S = 300.0
 DRAIN_POLL_S = 0.1
 DRAIN_POLLS = 300  # (an engine that died: its requests are ended or moved within 30 s)
-BROKEN_RUNS = 3  # runs in a row failing on a model's engines by their fault (probes passing): stopped
-
-
-@dataclass
-class Failing:
-    reason: str
-    until: float  # loop time: new requests for the model are refused until then
-    backoff_s: float
 
 
 class Fleet:
@@ -84,7 +73,9 @@ class Fleet:
         self.log_dir = data_dir / "engines"
         self.engines: dict[str, EngineProcess] = {}  # replica id -> its engine (starting or ready)
         self.sleeping: dict[str, EngineProcess] = {}  # replica id -> its engine, asleep
-        self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
+        # models failing to start (backing off), engines whose runs fail
+        self.faults = Faults(runtime, lambda name: name in config.inventory.models or name in config.adapters)
+        self.failing = self.faults.failing  # model -> its last launch failure, while backing off
         self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
         self._watches: set[asyncio.Task[None]] = set()
         # engines being stopped, by GPU: a new engine starts on a GPU once the old one is gone
@@ -97,8 +88,6 @@ class Fleet:
         self._adapter_calls: dict[str, asyncio.Lock] = {}
         self._adapter_in: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._falling_asleep: dict[str, bool] = {}  # replica -> whether it is to stop once asleep
-        # model -> its engines' faults since a request ended well on one, and the replicas at fault
-        self._run_faults: dict[str, tuple[int, set[str]]] = {}
         # where its loads were decided: this process's core, or (set by a cluster's node) the leader
         self.placing: Placing = LocalPlacing(runtime, core, planner)
         self.node: str | None = None  # (in a cluster: the node whose GPUs this replica starts engines on)
@@ -220,7 +209,7 @@ class Fleet:
                 raise self.unavailable(adapter) from None
         took = time.monotonic() - t0
         log.info("adapter %s loaded into %s in %.2f s", adapter, rid, took)
-        self.failing.pop(adapter, None)
+        self.faults.started(adapter)
         self.rt.metrics.adapter_loads.labels(adapter, "loaded").inc()
         self.placing.adapter_took(adapter, took)
 
@@ -311,7 +300,7 @@ class Fleet:
         log.info("%s ready in %.1f s on %s", rid, engine.ready_s, engine.url)
         if not await self._join(rid, model, gpus, engine, engine.ready_s, preload=preload):
             return False
-        self.failing.pop(model, None)
+        self.faults.started(model)
         self.load_times.setdefault(model, []).append(engine.ready_s)
         rt.metrics.model_load.labels(model).observe(engine.ready_s)
         watch = asyncio.get_running_loop().create_task(self._watch(rid, engine))
@@ -388,38 +377,15 @@ class Fleet:
         rt.kick()
 
     def _back_off(self, model: str, what: str, reason: str) -> float:
-        """``model`` failed to load (``what``, ``reason``): its new requests are refused for a
-        back-off (doubling while it keeps failing), its queued ones now; the back-off."""
-        rt = self.rt
-        now = rt.now()
-        last = self.failing.get(model)
-        backoff = BACKOFF_S if last is None else min(last.backoff_s * 2, BACKOFF_MAX_S)
-        self.failing[model] = Failing(reason, now + backoff, backoff)
-        log.error("%s (retried after %g s): %s", what, backoff, reason)
-        self._withdraw(model)
+        """``model`` failed to load: it backs off (:meth:`Faults.back_off`), and where it was
+        placed is told."""
+        backoff = self.faults.back_off(model, what, reason)
         self.placing.failed(model, reason, backoff)
         return backoff
 
-    def _withdraw(self, model: str) -> None:
-        """Refuse the queued requests of ``model`` now (it cannot be started for a while)."""
-        rt = self.rt
-        err = self.unavailable(model)
-        for ticket in list(rt.tickets.values()):
-            if ticket.job.model == model and ticket.phase is Phase.QUEUED:
-                rt.withdraw(ticket, err)
-
     def failing_elsewhere(self, failing: dict[str, tuple[str, float]]) -> None:
-        """What a cluster's leader says cannot be started now (model -> reason, seconds
-        left): refused here too, its queued requests at once."""
-        now = self.rt.now()
-        for model, (reason, left) in failing.items():
-            if model not in self.cfg.inventory.models or left <= 0:
-                continue
-            mine = self.failing.get(model)
-            if mine is not None and mine.until >= now + left - 1:
-                continue  # (known: refused here already)
-            self.failing[model] = Failing(str(reason), now + left, float(left))
-            self._withdraw(model)
+        """What a cluster's leader says cannot be started now (:meth:`Faults.elsewhere`)."""
+        self.faults.elsewhere(failing)
 
     def _preload_again(self, model: str, after_s: float) -> None:
         """A preloaded model lost its replica: start one again after ``after_s`` (the core
@@ -435,22 +401,10 @@ class Fleet:
 
     def refusal(self, model: str) -> Unavailable | None:
         """Why a new request for ``model`` is refused now (its launches fail), or ``None``."""
-        f = self.failing.get(model)
-        if f is None or f.until <= self.rt.now():
-            return None
-        return self.unavailable(model)
+        return self.faults.refusal(model)
 
     def unavailable(self, model: str) -> Unavailable:
-        f = self.failing[model]
-        back = max(math.ceil(f.until - self.rt.now()), 1)
-        lines = f.reason.splitlines()  # (a line, and where a log's end follows, the end's last line)
-        said = lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1].strip()} (all of it: /readyz)"
-        return Unavailable(
-            f"model {model!r} could not be started: {said}",
-            code="model_unavailable",
-            retry_after_s=back,  # (its next start, at the soonest; what it would wait: not known)
-            estimated_wait_s=None,
-        )
+        return self.faults.unavailable(model)
 
     async def _watch(self, rid: str, engine: EngineProcess) -> None:
         status = await engine.wait()
@@ -484,23 +438,19 @@ class Fleet:
 
     def run_failed(self, rid: str, reason: str) -> None:
         """A request on replica ``rid`` failed by its engine's fault (answered wrongly, its
-        stream broken) and was taken out until a probe passes. When :data:`BROKEN_RUNS`
-        requests in a row fail so on a model's engines, none ending well between, while
-        their probes pass, its engines are broken, not busy: those at fault are stopped and
+        stream broken) and was taken out until a probe passes. When that makes
+        :data:`~laneway.runtime.fleet_faults.BROKEN_RUNS` in a row on its model's engines
+        while their probes pass, they are broken, not busy: those at fault are stopped and
         the model backs off as one that could not be started (another replica started for
         each failure would only fail the same and hold its GPUs too)."""
         engine = self.engines.get(rid)
         if engine is None or self.rt.closed:
             return
         model = engine.model
-        n, at_fault = self._run_faults.get(model, (0, set()))
-        n += 1
-        at_fault.add(rid)
-        if n < BROKEN_RUNS:
-            self._run_faults[model] = (n, at_fault)
+        at_fault = self.faults.run_failed(model, rid)
+        if at_fault is None:
             return
-        del self._run_faults[model]
-        why = f"its engines failed {n} runs in a row: {reason}"
+        why = f"its engines failed {BROKEN_RUNS} runs in a row: {reason}"
         log.error("stopping the engines of %s (%s): %s", model, ", ".join(sorted(at_fault)), why)
         for r in sorted(at_fault):
             broken = self.engines.pop(r, None)
@@ -519,10 +469,9 @@ class Fleet:
 
     def ran(self, rid: str | None) -> None:
         """A request on ``rid`` ended well: its model's engines are not broken."""
-        if self._run_faults and rid is not None:
-            engine = self.engines.get(rid)
-            if engine is not None:
-                self._run_faults.pop(engine.model, None)
+        engine = self.engines.get(rid) if rid is not None else None
+        if engine is not None:
+            self.faults.ran(engine.model)
 
     # ------------------------------------------------------------ the runtime's workers
     def add_worker(self, name: str, worker: Worker, model: str, engine_model: str) -> None:
