@@ -193,6 +193,15 @@ def test_loans_grow_to_a_share_and_stop_short_of_the_reserve() -> None:
     assert lender.held("w") == 0 and not lender.loans
 
 
+def test_an_isolated_worker_lends_nothing() -> None:
+    """What runs beside what on it is the leader's to say (a request started on a lent
+    slot is not known to the leader's core)."""
+    lender = Lender([WorkerSpec("w", 16, isolate=True), WorkerSpec("v", 16)], reserve=2)
+    out = lender.plan({"w": 16, "v": 16}, {"a": {""}}, False, set(), {})
+    assert [(h, m.worker) for h, m in out] == [("a", "v")]
+    assert lender.held("w") == 0
+
+
 def test_only_requests_the_leader_need_not_count_start_under_lent_slots() -> None:
     assert starts_itself(None, 0)
     assert starts_itself(TenantPolicy(), 2)

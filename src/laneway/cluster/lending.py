@@ -17,7 +17,8 @@ class (those are counted by the leader, exactly, across replicas).
 Lending stops as soon as something waits: the leader lowers every loan to 0
 and holds, for each replica, what it still uses (the replica says so as its
 requests end) until it is all back. A worker's ``reserve`` slots are never lent,
-so that urgent work the leader places finds a slot at once.
+so that urgent work the leader places finds a slot at once; an ``isolate`` worker's are
+never lent at all (the leader keeps batch work from running beside urgent work there).
 
 The figures are absolute and numbered: a replica may start a request on a worker
 only while its count there is below the last figure it was sent; the leader
@@ -65,8 +66,9 @@ class Lender:
 
     def __init__(self, specs: Sequence[WorkerSpec], reserve: int) -> None:
         self.slots = {w.id: w.slots for w in specs}
-        # never lent (and a worker of fewer slots lends none)
-        self.reserve = {w.id: min(w.slots, reserve) for w in specs}
+        # never lent (and a worker of fewer slots lends none; an isolated worker lends none:
+        # what runs beside what there is the leader's to say)
+        self.reserve = {w.id: w.slots if w.isolate else min(w.slots, reserve) for w in specs}
         self.loans: dict[tuple[str, str], Loan] = {}
         self.changed: set[tuple[str, str]] = set()  # since the last write (to the table in Redis)
         self.last_seq: dict[tuple[str, str], int] = {}  # of loans that ended too
