@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from laneway.api.dashboard import snapshot
 from laneway.backends.factory import build_upstream
 from laneway.backends.inprocess import InProcess
 from laneway.config import load_config
@@ -65,6 +66,8 @@ def test_an_urgent_request_on_an_isolated_upstream_runs_alone_and_the_batch_resu
     with live_server(config, workers) as server:
         answers, sent, answered = asyncio.run(batch_then_urgent(server.base_url, engine))
         metrics = httpx.get(server.url + "/metrics", timeout=10).text
+        board = snapshot(server.runtime)  # type: ignore[arg-type]
+    assert [(w["name"], w["isolate"]) for w in board["workers"]] == [("up0", True)]
     # the batch work was stopped for the P0 and resumed after it, to its whole length
     assert re.search(r'^laneway_preemptions_total\{class="P3"\} 2\.0$', metrics, re.M), metrics
     for a in answers:
@@ -87,5 +90,7 @@ def test_without_isolate_the_batch_runs_on_beside_the_urgent_request(tmp_path: P
     workers = {w.name: build_upstream(w, connect=InProcess(engine)) for w in config.workers}
     with live_server(config, workers) as server:
         answers, _, _ = asyncio.run(batch_then_urgent(server.base_url, engine))
+        board = snapshot(server.runtime)  # type: ignore[arg-type]
+    assert [(w["name"], w["isolate"]) for w in board["workers"]] == [("up0", False)]
     assert [a["laneway"]["preemptions"] for a in answers] == [0, 0]
     assert sorted(k for k, _, _ in engine.spans if k in ("b0", "b1")) == ["b0", "b1"]  # one run each

@@ -108,6 +108,7 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
     expected = runtime.sched.snapshot().prefix_hits
     reported = runtime.engines.reported_hits()
     windows = runtime.engines.saturation.windows
+    isolated = {spec.id for spec in runtime.specs if spec.isolate}
     for name, worker in runtime.workers.items():
         cap = worker.capacity()
         window = windows.get(name)
@@ -116,6 +117,8 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
                 "name": name,
                 "slots": cap.slots,
                 "busy": cap.busy,
+                # urgent work runs there with no batch work beside it (``isolate``)
+                "isolate": name in isolated,
                 # upstreams: how many it is sent at once (its saturation gate), and the share
                 # of the prompts placement expects its prefix cache to hold, and its engine says
                 "concurrency": window.limit if window is not None else None,
