@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneway.core import Dispatch, Preempt, Scheduler, SchedulerConfig, WorkerSpec
+from laneway.core.classes import ClassTable
 from laneway.core.request import State
 
 from .helpers import Driver, ids, req
@@ -164,6 +167,53 @@ def test_a_p1_ending_keeps_off_only_what_p1_may_preempt() -> None:
     assert ids(d.step(), Dispatch) == ["p2"]  # P1 may not preempt P2; the P3 waits the hold
 
 
+def test_a_p1_ending_after_a_p0_does_not_keep_off_what_only_the_p0_may_preempt_for_longer() -> None:
+    """Found in a trial: each P1 ending within a P0's quiet time renewed it, so steady P1
+    traffic kept a P2 off (20 s) though P1 may not preempt P2."""
+    d = one(hold_s=0.5)
+    d.submit(req("p0", 0))
+    d.step()
+    d.now = 1.0
+    d.finish("p0")  # P2 and P3 keep off until 1.5
+    d.submit(req("p1", 1, 1.0))
+    d.step()
+    d.now = 1.4
+    d.finish("p1")  # P3 keeps off until 1.9; P2 still until 1.5
+    d.submit(req("p2", 2, 1.4))
+    d.submit(req("p3", 3, 1.4))
+    assert d.step() == []
+    assert d.sched.next_wakeup() == 1.5
+    out = d.advance(0.15)
+    assert ids(out, Dispatch) == ["p2"]
+    assert d.sched.next_wakeup() == 1.9
+    assert ids(d.advance(0.4), Dispatch) == ["p3"]
+
+
+def test_a_class_that_may_not_be_preempted_is_kept_off_all_the_same_but_never_stopped() -> None:
+    table = list(ClassTable().classes)
+    table[3] = dataclasses.replace(table[3], preemptible=False)
+    config = SchedulerConfig(classes=ClassTable(tuple(table)))
+    d = Driver(Scheduler([WorkerSpec("a", 4, isolate=True)], config))
+    for i in range(5):
+        d.submit(req(f"p3-{i}", 3))
+    assert len(ids(d.step(), Dispatch)) == 3  # (the last slot kept: P0 may preempt P3 in the table)
+    d.submit(req("p0", 0))
+    out = d.step()
+    assert ids(out, Dispatch) == ["p0"] and not ids(out, Preempt)  # (they may not be stopped)
+    d.finish("p3-0")
+    assert d.step() == []  # but no P3 starts beside the P0
+
+
+def test_among_equal_workers_urgent_work_goes_to_an_isolated_one_and_batch_work_not() -> None:
+    for order in (["plain", "iso"], ["iso", "plain"]):
+        specs = {"iso": WorkerSpec("iso", 4, isolate=True), "plain": WorkerSpec("plain", 4)}
+        d = Driver(Scheduler([specs[n] for n in order], SchedulerConfig()))
+        d.submit(req("p0", 0))
+        d.submit(req("p3", 3))
+        d.step()
+        assert d.running == {"p0": "iso", "p3": "plain"}, order
+
+
 def test_under_fifo_isolation_keeps_nothing_apart() -> None:
     workers = [WorkerSpec("a", 2, isolate=True)]
     d = Driver(Scheduler(workers, SchedulerConfig(), "fifo"))
@@ -196,6 +246,7 @@ def test_isolated_workers_never_start_work_beside_what_may_preempt_it_and_every_
     scheduler's invariants hold and every request ends exactly once."""
     d = two(slots=n_slots, hold_s=hold_s)
     victims = d.sched.tables.victims
+    rights = d.sched.tables.rights_of
     n = 0
     for kind, cls, dt, fixed in steps:
         if kind == "submit":
@@ -220,7 +271,7 @@ def test_isolated_workers_never_start_work_beside_what_may_preempt_it_and_every_
                     if w == "a" and r not in d.stopping and r in d.sched
                 ]
                 started = d.sched.get(dec.request_id)
-                assert not any(started.cls in victims[b.cls] for b in beside), (dec, beside)
+                assert not any(started.cls in rights[b.cls] for b in beside), (dec, beside)
         a = d.sched.workers["a"]
         urgent = [r for r in a.running.values() if r.state is State.RUNNING and victims[r.cls]]
         for r in a.running.values():

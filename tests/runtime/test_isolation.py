@@ -4,12 +4,14 @@ beside it (the stand-in engine's app in this process: laneway.backends.inprocess
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from laneway.api.dashboard import snapshot
 from laneway.backends.factory import build_upstream
@@ -94,3 +96,26 @@ def test_without_isolate_the_batch_runs_on_beside_the_urgent_request(tmp_path: P
     assert [(w["name"], w["isolate"]) for w in board["workers"]] == [("up0", False)]
     assert [a["laneway"]["preemptions"] for a in answers] == [0, 0]
     assert sorted(k for k, _, _ in engine.spans if k in ("b0", "b1")) == ["b0", "b1"]  # one run each
+
+
+@pytest.mark.parametrize(
+    ("policy", "said"),
+    [
+        ("fifo", "isolate does nothing under policy fifo"),
+        ("priority", "under policy priority (no preemption) isolate keeps batch work off"),
+        ("laneway", None),
+    ],
+)
+def test_a_policy_that_cannot_keep_isolation_says_so_at_start(
+    tmp_path: Path, policy: str, said: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = config_file(tmp_path, isolate=True)
+    path.write_text(path.read_text().replace("[server]\n", f'[server]\npolicy = "{policy}"\n'))
+    config = load_config(path)
+    engine = StandIn(slots=4, ms_per_token=0)
+    workers = {w.name: build_upstream(w, connect=InProcess(engine)) for w in config.workers}
+    with caplog.at_level(logging.WARNING, logger="laneway.runtime"), live_server(config, workers):
+        pass
+    lines = [r.getMessage() for r in caplog.records if "isolate" in r.getMessage()]
+    assert len(lines) == (0 if said is None else 1), lines
+    assert said is None or (said in lines[0] and "workers up0:" in lines[0]), lines

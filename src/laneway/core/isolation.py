@@ -41,19 +41,26 @@ _RUNNING = State.RUNNING
 
 
 class Isolation:
-    """The placement filter and the stops of isolated workers (:mod:`laneway.core.isolation`)."""
+    """The placement filter and the stops of isolated workers (:mod:`laneway.core.isolation`).
 
-    __slots__ = ("exposed", "hold_s", "started", "stops", "victims", "workers")
+    ``rights_of``: per class, the classes it may preempt (its row of the table: what keeps
+    off beside it, a class that may not be preempted included); ``victims``: of those, the
+    ones that may be preempted (what it stops)."""
+
+    __slots__ = ("exposed", "hold_s", "rights_of", "started", "stops", "urgent", "victims", "workers")
 
     def __init__(
         self,
+        rights_of: Sequence[frozenset[int]],
         victims: Sequence[tuple[int, ...]],
         hold_s: float,
         workers: Sequence[WorkerState],
         stops: bool = True,
     ) -> None:
-        self.victims = tuple(frozenset(v) for v in victims)  # per class, the classes it may stop
-        self.exposed = frozenset(c for v in victims for c in v)  # the classes some class may stop
+        self.rights_of = tuple(rights_of)
+        self.victims = tuple(frozenset(v) for v in victims)
+        self.exposed = frozenset(c for r in rights_of for c in r)  # the classes some class outranks
+        self.urgent = tuple(bool(r) for r in rights_of)  # per class: whether it keeps some class off
         self.hold_s = hold_s
         self.stops = stops  # (whether the policy preempts at all)
         self.workers = [w for w in workers if w.spec.isolate]
@@ -66,12 +73,20 @@ class Isolation:
 
     def admits(self, cls: int, w: WorkerState, now: float) -> bool:
         """Whether a request of class ``cls`` may start on isolated worker ``w`` now."""
-        victims = self.victims
-        if cls in self.exposed and w.free <= 1 and w.usable > 1:
-            return False  # (its last free slot is kept for the work that may stop this)
-        if w.calm_s > now and w.calm_for is not None and cls in victims[w.calm_for]:
+        if cls not in self.exposed:
+            return True
+        if w.free <= 1 and w.usable > 1:
+            return False  # (its last free slot is kept for the work that outranks this)
+        rights = self.rights_of
+        if w.calm and any(until > now and cls in rights[u] for u, until in w.calm.items()):
             return False
-        return not any(cls in victims[r.cls] for r in w.running.values() if r.state is _RUNNING)
+        return not any(cls in rights[r.cls] for r in w.running.values() if r.state is _RUNNING)
+
+    def ever(self, req: Request, w: WorkerState) -> bool:
+        return True
+
+    def why_never(self, req: Request) -> str:  # (never: ``ever`` holds)
+        return ""
 
     # ------------------------------------------------------------------ load, as urgent work sees it
     def busy(self, req: Request, w: WorkerState) -> int:
@@ -89,18 +104,22 @@ class Isolation:
         usable = w.usable
         return self.busy(req, w) / usable if usable > 0 else 1.0
 
+    def suits(self, req: Request, w: WorkerState) -> bool:
+        """Whether ``w`` is the kind of worker ``req`` goes to among equals: urgent work to
+        an isolated worker (nothing will start beside it there), other work to one not."""
+        return w.spec.isolate == self.urgent[req.cls]
+
+    def kind(self, req: Request, w: WorkerState, now: float) -> float:
+        """A scorer, after :meth:`score`: 0 for the kind of worker ``req`` goes to among
+        equals (:meth:`suits`), else 1."""
+        return 0.0 if self.suits(req, w) else 1.0
+
     def kept_from(self, cls: int, now: float) -> int:
         """Free slots of isolated workers that a request of class ``cls`` may not take now
         (an estimate does not count them as free for it)."""
         if cls not in self.exposed:
             return 0
         return sum(w.free for w in self.workers if w.free > 0 and not self.admits(cls, w, now))
-
-    def ever(self, req: Request, w: WorkerState) -> bool:
-        return True
-
-    def why_never(self, req: Request) -> str:  # (never: ``ever`` holds)
-        return ""
 
     # ------------------------------------------------------------------ events
     def start(self, req: Request, w: WorkerState) -> None:
@@ -110,12 +129,10 @@ class Isolation:
             self.started.append((req, w))
 
     def ended(self, req: Request, w: WorkerState, now: float) -> None:
-        """``req`` ended on ``w`` at ``now``: what it may preempt keeps off ``w`` for
-        ``hold_s`` (the most urgent class that ended there within it decides)."""
-        if w.spec.isolate and self.hold_s > 0 and self.victims[req.cls]:
-            if w.calm_s <= now or w.calm_for is None or req.cls < w.calm_for:
-                w.calm_for = req.cls
-            w.calm_s = now + self.hold_s
+        """``req`` ended on ``w`` at ``now``: what its class outranks keeps off ``w`` for
+        ``hold_s``."""
+        if w.spec.isolate and self.hold_s > 0 and self.urgent[req.cls]:
+            w.calm[req.cls] = now + self.hold_s
 
     def separate(self, preemptor: Preemptor, now: float, out: list[Decision]) -> None:
         """Stop what each urgent request started on an isolated worker runs beside."""
@@ -130,4 +147,4 @@ class Isolation:
 
     def next_calm(self, now: float) -> float:
         """When the next quiet time of an isolated worker ends (inf: none pending)."""
-        return min((w.calm_s for w in self.workers if w.calm_s > now), default=math.inf)
+        return min((t for w in self.workers for t in w.calm.values() if t > now), default=math.inf)

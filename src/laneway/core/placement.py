@@ -195,7 +195,8 @@ class SlotPlacement:
         self.isolation = isolation
         if isolation is not None:
             self.filters = (*self.filters, isolation)
-        self._load_scorers = (*self.scorers, *((isolation,) if isolation else ()), _LOAD)
+        by_isolation: tuple[Scorer, ...] = (isolation, _Kind(isolation)) if isolation is not None else ()
+        self._load_scorers = (*self.scorers, *by_isolation, _LOAD)
         self._turn = 0  # round-robin: where the next turn starts in self.workers
         # prefix: what each worker's prefix cache likely holds
         self.index: PrefixIndex | None = (
@@ -239,7 +240,7 @@ class SlotPlacement:
         """The least loaded candidate, or the one holding most of the prompt if that is at
         least half of it and it is not much busier."""
         least: WorkerState | None = None
-        least_key: tuple[float, ...] = (2.0, 2.0, 2.0)
+        least_key: tuple[float, ...] = (2.0, 2.0, 2.0, 2.0)
         iso = self.isolation
         best: WorkerState | None = None
         best_blocks = 0
@@ -253,7 +254,7 @@ class SlotPlacement:
                 # prompts new to all spread over the caches), then the one idle longest
                 key: tuple[float, ...] = (_load(w), index.held(w.id) / index.capacity(w.id))
                 if iso is not None:  # (urgent work: what it would stop there counts as free)
-                    key = (iso.busy(req, w) / w.usable, *key)
+                    key = (iso.score(req, w, now), iso.kind(req, w, now), *key)
                 if key < least_key:
                     least, least_key = w, key
                 m = index.matched(w.id, blocks)
@@ -322,3 +323,10 @@ class LeastLoaded:
 
 
 _LOAD = LeastLoaded()
+
+
+class _Kind:
+    """Isolated workers: the kind of worker a request goes to among equals (a scorer)."""
+
+    def __init__(self, isolation: Isolation) -> None:
+        self.score = isolation.kind

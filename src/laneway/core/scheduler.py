@@ -136,7 +136,7 @@ class Scheduler:
         states = worker_states(workers)
         # (workers that run urgent work alone: under a policy of classes)
         self.isolation = isolation = (
-            Isolation(tables.victims, cfg.hold_s, list(states.values()), stops=tables.preempting)
+            Isolation(tables.rights_of, tables.victims, cfg.hold_s, list(states.values()), tables.preempting)
             if pol.classes and any(w.isolate for w in workers)
             else None
         )

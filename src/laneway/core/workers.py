@@ -4,7 +4,6 @@ worker a request goes to is :mod:`laneway.core.placement`'s to say."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from laneway.core.errors import ConfigError
@@ -35,7 +34,7 @@ class WorkerSpec:
 
 
 class WorkerState:
-    __slots__ = ("calm_for", "calm_s", "cap_debt", "capped", "free", "held", "id", "running", "spec")
+    __slots__ = ("calm", "cap_debt", "capped", "free", "held", "id", "running", "spec")
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
@@ -47,9 +46,8 @@ class WorkerState:
         # withholds as running requests end
         self.capped = 0
         self.cap_debt = 0
-        # isolated workers: until when what class ``calm_for`` may preempt keeps off it
-        self.calm_s = -math.inf
-        self.calm_for: int | None = None
+        # isolated workers: class -> until when what it may preempt keeps off (it ended there)
+        self.calm: dict[int, float] = {}
 
     @property
     def usable(self) -> int:

@@ -45,6 +45,8 @@ from laneway.core import (
     WorkerSpec,
 )
 from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
+from laneway.core.modes import PreemptionMode
+from laneway.core.policies import policy as policy_spec
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import Job, ResumeMethod
@@ -76,6 +78,8 @@ class Runtime(WorkerEvents):
         self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
         kv = {w.name: w.kv_tokens for w in config.workers}
         isolated = {w.name for w in config.workers if w.isolate}
+        if isolated:
+            _warn_isolation(sorted(isolated), config)
         # upstreams told each request's class (vLLM's priority scheduling)
         self.ranked = {w.name for w in config.workers if w.forward_priority and w.name in self.workers}
         specs = [
@@ -486,3 +490,20 @@ class Runtime(WorkerEvents):
         if self.fleet is not None:
             await fleet_closing
         await asyncio.to_thread(self.tracing.close)  # (the spans left are sent: blocking I/O)
+
+
+def _warn_isolation(names: list[str], config: ServerConfig) -> None:
+    """``isolate`` under a policy that cannot keep it: said at start, not found out later."""
+    spec = policy_spec(config.policy)
+    said = ", ".join(names)
+    if not spec.classes:
+        log.warning(
+            "workers %s: isolate does nothing under policy %s (one queue, no classes)", said, spec.name
+        )
+    elif spec.preemption is PreemptionMode.NONE:
+        log.warning(
+            "workers %s: under policy %s (no preemption) isolate keeps batch work off a worker running "
+            "urgent work, but urgent work starting beside batch work does not stop it",
+            said,
+            spec.name,
+        )
