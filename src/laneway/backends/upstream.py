@@ -315,7 +315,7 @@ class UpstreamWorker:
         if isinstance(exc, RequestError):
             return exc
         if isinstance(exc, HttpError):  # the upstream died or stalled: the run may go on elsewhere
-            err = UpstreamUnavailable(f"upstream {self.name}: {exc}")
+            err = UpstreamUnavailable(f"upstream {self.name}: {exc}", malformed=False)
             err.checkpoint = self._resumable(run)
             return err
         if isinstance(exc, UpstreamUnavailable):

@@ -34,7 +34,7 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", pa
         return InvalidRequest(text)
     # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
     fault = status in (429, 502, 503, 504) or status < 400
-    return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault)
+    return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault, malformed=False)
 
 
 def _error_object(raw: bytes) -> object | None:

@@ -36,13 +36,19 @@ class UpstreamUnavailable(BackendError):
     ``worker_fault``: whether it says the worker is unwell (it is taken out of placement
     until a probe succeeds). An upstream that *answered* 500 (or another 5xx but 502–504)
     is up: that is one request's failure, which must not take the worker away from others.
+    ``malformed``: it answered, with something that is no answer (a 200 that is not a
+    stream, an event that is not JSON, a stream that ends before its answer); ``False``
+    where it could not be reached, stalled, or said it is busy or behind a proxy that
+    cannot reach it (429, 502–504). A fleet's own engine that answers so is up: it stays
+    in placement, and is stopped once its answers keep failing (:mod:`laneway.runtime.fleet_faults`).
     """
 
     retryable = True
 
-    def __init__(self, message: str, *, worker_fault: bool = True) -> None:
+    def __init__(self, message: str, *, worker_fault: bool = True, malformed: bool = True) -> None:
         super().__init__(message)
         self.worker_fault = worker_fault
+        self.malformed = malformed
         self.checkpoint: Checkpoint | None = None  # where the run stopped, if it may go on elsewhere
 
 

@@ -436,21 +436,26 @@ class Fleet:
         await self.remove_worker(rid)
         self.placing.gone(rid, model)
 
-    def run_failed(self, rid: str, reason: str) -> None:
-        """A request on replica ``rid`` failed by its engine's fault (answered wrongly, its
-        stream broken) and was taken out until a probe passes. When that makes
-        :data:`~laneway.runtime.fleet_faults.BROKEN_RUNS` in a row on its model's engines
-        while their probes pass, they are broken, not busy: those at fault are stopped and
-        the model backs off as one that could not be started (another replica started for
-        each failure would only fail the same and hold its GPUs too)."""
+    def owns(self, rid: str) -> bool:
+        """Whether replica ``rid``'s engine is one this process started (and runs now)."""
+        return rid in self.engines
+
+    def run_failed(self, rid: str, request_id: str, reason: str) -> None:
+        """Request ``request_id`` failed on replica ``rid`` by its engine's fault (answered
+        wrongly, its stream broken). Such a replica stays in placement (its probe says
+        whether it is up; were it taken out, another replica would be started for each
+        failure): the request is tried again there, and when
+        :data:`~laneway.runtime.fleet_faults.BROKEN_RUNS` requests in a row fail so on the
+        model's engines, none ending well between, they are broken, not busy: those at
+        fault are stopped and the model backs off for a while."""
         engine = self.engines.get(rid)
         if engine is None or self.rt.closed:
             return
         model = engine.model
-        at_fault = self.faults.run_failed(model, rid)
+        at_fault = self.faults.run_failed(model, rid, request_id)
         if at_fault is None:
             return
-        why = f"its engines failed {BROKEN_RUNS} runs in a row: {reason}"
+        why = f"its engines were stopped after failing {BROKEN_RUNS} requests in a row: {reason}"
         log.error("stopping the engines of %s (%s): %s", model, ", ".join(sorted(at_fault)), why)
         for r in sorted(at_fault):
             broken = self.engines.pop(r, None)
@@ -463,7 +468,8 @@ class Fleet:
                 stop.add_done_callback(held.discard)
             self.rt.spawn(self._gone(r, model, why))
         self.rt.metrics.load_failures.labels(model).inc()
-        backoff = self._back_off(model, f"the engines of {model} were stopped", why)
+        backoff = self.faults.back_off(model, f"the engines of {model} were stopped", why, stopped=True)
+        self.placing.failed(model, why, backoff)
         self._preload_again(model, backoff)
         self.rt.kick()
 

@@ -4,9 +4,10 @@
   answered 503 ``model_unavailable`` naming the reason, new ones too for a back-off (5 s,
   doubling to 5 minutes while launches keep failing); a cluster's leader tells the other
   replicas the same (:meth:`Faults.elsewhere`);
-- engines whose runs fail by their fault while their probes pass are counted per model:
-  :data:`BROKEN_RUNS` in a row, none ending well between, and they are broken, not busy
-  (:meth:`Faults.run_failed` names them; the fleet stops them and backs their model off).
+- requests that fail on a model's engines by their fault while their probes pass are
+  counted per model: :data:`BROKEN_RUNS` in a row, none ending well between, and its
+  engines are broken, not busy (:meth:`Faults.run_failed` names them; the fleet stops
+  them and backs their model off).
 
 :class:`Faults` keeps the figures and says what follows; :class:`~laneway.runtime.fleet.Fleet`
 acts (stops engines, tells the core, starts preloads again).
@@ -30,7 +31,7 @@ log = logging.getLogger("laneway.fleet")
 
 BACKOFF_S = 5.0
 BACKOFF_MAX_S = 300.0
-BROKEN_RUNS = 3  # runs in a row failing on a model's engines by their fault (probes passing): stopped
+BROKEN_RUNS = 3  # requests in a row failing on a model's engines by their fault (probes passing)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Failing:
     reason: str
     until: float  # loop time: new requests for the model are refused until then
     backoff_s: float
+    stopped: bool = False  # its engines started, then were stopped as broken
 
 
 class Faults:
@@ -45,17 +47,19 @@ class Faults:
         self.rt = runtime
         self.known = known  # (whether a name is one of the fleet's models or adapters)
         self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
-        # model -> its engines' faults since a request ended well on one, and the replicas at fault
-        self._runs: dict[str, tuple[int, set[str]]] = {}
+        # model -> requests that failed on its engines since one ended well there, the replicas
+        # at fault, and the last such request
+        self._runs: dict[str, tuple[int, set[str], str]] = {}
 
     # ------------------------------------------------------------ launches
-    def back_off(self, model: str, what: str, reason: str) -> float:
-        """``model`` failed to load (``what``, ``reason``): its new requests are refused for a
-        back-off (doubling while it keeps failing), its queued ones now; the back-off."""
+    def back_off(self, model: str, what: str, reason: str, *, stopped: bool = False) -> float:
+        """``model`` failed to load (``what``, ``reason``; ``stopped``: its engines were
+        stopped as broken): its new requests are refused for a back-off (doubling while it
+        keeps failing), its queued ones now; the back-off."""
         now = self.rt.now()
         last = self.failing.get(model)
         backoff = BACKOFF_S if last is None else min(last.backoff_s * 2, BACKOFF_MAX_S)
-        self.failing[model] = Failing(reason, now + backoff, backoff)
+        self.failing[model] = Failing(reason, now + backoff, backoff, stopped)
         log.error("%s (retried after %g s): %s", what, backoff, reason)
         self.withdraw(model)
         return backoff
@@ -97,22 +101,25 @@ class Faults:
         back = max(math.ceil(f.until - self.rt.now()), 1)
         lines = f.reason.splitlines()  # (a line, and where a log's end follows, the end's last line)
         said = lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1].strip()} (all of it: /readyz)"
+        what = "is unavailable" if f.stopped else "could not be started"
         return Unavailable(
-            f"model {model!r} could not be started: {said}",
+            f"model {model!r} {what}: {said}",
             code="model_unavailable",
             retry_after_s=back,  # (its next start, at the soonest; what it would wait: not known)
             estimated_wait_s=None,
         )
 
     # ------------------------------------------------------------ runs
-    def run_failed(self, model: str, rid: str) -> set[str] | None:
-        """A run on replica ``rid`` of ``model`` failed by its engine's fault: the replicas
-        at fault once that makes :data:`BROKEN_RUNS` in a row (counting starts again),
-        else ``None``."""
-        n, at_fault = self._runs.get(model, (0, set()))
+    def run_failed(self, model: str, rid: str, request_id: str) -> set[str] | None:
+        """Request ``request_id`` failed a run on replica ``rid`` of ``model`` by its
+        engine's fault: the replicas at fault once that makes :data:`BROKEN_RUNS` requests
+        in a row (its own retries count once; counting starts again), else ``None``."""
+        n, at_fault, last = self._runs.get(model, (0, set(), ""))
         at_fault.add(rid)
-        if n + 1 < BROKEN_RUNS:
-            self._runs[model] = (n + 1, at_fault)
+        if request_id != last:
+            n += 1
+        if n < BROKEN_RUNS:
+            self._runs[model] = (n, at_fault, request_id)
             return None
         self._runs.pop(model, None)
         return at_fault

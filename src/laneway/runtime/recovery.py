@@ -50,9 +50,13 @@ class Recovery:
         rt = self.rt
         worker = ticket.worker
         if worker is not None and getattr(error, "worker_fault", True):
-            rt.prober.take_out(worker, str(error))
-            if rt.fleet is not None:
-                rt.fleet.run_failed(worker, str(error))
+            fleet = rt.fleet
+            if fleet is not None and fleet.owns(worker) and getattr(error, "malformed", False):
+                fleet.run_failed(worker, ticket.id, str(error))  # (up: it answered; it stays in placement)
+                if fleet.refusal(ticket.job.model) is not None:
+                    return False  # (that took its engines for broken: it ends, none is started for it)
+            else:
+                rt.prober.take_out(worker, str(error))
         checkpoint = getattr(error, "checkpoint", None)
         if ticket.tokens > 0:  # it streamed: it may go on elsewhere only from where it stopped
             if checkpoint is None or ticket.migrations >= rt.config.max_migrations:
