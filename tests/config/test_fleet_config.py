@@ -132,6 +132,12 @@ def test_a_lora_adapter_is_a_model_loaded_into_its_bases_engine() -> None:
             "fleet.nodes: a table of nodes",
         ),
         (fleet(m={"vram_gb": 1, "command": "x {port}", "gpu": 2}), "fleet.models.m.gpu: unknown key"),
+        (  # (the keys it may have: the engine's too)
+            fleet(m={"vram_gb": 1, "command": "x {port}", "isolate": True}),
+            "fleet.models.m.isolate: unknown key (expected one of: vram_gb, gpus, load_s, slots, wake_s, "
+            "adapter_of, max_adapters, command, path, env, engine_model, ready_path, ready_timeout_s, "
+            "stop_grace_s)",
+        ),
         (fleet(m={"vram_gb": 1, "command": "x {port", "gpus": 1}), "fleet.models.m.command: "),
         (fleet(m={"vram_gb": 1, "command": ["x", 3]}), "expected a string or a list of strings"),
         (fleet(m={"vram_gb": 1, "command": "x {port}", "stop_grace_s": 0}), "stop_grace_s: expected"),

@@ -159,6 +159,7 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
                 **({"max_asleep": data["max_asleep"]} if "max_asleep" in data else {}),
             },
             class_names,
+            LAUNCH_KEYS,
         )
     except ConfigError as exc:
         errors.append(f"fleet.{exc}")

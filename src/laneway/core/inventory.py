@@ -167,12 +167,16 @@ class Inventory:
 
     @classmethod
     def from_dict(
-        cls, data: Mapping[str, Any], class_names: tuple[str, ...] = ("P0", "P1", "P2", "P3")
+        cls,
+        data: Mapping[str, Any],
+        class_names: tuple[str, ...] = ("P0", "P1", "P2", "P3"),
+        more_model_keys: tuple[str, ...] = (),
     ) -> Inventory:
         """Build from ``{"nodes": {NODE: {"gpus": [{id, vram_gb, kv_reserve_gb?,
         reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?, wake_s?,
         max_adapters?} or {adapter_of, load_s?}}}``;
-        errors name the key."""
+        errors name the key (and a model's unknown key, the keys it may have: these and
+        ``more_model_keys``, what the caller took out of each model's table before)."""
         gpus: list[GpuSpec] = []
         _known(data, "", ("nodes", "models", "preload", "max_asleep"))
         nodes = data.get("nodes")
@@ -231,7 +235,10 @@ class Inventory:
                             f"holds for adapters (set {'max_adapters' if k == 'vram_gb' else k} on {base!r})"
                         )
             _known(
-                m, f"{key}.", ("vram_gb", "gpus", "load_s", "slots", "wake_s", "adapter_of", "max_adapters")
+                m,
+                f"{key}.",
+                ("vram_gb", "gpus", "load_s", "slots", "wake_s", "adapter_of", "max_adapters"),
+                more_model_keys,
             )
             at = f"{key}."
             models[name] = ModelSpec(
@@ -272,11 +279,12 @@ def _number(
     return float(value)
 
 
-def _known(table: Mapping[str, Any], prefix: str, keys: tuple[str, ...]) -> None:
-    """A key the fleet format does not have is an error (a typo never passes silently)."""
+def _known(table: Mapping[str, Any], prefix: str, keys: tuple[str, ...], more: tuple[str, ...] = ()) -> None:
+    """A key the fleet format does not have is an error (a typo never passes silently);
+    ``more``: keys it may have that were taken out before (named in the message)."""
     for k in table:
         if k not in keys:
-            raise ConfigError(f"{prefix}{k}: unknown key (expected one of: {', '.join(keys)})")
+            raise ConfigError(f"{prefix}{k}: unknown key (expected one of: {', '.join((*keys, *more))})")
 
 
 def _rank(value: object, names: tuple[str, ...]) -> int:
