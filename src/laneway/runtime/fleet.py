@@ -74,7 +74,7 @@ class Fleet:
         self.engines: dict[str, EngineProcess] = {}  # replica id -> its engine (starting or ready)
         self.sleeping: dict[str, EngineProcess] = {}  # replica id -> its engine, asleep
         # models failing to start (backing off), engines whose runs fail
-        self.faults = Faults(runtime, lambda name: name in config.inventory.models or name in config.adapters)
+        self.faults = Faults(runtime, lambda name: name in config.inventory.models)
         self.failing = self.faults.failing  # model -> its last launch failure, while backing off
         self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
         self._watches: set[asyncio.Task[None]] = set()

@@ -45,7 +45,7 @@ class Failing:
 class Faults:
     def __init__(self, runtime: Runtime, known: Callable[[str], bool]) -> None:
         self.rt = runtime
-        self.known = known  # (whether a name is one of the fleet's models or adapters)
+        self.known = known  # (whether a name is one of the fleet's models)
         self.failing: dict[str, Failing] = {}  # model -> its last launch failure, while backing off
         # model -> requests that failed on its engines since one ended well there, the replicas
         # at fault, and the last such request
