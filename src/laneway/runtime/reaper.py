@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -86,13 +87,47 @@ def main() -> None:
     for g in left:
         with contextlib.suppress(OSError):
             os.killpg(g, signal.SIGTERM)
-    deadline = time.monotonic() + max((groups[g] for g in left), default=0.0)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = [g for g in left if _alive(g)]
+    if left:
+        _wait_gone(left, max(groups[g] for g in left))
     for g in left:
+        if _alive(g):
+            with contextlib.suppress(OSError):
+                os.killpg(g, signal.SIGKILL)
+
+
+def _members(pgids: set[int]) -> list[int]:
+    """The processes of these process groups (Linux: from /proc)."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if int(fields[2]) in pgids:  # (state, ppid, pgrp)
+                    out.append(int(entry.name))
+    return out
+
+
+def _wait_gone(pgids: list[int], timeout_s: float) -> None:
+    """Until every process of ``pgids`` has exited, or ``timeout_s``: woken by each exit
+    (a pidfd per process, readable once it has exited), not by polling."""
+    fds = []
+    for pid in _members(set(pgids)):
         with contextlib.suppress(OSError):
-            os.killpg(g, signal.SIGKILL)
+            fds.append(os.pidfd_open(pid))
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    try:
+        deadline = time.monotonic() + timeout_s
+        pending = len(fds)
+        while pending and (wait_s := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(wait_s * 1000.0):
+                poller.unregister(fd)
+                pending -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 if __name__ == "__main__":
