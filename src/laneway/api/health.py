@@ -60,9 +60,9 @@ async def readyz(request: Request) -> Response:
     out: dict[str, object] = {"workers": details}
     fleet = runtime.fleet
     if fleet is not None:  # its engines, and the models whose engines fail to start
-        failing = {m: f.reason for m, f in fleet.failing.items()}
+        failing = {m: f.reason for m, f in fleet.faults.failing.items()}
         now = runtime.now()  # (not ready while a model backs off; then it is tried again when asked)
-        ready = ready and not any(f.until > now for f in fleet.failing.values())
+        ready = ready and not any(f.until > now for f in fleet.faults.failing.values())
         out["fleet"] = {"replicas": fleet_view.replicas(fleet), "failing": failing}
     node = getattr(request.app.state, "node", None)
     if node is not None:  # a replica: it serves only while it reaches the cluster's Redis

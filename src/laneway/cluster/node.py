@@ -220,7 +220,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         directory = EngineDirectory(runtime, fleet, client, cluster.key_prefix)
         remote.gate = DispatchGate(directory.knows, directory.fetch, remote.handed, remote.replica)
         remote.on_engines = directory.listed
-        remote.on_failing = fleet.failing_elsewhere
+        remote.on_failing = fleet.faults.elsewhere
 
         def shown(view: dict[str, Any]) -> None:
             fleet.cluster_view = view

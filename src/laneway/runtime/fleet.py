@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,6 @@ from laneway.config.schema import ServerConfig, WorkerConfig
 from laneway.core import Evict, Load, LoadAdapter, Scheduler, UnloadAdapter
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.policies import policy as policy_spec
-from laneway.errors import Unavailable
 from laneway.generation import CHAT, COMPLETION, EMBEDDING
 from laneway.protocol.requests import Support
 from laneway.runtime import engine_adapters, engine_sleep
@@ -75,7 +74,6 @@ class Fleet:
         self.sleeping: dict[str, EngineProcess] = {}  # replica id -> its engine, asleep
         # models failing to start (backing off), engines whose runs fail
         self.faults = Faults(runtime, lambda name: name in config.inventory.models)
-        self.failing = self.faults.failing  # model -> its last launch failure, while backing off
         self.load_times: dict[str, list[float]] = {}  # model -> seconds each launch took to be ready
         self._watches: set[asyncio.Task[None]] = set()
         # engines being stopped, by GPU: a new engine starts on a GPU once the old one is gone
@@ -146,7 +144,7 @@ class Fleet:
             self.rt.metrics.model_wakes.labels(d.model).inc()
             self.rt.spawn(self._wake(d))
             return
-        if self.node is not None and self.refusal(d.model) is not None:
+        if self.node is not None and self.faults.refusal(d.model) is not None:
             # (a cluster's leader decided it before it heard the model fails: not tried again yet)
             self.placing.gone(d.replica_id, d.model)
             return
@@ -175,9 +173,13 @@ class Fleet:
         self.placing.evicted(rid)
         if d.sleep:
             self._falling_asleep[rid] = False
-        coro = self._sleep(rid, engine) if d.sleep else engine.stop()
-        task = asyncio.get_running_loop().create_task(coro)
-        for gid in d.gpu_ids:  # (what starts on these GPUs next waits for their memory)
+        self._stopping_on(d.gpu_ids, self._sleep(rid, engine) if d.sleep else engine.stop())
+
+    def _stopping_on(self, gpus: tuple[str, ...], stop: Coroutine[Any, Any, None]) -> None:
+        """An engine on ``gpus`` is being stopped (or put to sleep) by ``stop``: what starts on
+        them next waits for it (their memory is free only then)."""
+        task = asyncio.get_running_loop().create_task(stop)
+        for gid in gpus:
             held = self._stopping.setdefault(gid, set())
             held.add(task)
             task.add_done_callback(held.discard)
@@ -206,7 +208,7 @@ class Fleet:
                 self.rt.metrics.adapter_loads.labels(adapter, "failed").inc()
                 self.placing.adapter_failed(rid, adapter)
                 self._back_off(adapter, f"{rid}: adapter {adapter!r} could not be loaded", str(exc))
-                raise self.unavailable(adapter) from None
+                raise self.faults.unavailable(adapter) from None
         took = time.monotonic() - t0
         log.info("adapter %s loaded into %s in %.2f s", adapter, rid, took)
         self.faults.started(adapter)
@@ -383,10 +385,6 @@ class Fleet:
         self.placing.failed(model, reason, backoff)
         return backoff
 
-    def failing_elsewhere(self, failing: dict[str, tuple[str, float]]) -> None:
-        """What a cluster's leader says cannot be started now (:meth:`Faults.elsewhere`)."""
-        self.faults.elsewhere(failing)
-
     def _preload_again(self, model: str, after_s: float) -> None:
         """A preloaded model lost its replica: start one again after ``after_s`` (the core
         places it in free VRAM; if none is free then, it comes with the next request)."""
@@ -398,13 +396,6 @@ class Fleet:
                 self.placing.reload(model)
 
         self.rt.loop.call_later(after_s, again)
-
-    def refusal(self, model: str) -> Unavailable | None:
-        """Why a new request for ``model`` is refused now (its launches fail), or ``None``."""
-        return self.faults.refusal(model)
-
-    def unavailable(self, model: str) -> Unavailable:
-        return self.faults.unavailable(model)
 
     async def _watch(self, rid: str, engine: EngineProcess) -> None:
         status = await engine.wait()
@@ -440,38 +431,36 @@ class Fleet:
         """Whether replica ``rid``'s engine is one this process started (and runs now)."""
         return rid in self.engines
 
-    def run_failed(self, rid: str, request_id: str, reason: str) -> None:
+    def run_failed(self, rid: str, request_id: str, reason: str) -> bool:
         """Request ``request_id`` failed on replica ``rid`` by its engine's fault (answered
         wrongly, its stream broken). Such a replica stays in placement (its probe says
         whether it is up; were it taken out, another replica would be started for each
         failure): the request is tried again there, and when
         :data:`~laneway.runtime.fleet_faults.BROKEN_RUNS` requests in a row fail so on the
         model's engines, none ending well between, they are broken, not busy: those at
-        fault are stopped and the model backs off for a while."""
+        fault are stopped and the model backs off for a while. Whether this failure made
+        them so (the request is not tried again then)."""
         engine = self.engines.get(rid)
         if engine is None or self.rt.closed:
-            return
+            return False
         model = engine.model
         at_fault = self.faults.run_failed(model, rid, request_id)
         if at_fault is None:
-            return
+            return False
         why = f"its engines were stopped after failing {BROKEN_RUNS} requests in a row: {reason}"
         log.error("stopping the engines of %s (%s): %s", model, ", ".join(sorted(at_fault)), why)
         for r in sorted(at_fault):
             broken = self.engines.pop(r, None)
             if broken is None:
                 continue
-            stop = asyncio.get_running_loop().create_task(broken.stop())
-            for gid in broken.gpu_ids:  # (what starts on these GPUs next waits for their memory)
-                held = self._stopping.setdefault(gid, set())
-                held.add(stop)
-                stop.add_done_callback(held.discard)
+            self._stopping_on(broken.gpu_ids, broken.stop())
             self.rt.spawn(self._gone(r, model, why))
         self.rt.metrics.load_failures.labels(model).inc()
         backoff = self.faults.back_off(model, f"the engines of {model} were stopped", why, stopped=True)
         self.placing.failed(model, why, backoff)
         self._preload_again(model, backoff)
         self.rt.kick()
+        return True
 
     def ran(self, rid: str | None) -> None:
         """A request on ``rid`` ended well: its model's engines are not broken."""

@@ -151,7 +151,7 @@ class Prober:
         """Whether some worker for ``model`` is up (a fleet's models: whether it may start one)."""
         fleet = self.rt.fleet
         if fleet is not None and model in fleet.cfg.inventory.models:
-            return fleet.refusal(model) is None
+            return fleet.faults.refusal(model) is None
         return any(m == model and w not in self.down for w, m in self.rt.served.items())
 
     def retry_after(self, model: str) -> float:

@@ -52,8 +52,8 @@ class Recovery:
         if worker is not None and getattr(error, "worker_fault", True):
             fleet = rt.fleet
             if fleet is not None and fleet.owns(worker) and getattr(error, "malformed", False):
-                fleet.run_failed(worker, ticket.id, str(error))  # (up: it answered; it stays in placement)
-                if fleet.refusal(ticket.job.model) is not None:
+                # (up: it answered; it stays in placement)
+                if fleet.run_failed(worker, ticket.id, str(error)):
                     return False  # (that took its engines for broken: it ends, none is started for it)
             else:
                 rt.prober.take_out(worker, str(error))

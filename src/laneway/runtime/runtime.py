@@ -229,7 +229,7 @@ class Runtime(WorkerEvents):
                 ),
             )
         if self.fleet is not None:
-            refused_now = self.fleet.refusal(job.model)
+            refused_now = self.fleet.faults.refusal(job.model)
             if refused_now is not None:
                 raise self._refused(priority, "unavailable", refused_now)
         serving = self.prober.serving(job.model)
