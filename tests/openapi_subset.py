@@ -11,7 +11,7 @@ it instead, and a test checks that the kept one is the same.
 laneway's ``/v1/...`` paths (OpenAI's paths are relative to the server
 ``https://api.openai.com/v1``), and the components they ``$ref``,
 transitively. The result is cached in memory per file version and, given a
-``cache_dir``, as JSON keyed by the YAML's SHA-256 (a later run skips the
+``cache_dir``, as JSON keyed by the SHA-256 of the YAML and :data:`SERVED` (a later run skips the
 YAML parse). Every call returns a fresh copy, free to patch.
 """
 
@@ -33,7 +33,7 @@ SPEC_ENV = "LANEWAY_OPENAI_SPEC"
 DEFAULT_SPEC = ROOT.parent / "shared" / "openapi" / "openai-openapi.yaml"
 KEPT = ROOT / "tests" / "data" / "openai-openapi-subset.json"
 PREFIX = "/v1"  # OpenAI's server is https://api.openai.com/v1; laneway serves the same paths under /v1
-CACHE_VERSION = 1  # bump when the extraction changes
+CACHE_VERSION = 1  # bump when the extraction changes (what it serves is in the key)
 
 # OpenAI's path -> the methods laneway serves on it (src/laneway/api/app.py ROUTES)
 SERVED: dict[str, tuple[str, ...]] = {
@@ -51,6 +51,7 @@ SERVED: dict[str, tuple[str, ...]] = {
     "/responses": ("post",),
     "/responses/{response_id}": ("get", "delete"),
     "/responses/{response_id}/input_items": ("get",),
+    "/responses/input_tokens": ("post",),
 }
 DROPPED_KEYS = frozenset({"x-oaiMeta"})  # documentation only (code samples), the bulk of an operation
 
@@ -100,7 +101,7 @@ def _cached(path: str, mtime_ns: int, size: int, cache_dir: str | None) -> dict[
     data = Path(path).read_bytes()
     stored = None
     if cache_dir is not None:
-        digest = hashlib.sha256(data).hexdigest()[:24]
+        digest = hashlib.sha256(data + json.dumps(SERVED, sort_keys=True).encode()).hexdigest()[:24]
         stored = Path(cache_dir) / f"openai-subset-v{CACHE_VERSION}-{digest}.json"
         if stored.exists():
             subset: dict[str, Any] = json.loads(stored.read_text(encoding="utf-8"))

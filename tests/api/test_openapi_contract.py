@@ -820,6 +820,10 @@ def test_engine_responses(
     schema: schemathesis.BaseSchema, engine: httpx.Client, validator: Validator
 ) -> None:
     check_responses(schema, engine, validator, TINY)
+    body = {"model": TINY, "input": "Hi", "instructions": "answer"}
+    counted = conforms(schema, engine.post("/responses/input_tokens", json=body))
+    made = engine.post("/responses", json={**body, "max_output_tokens": 1}).json()
+    assert counted["input_tokens"] == made["usage"]["input_tokens"]
 
 
 def test_engine_chat_with_logprobs_and_choices(

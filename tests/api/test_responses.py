@@ -250,6 +250,37 @@ def test_stored_responses_are_read_listed_and_deleted(server: LiveServer) -> Non
         c.responses.retrieve(unstored.id)
 
 
+def test_input_tokens_are_what_the_response_would_take_counted_by_the_models_tokenizer(
+    server: LiveServer,
+) -> None:
+    c = client(server)
+    ask: dict[str, Any] = {"model": MODEL, "input": "Hello there", "instructions": "be brief"}
+    first = c.responses.create(**ask, max_output_tokens=3, temperature=0)
+    counted = c.responses.input_tokens.count(**ask)
+    assert counted.object == "response.input_tokens"
+    assert first.usage is not None and counted.input_tokens == first.usage.input_tokens
+    # continuing a stored conversation counts it too, as the response that continues it does
+    more: dict[str, Any] = {"model": MODEL, "input": "and more", "previous_response_id": first.id}
+    counted = c.responses.input_tokens.count(**more)
+    second = c.responses.create(**more, max_output_tokens=3, temperature=0)
+    assert second.usage is not None and counted.input_tokens == second.usage.input_tokens
+    assert counted.input_tokens > first.usage.input_tokens
+    url = server.base_url + "/responses/input_tokens"
+    for body, param in [
+        ({"input": "x"}, "model"),
+        ({"model": MODEL, "input": "x", "previous_response_id": "resp_none"}, "previous_response_id"),
+        ({"model": MODEL, "input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"model": MODEL, "input": [{"role": "user", "content": 5}]}, "input[0]"),
+    ]:
+        r = httpx.post(url, json=body, timeout=30)
+        assert r.status_code in (400, 404) and r.json()["error"]["param"] == param, (body, r.text)
+    # the path is not a response's id; compaction is an upstream's to serve (none here)
+    r = httpx.get(url, timeout=30)
+    assert r.status_code == 404 and "no response with id 'input_tokens'" in r.json()["error"]["message"]
+    r = httpx.post(server.base_url + "/responses/compact", json={"model": MODEL, "input": "x"}, timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error", r.text
+
+
 def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> None:
     url = server.base_url + "/responses"
     cases: list[tuple[dict[str, Any], str]] = [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from starlette.routing import Match
 from laneway.api.completions import first_event, submit
 from laneway.api.params import authenticate, read_json_sized
 from laneway.api.streaming import EventStream
+from laneway.config.schema import TenantConfig
 from laneway.errors import RequestError
 from laneway.generation import Delta, Done
 from laneway.protocol.relayed import relay_job
@@ -49,7 +51,13 @@ async def relay(request: Request) -> Response:
     methods = _methods_here(request)
     if methods:  # (as Starlette answers a path served with other methods)
         raise HTTPException(405, headers={"Allow": ", ".join(sorted(methods))})
-    endpoint = request.path_params["path"]
+    return await relay_here(request)
+
+
+async def relay_here(request: Request) -> Response:
+    """Pass a ``POST /v1/…`` through to an upstream of the model its body names (404 when
+    there is none): the pass-through route, and paths laneway names only to pass them on."""
+    endpoint = request.path_params.get("path") or request.url.path.removeprefix("/v1/")
     segments = endpoint.split("/")
     if request.method != "POST" or not all(_SEGMENT.fullmatch(p) and p not in (".", "..") for p in segments):
         raise HTTPException(404)  # (a path of plain names only: nothing leaves the upstream's /v1)
@@ -65,6 +73,20 @@ async def relay(request: Request) -> Response:
     served = runtime.support.get(model) if model is not None else None
     if model is None or served is None or not served.passthrough:
         raise HTTPException(404)
+    return await passed_on(request, runtime, tenant, model, endpoint, body, size)
+
+
+async def passed_on(
+    request: Request,
+    runtime: Runtime,
+    tenant: TenantConfig | None,
+    model: str,
+    endpoint: str,
+    body: dict[str, Any],
+    size: int,
+) -> Response:
+    """``body`` sent to ``endpoint`` of an upstream of ``model``, scheduled by class as any
+    request; its answer as the upstream gave it."""
     job = relay_job("relay-" + uuid.uuid4().hex[:24], model, endpoint, body)
     ticket = submit(request, runtime, job, body, tenant, size)
     first = await first_event(request, runtime, ticket, job.stream)

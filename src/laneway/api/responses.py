@@ -1,5 +1,6 @@
 """The Responses API: ``POST /v1/responses`` (streamed and not), ``GET`` and ``DELETE
-/v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``.
+/v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``, ``POST
+/v1/responses/input_tokens``.
 
 A response is served from the chat path (:mod:`laneway.protocol.responses_api`):
 it is queued, classed, preempted and resumed as a chat request is. A response
@@ -15,7 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,9 +25,10 @@ from laneway.api.completions import JSON, first_event, submit
 from laneway.api.files import tenant_of
 from laneway.api.objects import after_param, limit_param, order_param, page
 from laneway.api.params import authenticate, read_json_sized
+from laneway.api.relay import passed_on
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
-from laneway.generation import CHAT, Delta, Done
+from laneway.generation import CHAT, Delta, Done, Job
 from laneway.protocol.requests import model_of, parse_request
 from laneway.protocol.responses import event_sse, extension
 from laneway.protocol.responses_answer import Answer, failure_code, own
@@ -50,6 +52,28 @@ async def _record(store: Store, response_id: str, owner: str, param: str | None 
         raise NotFound(f"no response with id {response_id!r}", param=param)
     record: dict[str, Any] = json.loads(raw)
     return record
+
+
+async def _context(store: Store, req: ResponsesRequest, owner: str) -> list[dict[str, Any]]:
+    """The conversation ``req`` continues (its ``previous_response_id``'s), as input items."""
+    if req.previous_response_id is None:
+        return []
+    try:
+        previous = await _record(store, req.previous_response_id, owner)
+    except NotFound:
+        raise InvalidRequest(
+            f"previous response with id {req.previous_response_id!r} not found",
+            param="previous_response_id",
+        ) from None
+    if previous["context"] is None:  # (one still streaming, or one that failed or was cancelled)
+        status = previous["response"]["status"]
+        raise InvalidRequest(
+            f"previous response with id {req.previous_response_id!r} is {status}: "
+            "only a finished response can be continued",
+            param="previous_response_id",
+        )
+    context: list[dict[str, Any]] = previous["context"]
+    return context
 
 
 # a chat field an error of the chat path names -> the Responses API's field for it
@@ -86,23 +110,7 @@ async def _create(request: Request) -> Response:
     body, size = await read_json_sized(request, config.max_body_bytes)
     model, served = model_of(body, runtime.support, config.aliases)
     req = read_responses(body, engine=not served.passthrough)
-    context: list[dict[str, Any]] = []
-    if req.previous_response_id is not None:
-        try:
-            previous = await _record(store, req.previous_response_id, owner)
-        except NotFound:
-            raise InvalidRequest(
-                f"previous response with id {req.previous_response_id!r} not found",
-                param="previous_response_id",
-            ) from None
-        if previous["context"] is None:  # (one still streaming, or one that failed or was cancelled)
-            status = previous["response"]["status"]
-            raise InvalidRequest(
-                f"previous response with id {req.previous_response_id!r} is {status}: "
-                "only a finished response can be continued",
-                param="previous_response_id",
-            )
-        context = previous["context"]
+    context = await _context(store, req, owner)
     if served.passthrough:  # to the upstream's own Responses API
         job = forwarded_job(req, model, context)
     else:  # from the chat path
@@ -297,3 +305,47 @@ async def input_items(request: Request) -> Response:
         ids = [i["id"] for i in items]
         items = items[ids.index(after) + 1 :] if after in ids else []
     return JSON(page(items[:limit], len(items) > limit, lambda item: item))
+
+
+async def input_tokens(request: Request) -> Response:
+    """``POST /v1/responses/input_tokens``: how many tokens the input of a response made of
+    this body would take: counted here by the model's own tokenizer and chat template for an
+    engine of laneway's (what ``usage.input_tokens`` of that response says); for an upstream's
+    model, asked of the upstream (its conversation so far put before its input, as a response
+    is sent), which answers as it does."""
+    try:
+        return await _input_tokens(request)
+    except RequestError as exc:
+        raise _worded(exc) from None
+
+
+async def _input_tokens(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    config = runtime.config
+    tenant = authenticate(request, config)
+    body, size = await read_json_sized(request, config.max_body_bytes)
+    model, served = model_of(body, runtime.support, config.aliases)
+    req = read_responses(body, engine=not served.passthrough)
+    context = await _context(request.app.state.store, req, tenant.name if tenant is not None else "")
+    if served.passthrough:
+        asked = {k: v for k, v in body.items() if k != "previous_response_id"}
+        if context:
+            asked["input"] = [*context, *req.input_list]
+        return await passed_on(request, runtime, tenant, model, "responses/input_tokens", asked, size)
+    job = parse_request(chat_body(req, context), CHAT, config, runtime.support).job
+    engines = [w.engine for name, w in runtime.workers.items() if runtime.served.get(name, name) == model]
+    counter = next((e for e in engines if isinstance(e, Tokenizes)), None)
+    if counter is None:
+        raise InvalidRequest(
+            f"model {model!r} is served by {served.engine}, which has no tokenizer: "
+            "its input tokens cannot be counted",
+            param="model",
+        )
+    return JSON({"object": "response.input_tokens", "input_tokens": len(counter.tokenize(job))})
+
+
+@runtime_checkable
+class Tokenizes(Protocol):
+    """An engine that tokenizes a job's prompt as it would run it."""
+
+    def tokenize(self, job: Job) -> list[int]: ...

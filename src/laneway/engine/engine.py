@@ -155,8 +155,9 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.by_id)
 
-    def prompt_ids(self, job: Job) -> list[int]:
-        """Tokenize ``job``'s prompt; raise :class:`ContextTooLong` if it cannot fit."""
+    def tokenize(self, job: Job) -> list[int]:
+        """``job``'s prompt as this model sees it: its token ids (checked), its text encoded,
+        or its chat messages through the model's chat template."""
         tok = self.model.tokenizer
         if isinstance(job.prompt, list):  # token ids, as given
             vocab = int(self.model.config.vocab_size)
@@ -167,6 +168,11 @@ class Engine:
             ids = tok.encode(job.prompt)
         else:
             ids = tok.chat_prompt(job.messages or (), job.continue_final)
+        return ids
+
+    def prompt_ids(self, job: Job) -> list[int]:
+        """Tokenize ``job``'s prompt; raise :class:`ContextTooLong` if it cannot fit."""
+        ids = self.tokenize(job)
         self._check_ids(job)
         context = self.model.context
         if len(ids) >= context:

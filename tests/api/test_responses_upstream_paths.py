@@ -1,0 +1,116 @@
+"""The Responses API's paths beside a response's id, for an upstream's model: ``POST
+/v1/responses/input_tokens`` and ``/v1/responses/compact`` are the upstream's to answer
+(passed on as any other request for it), the conversation laneway keeps put before the input
+as a response that continues it is sent."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from laneway.config import ServerConfig
+from live_server import live_server, serving, upstream
+
+
+def _sse(kind: str, **fields: Any) -> str:
+    return f"data: {json.dumps({'type': kind, **fields})}\n\n"
+
+
+def fake_upstream(asked: list[tuple[str, dict[str, Any]]]) -> Starlette:
+    """An engine of model ``m`` with a Responses API (always ``"ok"``), an input count (a
+    token per word of a text input, per item of a list) and a compaction; what each POST got
+    goes in ``asked``."""
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def responses(request: Request) -> Response:
+        body = await request.json()
+        asked.append(("responses", body))
+        final = {
+            "id": "resp_up",
+            "object": "response",
+            "status": "completed",
+            "model": "m",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+                }
+            ],
+            "usage": {"input_tokens": 2, "output_tokens": 1, "total_tokens": 3},
+        }
+        events = (
+            _sse("response.created", response={**final, "status": "in_progress", "output": []})
+            + _sse("response.output_text.delta", delta="ok")
+            + _sse("response.completed", response=final)
+        )
+        return Response(events, media_type="text/event-stream")
+
+    async def input_tokens(request: Request) -> Response:
+        body = await request.json()
+        asked.append(("input_tokens", body))
+        given = body["input"]
+        count = len(given) if isinstance(given, list) else len(given.split())
+        return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
+
+    async def compact(request: Request) -> Response:
+        asked.append(("compact", await request.json()))
+        return JSONResponse({"id": "resp_c", "object": "response.compaction", "output": []})
+
+    return Starlette(
+        routes=[
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/responses", responses, methods=["POST"]),
+            Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+            Route("/v1/responses/compact", compact, methods=["POST"]),
+        ]
+    )
+
+
+def test_input_tokens_and_compaction_of_an_upstreams_model_are_the_upstreams(tmp_path: Path) -> None:
+    asked: list[tuple[str, dict[str, Any]]] = []
+    with serving(fake_upstream(asked)) as url:
+        cfg = replace(ServerConfig(), workers=(upstream("u", url),), data_dir=tmp_path)
+        with live_server(cfg) as s:
+            c = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=60)
+            with c:
+                counted = c.responses.input_tokens.count(model="m", input="one two three")
+                assert (counted.object, counted.input_tokens) == ("response.input_tokens", 3)
+                assert asked[-1] == ("input_tokens", {"model": "m", "input": "one two three"})
+                first = c.responses.create(model="m", input="four five")
+                assert first.output_text == "ok"
+                # a count that continues it: the conversation laneway keeps goes first, as the
+                # response that continues it would be sent; laneway's own field is not passed on
+                counted = c.responses.input_tokens.count(
+                    model="m", input="six", previous_response_id=first.id
+                )
+                sent = asked[-1][1]
+                assert asked[-1][0] == "input_tokens" and "previous_response_id" not in sent
+                assert sent["input"][0]["content"] == "four five"
+                assert sent["input"][-1] == {"role": "user", "content": "six"}
+                assert counted.input_tokens == 3  # (the upstream's count: its three items)
+                r = httpx.post(f"{s.base_url}/responses/compact", json={"model": "m", "input": "x"})
+                assert r.status_code == 200 and r.json()["object"] == "response.compaction", r.text
+                assert asked[-1] == ("compact", {"model": "m", "input": "x"})
+                # an unknown previous response is laneway's to refuse: nothing is sent
+                n = len(asked)
+                r = httpx.post(
+                    f"{s.base_url}/responses/input_tokens",
+                    json={"model": "m", "input": "x", "previous_response_id": "resp_nope"},
+                    timeout=30,
+                )
+                assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
+                assert len(asked) == n
