@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from laneway.backends.upstream_errors import describe_body, error_from
+from laneway.backends.upstream_errors import describe_body, error_from, relay_error
 from laneway.errors import ModelNotFound, NotFound
 
 VLLM_NO_MODEL = {
@@ -40,3 +40,16 @@ def test_a_404_of_a_missing_route_is_not_found_naming_it(raw: bytes, ctype: byte
 def test_a_quoted_body_escapes_markup_but_not_quotes() -> None:
     said = describe_body(b'<b onclick="x()">it\'s "gone"</b>', b"text/html")
     assert said == 'text/html, 32 bytes: &lt;b onclick="x()"&gt;it\'s "gone"&lt;/b&gt;'
+
+
+@pytest.mark.parametrize("status", [404, 405])
+def test_a_relayed_path_the_upstream_does_not_serve_is_not_found_naming_it(status: int) -> None:
+    """vLLM answers ``POST /v1/responses/input_tokens`` with a 405 (its ``/v1/responses/{id}``
+    takes GET and DELETE): for the client the path is not served, as a 404 says."""
+    raw = b'{"detail":"Method Not Allowed"}'
+    got = relay_error(status, raw, "up", "responses/input_tokens", b"application/json")
+    assert isinstance(got, NotFound) and got.status == 404
+    assert str(got).startswith(f"upstream up does not serve POST /responses/input_tokens (HTTP {status}): ")
+    assert "Method Not Allowed" in str(got)
+    got = relay_error(400, b'{"error": {"message": "bad"}}', "up", "rerank", b"application/json")
+    assert not isinstance(got, NotFound) and got.status == 400  # type: ignore[attr-defined]

@@ -49,6 +49,9 @@ def test_messages_are_vllms_own_whole_and_streamed(vllm: VllmProcess, gateway: L
     # a path vLLM does not serve: its 404, said so; one laneway serves with other methods: 405
     r = httpx.post(gateway.base_url + "/rerank", json={"model": "tiny", "query": "q", "documents": ["d"]})
     assert r.status_code == 404 and "does not serve POST /rerank" in r.json()["error"]["message"]
+    r = httpx.post(gateway.base_url + "/responses/input_tokens", json={"model": "tiny", "input": "Hello"})
+    assert r.status_code == 404, r.text  # (not 405: the path is no response's id)
+    assert "does not serve POST /responses/input_tokens" in r.json()["error"]["message"]
     r = httpx.post(gateway.base_url + "/models", json={"model": "tiny"})
     assert r.status_code == 405
     # what vLLM refuses is its 400

@@ -57,10 +57,12 @@ def _error_object(raw: bytes) -> object | None:
 
 def relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type: bytes) -> Exception:
     """A relayed request's error: as any upstream error, but a 404 is the endpoint's (the
-    model was found: the upstream serves it)."""
-    if status == 404:
+    model was found: the upstream serves it), and so is a 405 (a path it serves with other
+    methods: vLLM's ``/v1/responses/{id}`` takes ``/v1/responses/input_tokens``)."""
+    if status in (404, 405):
         return NotFound(
-            f"upstream {name} does not serve POST /{endpoint}: " + describe_body(raw, content_type)
+            f"upstream {name} does not serve POST /{endpoint} (HTTP {status}): "
+            + describe_body(raw, content_type)
         )
     return error_from(status, raw, name, content_type)
 
