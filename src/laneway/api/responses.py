@@ -11,10 +11,11 @@ for replicas) under its tenant: only that tenant's key reads, continues
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -94,14 +95,24 @@ def _worded(exc: RequestError) -> RequestError:
     return exc
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _in_its_words(handler: Handler) -> Handler:
+    """``handler``, its errors naming the Responses API's fields (:func:`_worded`)."""
+
+    @functools.wraps(handler)
+    async def worded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            raise _worded(exc) from None
+
+    return worded
+
+
+@_in_its_words
 async def create(request: Request) -> Response:
-    try:
-        return await _create(request)
-    except RequestError as exc:
-        raise _worded(exc) from None
-
-
-async def _create(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     store: Store = request.app.state.store
     config = runtime.config
@@ -307,19 +318,13 @@ async def input_items(request: Request) -> Response:
     return JSON(page(items[:limit], len(items) > limit, lambda item: item))
 
 
+@_in_its_words
 async def input_tokens(request: Request) -> Response:
     """``POST /v1/responses/input_tokens``: how many tokens the input of a response made of
     this body would take: counted here by the model's own tokenizer and chat template for an
     engine of laneway's (what ``usage.input_tokens`` of that response says); for an upstream's
     model, asked of the upstream (its conversation so far put before its input, as a response
     is sent), which answers as it does."""
-    try:
-        return await _input_tokens(request)
-    except RequestError as exc:
-        raise _worded(exc) from None
-
-
-async def _input_tokens(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     config = runtime.config
     tenant = authenticate(request, config)
