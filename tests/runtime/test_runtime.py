@@ -218,9 +218,12 @@ def test_a_request_s_size_is_its_estimate_before_its_class_has_history() -> None
         short = rt.sched.service.overall  # what an unmeasured class would borrow: ~8 ms
         est = rt.sched.get(ticket.id).est_s
         assert est > 100 * short
-        assert 4.0 > est > 1.0  # 1,000 tokens at the 500 tokens/s measured on the short ones
+        # 1,000 tokens at the pace measured on the short ones (500 tokens/s at most: slower on a
+        # busy machine, where the engine's timer wakes late)
+        pace = rt.sizing.decode_tokens_s["sim"]
+        assert 0 < pace <= 550 and est > 1.0
+        assert est == pytest.approx(1000 / pace, rel=0.05)  # (its short prompt's prefill: µs)
         rt.cancel(ticket)
-        assert rt.sizing.decode_tokens_s["sim"] > 0
 
     run_with(config(), 500.0, body)
 
