@@ -24,6 +24,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from laneway.bus import BusUnavailable, connect
+from laneway.cluster.agreement import compare, decided_by
 from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.cluster.fleet_book import FleetBook
 from laneway.cluster.fleet_replica import ClusterPlacing, EngineDirectory
@@ -185,6 +186,8 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     await client.ping()
     config = runtime.config
     fleet = runtime.fleet
+    settings = decided_by(config.policy, config.scheduler, runtime.specs)
+    await compare(client, cluster.key_prefix, cluster.replica, settings)
     remote = RemoteScheduler(
         client,
         cluster.key_prefix,
