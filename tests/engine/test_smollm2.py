@@ -93,7 +93,12 @@ def test_served_it_answers_the_official_client(smollm2: LoadedModel, tmp_path: P
             max_output_tokens=20,
             temperature=0,
         )
+        # what the second took, counted before (its chat template, the conversation so far)
+        counted = client.responses.input_tokens.count(
+            model="builtin:smollm2", input="And of Italy?", previous_response_id=first.id
+        )
         text = s.text()
+    assert second.usage is not None and counted.input_tokens == second.usage.input_tokens
     assert "Paris" in first.output_text and "Rome" in second.output_text, (
         first.output_text,
         second.output_text,
