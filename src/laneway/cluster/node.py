@@ -187,7 +187,10 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     config = runtime.config
     fleet = runtime.fleet
     settings = decided_by(config.policy, config.scheduler, runtime.specs)
-    await compare(client, cluster.key_prefix, cluster.replica, settings)
+    try:
+        await compare(client, cluster.key_prefix, cluster.replica, settings)
+    except (aioredis.RedisError, OSError) as exc:  # (only a warning is lost: the replica starts)
+        log.warning("replica %r could not compare its configuration with others: %s", cluster.replica, exc)
     remote = RemoteScheduler(
         client,
         cluster.key_prefix,
