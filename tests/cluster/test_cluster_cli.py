@@ -53,6 +53,17 @@ def test_status_and_accepting_a_loss(tmp_path: Path, redis_url: str) -> None:
         done = run("status", "--config", str(path))
         assert done.returncode == 0, done.stderr
         assert "leader: r2" in done.stdout and "r2.abc" in done.stdout and "lost: nothing" in done.stdout
+        assert "configurations: the same on every replica alive" in done.stdout  # (none written)
+        # two replicas that schedule by different settings: each difference named
+        r.set(prefix + "alive:r3.def", "1", px=10_000)
+        r.set(prefix + "config:r2", json.dumps({"policy": "laneway", "workers.up": {"slots": 4}}))
+        r.set(prefix + "config:r3", json.dumps({"policy": "laneway", "workers.up": {"slots": 2}}))
+        done = run("status", "--config", str(path))
+        said = "configurations: replica 'r2' schedules by another configuration than replica 'r3'"
+        assert said in done.stdout
+        assert "(workers.up.slots: 4 here, 2 there)" in done.stdout, done.stdout
+        r.set(prefix + "config:r3", json.dumps({"policy": "laneway", "workers.up": {"slots": 4}}))
+        assert "configurations: the same" in run("status", "--config", str(path)).stdout
         assert "no loss to accept" in run("accept-loss", "--config", str(path)).stdout
         loss = {"kind": "empty", "at": time.time(), "by": "r3", "detail": "it holds no laneway data"}
         r.set(prefix + "lost", json.dumps(loss))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -24,6 +24,7 @@ from laneway.core import SchedulerConfig, WorkerSpec
 log = logging.getLogger("laneway.cluster")
 
 NAMED_AT_MOST = 8  # differences named in the warning (the rest counted)
+KEY = "config:"  # PREFIX config:REPLICA: what that replica's core schedules by (JSON)
 
 
 def _plain(value: object) -> object:
@@ -76,34 +77,42 @@ def _said(value: object) -> str:
     return said if len(said) <= 80 else said[:77] + "..."
 
 
-async def compare(client: aioredis.Redis, prefix: str, replica: str, mine: Mapping[str, Any]) -> list[str]:
-    """Write this replica's settings, and warn of each live replica whose settings differ
-    (one line each); the warnings, as logged."""
-    await client.set(prefix + "config:" + replica, json.dumps(mine, sort_keys=True))
-    live = {
-        text(key).removeprefix(prefix + "alive:").rsplit(".", 1)[0]
-        async for key in client.scan_iter(match=prefix + "alive:*", count=1000)
-    }
-    warnings: list[str] = []
-    for other in sorted(live - {replica}):
-        raw = await client.get(prefix + "config:" + other)
-        if raw is None:
+def told(replica: str, mine: Mapping[str, Any], others: Mapping[str, bytes | str | None]) -> list[str]:
+    """One line for each replica in ``others`` (its name -> the settings it wrote, or
+    ``None``) whose settings differ from ``mine``, naming each difference."""
+    lines: list[str] = []
+    for other, raw in sorted(others.items()):
+        if other == replica or raw is None:
             continue  # (a replica of a version that writes none)
         try:
             theirs = json.loads(raw)
         except ValueError:
             continue
-        if not isinstance(theirs, dict):
-            continue
-        found = differences(mine, theirs)
+        found = differences(mine, theirs) if isinstance(theirs, dict) else []
         if not found:
             continue
         named = "; ".join(found[:NAMED_AT_MOST])
         more = f"; and {len(found) - NAMED_AT_MOST} more" if len(found) > NAMED_AT_MOST else ""
-        line = (
+        lines.append(
             f"replica {replica!r} schedules by another configuration than replica {other!r} "
             f"({named}{more}): the leader's decides for all, so scheduling changes with the leader"
         )
+    return lines
+
+
+def live_replicas(prefix: str, alive_keys: Iterable[bytes | str]) -> set[str]:
+    """The names of the replicas whose ``alive:REPLICA.HOME`` keys these are."""
+    return {text(key).removeprefix(prefix + "alive:").rsplit(".", 1)[0] for key in alive_keys}
+
+
+async def compare(client: aioredis.Redis, prefix: str, replica: str, mine: Mapping[str, Any]) -> list[str]:
+    """Write this replica's settings, and warn of each live replica whose settings differ
+    (one line each); the warnings, as logged."""
+    await client.set(prefix + KEY + replica, json.dumps(mine, sort_keys=True))
+    keys = [key async for key in client.scan_iter(match=prefix + "alive:*", count=1000)]
+    live = live_replicas(prefix, keys)
+    others = {other: await client.get(prefix + KEY + other) for other in live - {replica}}
+    warnings = told(replica, mine, others)
+    for line in warnings:
         log.warning("%s", line)
-        warnings.append(line)
     return warnings

@@ -61,6 +61,8 @@ def _client(config_path: Path) -> tuple[Any, str]:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
+    from laneway.cluster.agreement import KEY, live_replicas, told
+
     client, p = _client(args.config)
     try:
         raw = client.get(p + "lost")
@@ -82,9 +84,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return 0
         holder = client.get(p + "leader")
         leader = holder.decode().rpartition("|")[0] if holder else "none"
-        alive = sorted(k.decode().removeprefix(p + "alive:") for k in client.scan_iter(match=p + "alive:*"))
+        keys = list(client.scan_iter(match=p + "alive:*"))
+        alive = sorted(k.decode().removeprefix(p + "alive:") for k in keys)
         print(f"leader: {leader}")
         print(f"replicas alive: {', '.join(alive) or 'none'}")
+        names = sorted(live_replicas(p, keys))
+        written = {name: client.get(p + KEY + name) for name in names}
+        first = next((n for n in names if written[n] is not None), None)
+        lines = [] if first is None else told(first, json.loads(written[first]), written)
+        print("configurations: " + ("; ".join(lines) if lines else "the same on every replica alive"))
         print(f"lost: {loss.message}" if loss else "lost: nothing (Redis holds what the cluster wrote)")
         return 0
     finally:
