@@ -42,6 +42,36 @@ def test_an_engine_evicts_past_its_kv_space() -> None:
     assert engines.start("a", (1, 2, 3), 96, now=2.0)[1] == 1 * BLOCK_TOKENS
 
 
+def test_a_request_stopped_before_its_first_token_gives_its_engine_back_its_prefill() -> None:
+    engines = Engines([WorkerSpec("a", 4)], 1000.0)
+    system = tuple(range(1, 64))  # 2,016 tokens
+    assert engines.start("a", system, 2000, now=0.0, rid="long")[0] == pytest.approx(2.0)
+    assert engines.start("a", (99,), 500, now=0.5, rid="next")[0] == pytest.approx(2.0)  # 2.0 → 2.5
+    # "long" stopped at 1 s: "next" begins then, not at 2 s
+    assert engines.give_back("a", "long", 1.0) == {"next": pytest.approx(1.0)}
+    assert engines.start("a", (98,), 100, now=1.2, rid="after")[0] == pytest.approx(0.3 + 0.1)
+    assert engines.give_back("a", "next", 2.0) == {}  # (its prefill was done)
+    assert engines.give_back("a", "nobody", 2.0) == {}
+    # of its prompt the engine holds what was prefilled (1,000 tokens: 31 blocks), no more
+    assert engines.start("a", system, 2000, now=3.0, rid="again")[1] == 31 * BLOCK_TOKENS
+
+
+def test_a_p1_that_preempts_a_p3_in_its_prefill_does_not_wait_for_that_prefill() -> None:
+    from laneway.sim.workload import SimRequest
+
+    # one slot; a P3 of 16,000 tokens (2 s of prefill at 8,000 tokens/s), a P1 at 0.5 s
+    reqs = [
+        SimRequest("p3", 0.0, 3, 1.0, prompt_tokens=16_000, prefix=tuple(range(1, 501))),
+        SimRequest("p1", 0.5, 1, 1.0, prompt_tokens=800, prefix=tuple(range(1000, 1025))),
+    ]
+    result = simulate(reqs, slots=1, workers=[WorkerSpec("u0", 1)], caches=True, check=True)
+    p3, p1 = result.outcomes
+    assert p3.status == p1.status == "finished" and p3.req.preemptions == 1
+    # its own prefill (0.1 s) after the stop: not after the rest of the P3's (1.5 s more)
+    assert p1.ttft_s < 0.5, p1.ttft_s
+    assert p3.ttft_s > p1.ttft_s + 0.5 + 2.0 - 0.5  # (the P3 prefilled again after the P1)
+
+
 def small_agents(policy: str) -> dict[str, object]:
     sc = agents(seed=3, upstreams=4, count=80, kv_tokens=32_768)
     assert sc.workers is not None and sc.caches

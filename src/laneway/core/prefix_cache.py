@@ -86,6 +86,13 @@ class PrefixIndex:
                 held[b] = None
         self._evict(worker)
 
+    def drop(self, worker: str, blocks: Sequence[int]) -> None:
+        """``worker`` does not hold ``blocks`` after all (a prefill stopped before it made
+        them)."""
+        held = self._blocks[worker]
+        for b in blocks:
+            held.pop(b, None)
+
     def forget(self, worker: str) -> None:
         """``worker``'s cache is gone (its engine restarted, or was replaced)."""
         self._blocks[worker].clear()

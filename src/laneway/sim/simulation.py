@@ -357,20 +357,21 @@ class Simulation:
             ready = self._adapter_ready.get((decision.worker_id, req.model))  # type: ignore[arg-type]
             if ready is not None and ready > now:
                 overhead = ready - now
-        if decision.resume is not None:
-            held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
-            overhead += (
-                costs.restore_s(held) if decision.resume is StopMode.CHECKPOINT else costs.recompute_s(held)
-            )
-        elif self.engines is not None and math.isnan(out.ttft_s):  # its first run: prefill
+        if self.engines is not None and math.isnan(out.ttft_s):  # its first token to come: prefill
             spec = out.spec
             prompt = spec.prompt_tokens or costs.default_prompt_tokens
-            first, out.cached_tokens = self.engines.start(decision.worker_id, spec.prefix, prompt, now)
+            worker = decision.worker_id
+            first, out.cached_tokens = self.engines.start(worker, spec.prefix, prompt, now, req.id)
             # its prefill as the engine runs it, in place of the one from the speed model (a
             # given duration_s is taken as its generation alone)
             modelled = prompt / costs.prefill_tokens_s if spec.duration_s is None else 0.0
             out.remaining_s += first - modelled
             out.ttft_s = now - spec.arrival_s + first
+        elif decision.resume is not None:
+            held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
+            overhead += (
+                costs.restore_s(held) if decision.resume is StopMode.CHECKPOINT else costs.recompute_s(held)
+            )
         out.token += 1
         out.run_start_s = now
         out.overhead_s = overhead
@@ -383,6 +384,9 @@ class Simulation:
         out = self._outcomes[decision.request_id]
         costs = self.costs
         req = out.req
+        if self.engines is not None and now < out.spec.arrival_s + out.ttft_s:
+            self._stopped_in_prefill(out, now)
+            return
         progress = max(0.0, now - out.run_start_s - out.overhead_s)
         if out.remaining_s - progress <= costs.step_s:
             return  # it ends within a decode step: the finish event stands
@@ -394,6 +398,26 @@ class Simulation:
             self.timeline.append(("preempt", out.gpus, now, req.model, req.priority))
         out.token += 1
         self._push(now + save, _STOPPED, (out, out.token))
+
+    def _stopped_in_prefill(self, out: Outcome, now: float) -> None:
+        """``out`` is stopped before its first token: its engine drops the prefill it had not
+        done (those queued behind it there get their first token sooner), and it starts
+        again from its prompt, prefilled where it runs next."""
+        assert self.engines is not None
+        for rid, sooner in self.engines.give_back(out.worker, out.req.id, now).items():
+            other = self._outcomes[rid]
+            other.remaining_s -= sooner
+            other.ttft_s -= sooner
+            other.token += 1
+            ends = other.run_start_s + other.overhead_s + other.remaining_s
+            self._push(ends, _FINISH, (other, other.token))
+        out.remaining_s = service_time(out.spec, self.costs)
+        out.ttft_s = math.nan
+        out.cached_tokens = 0
+        if self.gpu is not None:
+            self.timeline.append(("preempt", out.gpus, now, out.req.model, out.req.priority))
+        out.token += 1
+        self._push(now + self.costs.step_s, _STOPPED, (out, out.token))
 
 
 def simulate(
