@@ -13,7 +13,7 @@ import pytest
 
 from laneway.bus import connect
 from laneway.cluster.agreement import compare, decided_by, differences
-from laneway.core import SchedulerConfig, WorkerSpec
+from laneway.core import SchedulerConfig, TenantPolicy, WorkerSpec
 
 WORKERS = [WorkerSpec("up0", 4, isolate=True), WorkerSpec("up1", 4)]
 
@@ -30,6 +30,14 @@ def test_each_difference_is_named_with_both_values() -> None:
         "workers.up0.slots: 4 here, 2 there",
         "workers.up1: only here",
         "workers.up2: only there",
+    ]
+    # within a table, the key that differs (a tenant added, another's cap)
+    tenants = {"A": TenantPolicy(max_concurrent=2), "B": TenantPolicy()}
+    theirs = decided_by("laneway", SchedulerConfig(tenants={**tenants, "C": TenantPolicy()}), WORKERS)
+    mine = decided_by("laneway", SchedulerConfig(tenants={**tenants, "A": TenantPolicy()}), WORKERS)
+    assert differences(mine, theirs) == [
+        "scheduler.tenants.A.max_concurrent: null here, 2 there",
+        "scheduler.tenants.C: only there",
     ]
 
 

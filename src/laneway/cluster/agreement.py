@@ -54,21 +54,22 @@ def decided_by(policy: str, config: SchedulerConfig, specs: Sequence[WorkerSpec]
     }
 
 
-def differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
-    """Each setting where two replicas differ, named with both values (a worker's by field)."""
+def differences(mine: Mapping[str, Any], theirs: Mapping[str, Any], path: str = "") -> list[str]:
+    """Each setting where two replicas differ, named by its path with both values (within
+    a table, each key of it that differs: a worker's field, a tenant's quota …)."""
     out: list[str] = []
     for key in sorted(mine.keys() | theirs.keys()):
-        a, b = mine.get(key), theirs.get(key)
+        name = f"{path}{key}"
+        if key not in theirs or key not in mine:
+            out.append(f"{name}: {'only here' if key not in theirs else 'only there'}")
+            continue
+        a, b = mine[key], theirs[key]
         if a == b:
             continue
-        if key.startswith("workers.") and isinstance(a, dict) and isinstance(b, dict):
-            for field in sorted(a.keys() | b.keys()):
-                if a.get(field) != b.get(field):
-                    out.append(f"{key}.{field}: {_said(a.get(field))} here, {_said(b.get(field))} there")
-        elif key.startswith("workers."):
-            out.append(f"{key}: {'only here' if b is None else 'only there'}")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, name + ".")
         else:
-            out.append(f"{key}: {_said(a)} here, {_said(b)} there")
+            out.append(f"{name}: {_said(a)} here, {_said(b)} there")
     return out
 
 
