@@ -42,19 +42,31 @@ def replicas(
 
 @contextlib.contextmanager
 def inprocess_replicas(
-    tmp: Path, bus_url: str, names: list[str], engines: Mapping[str, StandIn], slots: int, extra: str = ""
+    tmp: Path,
+    bus_url: str,
+    names: list[str],
+    engines: Mapping[str, StandIn],
+    slots: int | Mapping[str, int],
+    extra: str = "",
+    cluster: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, LiveServer]]:
     """Replicas ``names`` in this process (one event loop, :func:`live_server.live_servers`) on
     the in-process bus ``bus_url`` (``memory://``), each with an upstream worker of ``slots``
-    for each of ``engines`` (worker name -> a stand-in engine's app, reached in-process too):
-    the replicas' configuration read as :func:`replicas` writes it, the same HTTP, leader,
-    lease and Lua scripts, no process started."""
+    (or of its own, by replica) for each of ``engines`` (worker name -> a stand-in engine's
+    app, reached in-process too), and ``cluster``'s lines in its ``[cluster]`` table (by
+    replica): the replicas' configuration read as :func:`replicas` writes it, the same HTTP,
+    leader, lease and Lua scripts, no process started."""
     prefix = f"c{uuid.uuid4().hex[:8]}:"
-    workers = "".join(upstream(w, f"http://{w}.invalid/v1", slots) for w in engines)
     servers = []
     for name in names:
+        n = slots if isinstance(slots, int) else slots[name]
+        workers = "".join(upstream(w, f"http://{w}.invalid/v1", n) for w in engines)
+        text = replica_toml(tmp / name, bus_url, name, prefix, extra=extra)
+        lines = (cluster or {}).get(name)
+        if lines:
+            text = text.replace("[batches]\n", lines.rstrip("\n") + "\n[batches]\n", 1)
         path = tmp / f"{name}.toml"
-        path.write_text(replica_toml(tmp / name, bus_url, name, prefix, extra=extra) + workers)
+        path.write_text(text + workers)
         config = load_config(path)
         built = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
         servers.append((config, built))

@@ -193,3 +193,30 @@ def test_an_agents_turns_go_where_its_prompt_is_cached_on_lent_slots_too(
     assert all(len(ws) == 1 for ws in by_agent.values()), by_agent  # each agent on one engine
     assert {w for ws in by_agent.values() for w in ws} == {"up0", "up1"}  # and both engines used
     assert lent >= 8, lent  # (most later turns started on lent slots)
+
+
+def test_a_replica_runs_what_a_leader_of_another_configuration_starts_there(
+    tmp_path: Path, memory_bus: str
+) -> None:
+    """r1 leads, its worker of 4 slots; r2's worker of the same engine has 2. The leader's
+    count holds for all: 4 requests sent to r2 all run (2 of them were a 502, "all 2 slots
+    of worker up are busy"), and the engine never runs more than the leader's 4."""
+    engines = {"up": StandIn(slots=8, ms_per_token=20)}
+    lead = {"r1": "leader_priority = 2\n"}
+    slots = {"r1": 4, "r2": 2}
+    with inprocess_replicas(tmp_path, memory_bus, ["r1", "r2"], engines, slots, cluster=lead) as reps:
+
+        async def go() -> list[int]:
+            async with httpx.AsyncClient(timeout=60) as c:
+                for _ in range(200):  # (r1 takes the lease from whoever held it first)
+                    r = await c.get(reps["r1"].url + "/readyz")
+                    if r.status_code == 200 and r.json().get("cluster", {}).get("leading"):
+                        break
+                    await asyncio.sleep(0.05)
+                url = reps["r2"].url + "/v1/completions"
+                got = await asyncio.gather(*(c.post(url, json=body("P2", 20, f"j{i}")) for i in range(4)))
+                return [r.status_code for r in got]
+
+        statuses = asyncio.run(go())
+    assert statuses == [200] * 4, statuses
+    assert engines["up"].peak_requests == 4

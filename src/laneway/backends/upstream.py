@@ -116,6 +116,10 @@ class UpstreamWorker:
         self.name = name
         self.model = model
         self.slots = slots
+        # in a cluster the leader counts its slots (over every replica, by its configuration):
+        # what it starts here runs, one over ``slots`` said once in the log
+        self.counted_elsewhere = False
+        self._said_over = False
         # awaited before each call with the model it names (a fleet: until the LoRA adapter
         # it names is loaded into this engine; what it raises ends the run)
         self.gate: Callable[[str], Awaitable[None]] | None = None
@@ -268,7 +272,17 @@ class UpstreamWorker:
         if run.job.id in self._runs:
             raise InvalidRequest(f"job {run.job.id!r} is already running on worker {self.name}")
         if len(self._runs) >= self.slots:
-            raise BackendError(f"all {self.slots} slots of worker {self.name} are busy")
+            if not self.counted_elsewhere:
+                raise BackendError(f"all {self.slots} slots of worker {self.name} are busy")
+            if not self._said_over:
+                self._said_over = True
+                log.warning(
+                    "worker %s runs %d requests here, over its %d slots: the leader's configuration "
+                    "gives it more (`laneway cluster status` names what differs)",
+                    self.name,
+                    len(self._runs) + 1,
+                    self.slots,
+                )
         self._runs[run.job.id] = run
         run.task = asyncio.get_running_loop().create_task(self._go(run))
 
