@@ -77,6 +77,7 @@ def test_failed_batch_exits_1_and_mistakes_are_one_line(
     assert code == 1 and "failed" in err and "model_not_found" in err
 
     assert "no such file" in one_line(capsys, ["batch", "submit", str(tmp_path / "missing.jsonl")])
+    assert "a directory, not a JSONL file" in one_line(capsys, ["batch", "submit", str(tmp_path)])
     assert "404" in one_line(capsys, ["batch", "status", "batch_nope"])
     assert "cannot reach the server" in one_line(
         capsys, ["batch", "status", "x", "--base-url", "http://127.0.0.1:9/v1"]

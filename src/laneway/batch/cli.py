@@ -193,7 +193,8 @@ def _endpoint(path: Path) -> str:
 def _submit(client: Any, args: argparse.Namespace) -> int:
     path: Path = args.file
     if not path.is_file():
-        raise BatchCliError(f"{path}: no such file")
+        what = "a directory, not a JSONL file" if path.is_dir() else "no such file"
+        raise BatchCliError(f"{path}: {what}")
     endpoint = args.endpoint or _endpoint(path)
     with path.open("rb") as f:
         lines = sum(1 for raw in f if raw.strip())
