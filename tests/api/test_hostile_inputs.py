@@ -405,3 +405,8 @@ def test_the_priority_header_is_one_value_read_as_its_client_wrote_it(hostile: H
         "GET", "/v1/queue/estimate", headers=[(b"x-laneway-priority", b"P3"), (b"x-laneway-priority", b"P0")]
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "X-Laneway-Priority", r.text
+    for query, param in (("priority=P0&priority=P3", "priority"), ("model=a&model=b", "model")):
+        r = hostile.send("GET", f"/v1/queue/estimate?{query}")  # (so in the query string too)
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == param and "2 different values" in err["message"], err
+    assert hostile.send("GET", "/v1/queue/estimate?priority=P1&priority=P1").status_code == 200

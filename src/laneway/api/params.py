@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 
 from laneway.config.schema import ServerConfig, TenantConfig
@@ -78,6 +78,17 @@ def priority_header(headers: Headers) -> str | None:
             param="X-Laneway-Priority",
         )
     return _utf8(values[0]) if values else None
+
+
+def query_value(query: QueryParams, name: str) -> str | None:
+    """The query parameter ``name`` (``None`` without one): given once, or the same value
+    again; two values are refused, as for the header."""
+    values = list(dict.fromkeys(query.getlist(name)))
+    if len(values) > 1:
+        shown = ", ".join(repr(v) for v in values)
+        message = f"{name} is given {len(values)} different values ({shown}): give one"
+        raise InvalidRequest(message, param=name)
+    return values[0] if values else None
 
 
 def _utf8(value: str) -> str:

@@ -8,7 +8,7 @@ import math
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from laneway.api.params import authenticate, parse_class, priority_header
+from laneway.api.params import authenticate, parse_class, priority_header, query_value
 from laneway.api.state import runtime_of
 from laneway.errors import ClassNotAllowed, ModelNotFound
 
@@ -19,14 +19,14 @@ async def queue_estimate(request: Request) -> Response:
     config = runtime.config
     tenant = authenticate(request, config)
     query = request.query_params
-    raw = query.get("priority") or priority_header(request.headers)
+    raw = query_value(query, "priority") or priority_header(request.headers)
     if raw is not None:
         cls = parse_class(raw, config, "priority")
     elif tenant is not None and tenant.policy.default_class is not None:
         cls = tenant.policy.default_class
     else:
         cls = config.default_priority
-    model = query.get("model")
+    model = query_value(query, "model")
     if model is not None:
         model = config.aliases.get(model, model)
         if model not in runtime.models:
