@@ -77,6 +77,8 @@ def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, memory_b
     tenant = (
         f'[tenants.t]\nkey_sha256 = ["{hash_key("t-key")}"]\nallowed = ["P0", "P1"]\n'
         "[tenants.t.quotas]\nP0 = { rate_per_s = 2, burst = 2 }\n"
+        f'[tenants.u]\nkey_sha256 = ["{hash_key("u-key")}"]\n'
+        "[tenants.u.quotas]\nP1 = { rate_per_s = 0.01, burst = 1 }\n"
     )
     engines = {"up": StandIn(slots=8, ms_per_token=0)}
     with inprocess_replicas(tmp_path, memory_bus, NAMES, engines, 8, extra=tenant) as reps:
@@ -104,6 +106,17 @@ def test_a_tenants_quota_holds_in_total_not_per_replica(tmp_path: Path, memory_b
             r = httpx.get(est, params={"priority": "P3"}, headers=key)
             assert r.status_code == 403 and r.json()["error"]["code"] == "class_not_allowed", r.text
             assert httpx.get(est, params={"priority": "P1"}, headers=key).status_code == 200
+        # the leader's replica knows the quotas, and counts them in its estimate (the others
+        # leave them out, as documented)
+        u = {"Authorization": "Bearer u-key"}
+        assert httpx.post(urls[0], json=body("P1", 2), headers=u, timeout=30).status_code == 200
+        for n in NAMES:
+            ready = httpx.get(reps[n].url + "/readyz").json()["cluster"]
+            got = httpx.get(reps[n].url + "/v1/queue/estimate", params={"priority": "P1"}, headers=u).json()
+            if ready["leading"]:
+                assert got["quota"]["reason"] == "rate_limited" and got["estimated_wait_s"] > 50, got
+            else:
+                assert got["quota"] is None, got
     ok, limited = statuses.count(200), statuses.count(429)
     assert ok + limited == len(statuses), statuses
     # a bucket of 2 refilled at 2/s over the run, in total: per replica it would be 3 times that

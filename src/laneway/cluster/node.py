@@ -269,6 +269,7 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
         return out
 
     remote.on_reborn = reborn
+    remote.leading_core = lambda: leader.core
     remote.running_now = census
     generation = Generation(config.data_dir, cluster.key_prefix, cluster.replica)
     journal = Journal(config.data_dir) if config.data_dir is not None else None

@@ -60,7 +60,7 @@ from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
 from laneway.cluster.redis_io import stream_entries
-from laneway.core import Decision, Dispatch, Preempt, Reject, Request, WaitRange, WorkerSpec
+from laneway.core import Decision, Dispatch, Preempt, Reject, Request, Scheduler, WaitRange, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.prefix_cache import PrefixIndex
@@ -145,6 +145,8 @@ class RemoteScheduler:
         self._censused: set[str] = set()  # the census this replica answered (a leader's token)
         # (the node says) what this replica's requests do now: (id, worker or None: queued)
         self.running_now: Callable[[], list[tuple[str, str | None]]] = list
+        # (the node says) the leader's core where this replica leads, else None: its quotas
+        self.leading_core: Callable[[], Scheduler | None] = lambda: None
         self._estimates: dict[str, float | None] = {}
         self._ranges: dict[str, list[Any]] = {}
         self._queued: dict[str, int] = {}
@@ -476,7 +478,11 @@ class RemoteScheduler:
 
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
         """A class the tenant may not use (configuration, known here); its quotas are the
-        leader's (its 429 says)."""
+        leader's: counted where this replica leads (its core's clock is the wall clock), else
+        left to the 429 the request would get."""
+        core = self.leading_core()
+        if core is not None:
+            return core.quota_refusal(tenant, cls, time.time())
         pol = self._tenants.policy_for(tenant)
         if pol is not None and pol.allowed is not None and cls not in pol.allowed:
             return ("not_entitled", f"tenant {tenant!r} may not use class {self.names[cls]}", 0.0)
