@@ -173,6 +173,40 @@ def test_a_second_ctrl_c_ends_requests_at_once(tmp_path: Path, sig: signal.Signa
         server.stop()
 
 
+def test_batch_lines_in_flight_have_the_grace_period_and_no_line_starts(tmp_path: Path) -> None:
+    """SIGTERM with 4 batch lines in flight (2 running, 2 queued: 3 s each) of 6: those 4
+    end in the grace period and their results are kept; the other 2 start at the next start.
+    (Those in flight were cancelled at once, to run again.)"""
+    from batch_util import chat_line, client, submit, wait
+
+    setup = "[batches]\nmax_in_flight = 4"  # (2 slots at 20 tokens/s; a grace of 30 s)
+    server = _slow_server(tmp_path, setup)
+    try:
+        c = client(server.url + "/v1")
+        with c:
+            batch = submit(c, [chat_line(f"l{i}", max_tokens=60) for i in range(6)])
+        deadline = time.monotonic() + 20
+        while _running(server) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sent = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(30) == 0
+        assert time.monotonic() - sent > 2.0  # (it waited for them; it exited at once before)
+        assert "Traceback" not in server.text()
+    finally:
+        server.stop()
+    again = _slow_server(tmp_path, setup)
+    try:
+        c = client(again.url + "/v1")
+        with c:
+            first = c.batches.retrieve(batch.id)
+            assert first.request_counts is not None and first.request_counts.completed == 4, first
+            done = wait(c, batch.id, timeout_s=30)
+            assert done.status == "completed" and done.request_counts.completed == 6, done
+    finally:
+        again.stop()
+
+
 def test_sigterm_is_a_clean_stop_with_status_0(tmp_path: Path) -> None:
     """What a container's stop sends: the same graceful shutdown as Ctrl-C, exit 0."""
     cfg = tmp_path / "sim.toml"

@@ -1,7 +1,8 @@
 """How ``laneway serve`` stops: uvicorn's server with laneway's shutdown.
 
 - The first SIGINT / SIGTERM stops accepting connections and gives running
-  requests ``grace_s`` seconds to finish (``None``: as long as they take).
+  requests ``grace_s`` seconds to finish (``None``: as long as they take); batch work
+  starts no new line, and the lines in flight have the same grace.
 - Then, or at once on a second Ctrl-C or SIGTERM, batch work stops where it is (its
   lines run again at the next start) and every other request ends: a waiting
   client gets 503 "the server is shutting down", a stream gets that error as
@@ -78,6 +79,9 @@ class LanewayServer(uvicorn.Server):
             super().handle_exit(sig, frame)
 
     def _grace(self) -> None:
+        batches = getattr(self.app.state, "batches", None)
+        if batches is not None:  # no line starts; those in flight have the grace too
+            batches.drain()
         grace = self.grace_s
         when = "as long as they take" if grace is None else f"{grace:g} s to finish"
         _say(f"shutting down: running requests have {when} (Ctrl-C again: end them now)")

@@ -89,6 +89,8 @@ def create_app(
         keeping = asyncio.get_running_loop().create_task(history.keep(server.runtime))
         try:
             yield
+            if getattr(app.state, "stopping", False):  # (a signal: batch lines in flight have its grace)
+                await server.batches.idle()
         finally:
             keeping.cancel()
             await server.close()

@@ -98,6 +98,9 @@ class BatchRunner:
         # why no line may start now (the cluster's store lost its data): lines in flight end
         # and their results are written where they can be; none is claimed, none finalized
         self.paused: Callable[[], str | None] = lambda: None
+        self.draining = False  # (a shutdown's grace: no line starts, those in flight go on)
+        self._quiet = asyncio.Event()  # set while no line is in flight
+        self._quiet.set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -106,9 +109,18 @@ class BatchRunner:
             self.track(batch.id)
         self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping())
 
+    def drain(self) -> None:
+        """A shutdown's grace: no line starts from now on; those in flight go on."""
+        self.draining = True
+
+    async def idle(self) -> None:
+        """Until no line is in flight (their results written), or the runner is closed."""
+        await self._quiet.wait()
+
     async def close(self) -> None:
         """Stop feeding lines; what was running goes back to the queue for the next start."""
         self.closed = True
+        self._quiet.set()
         tasks: list[asyncio.Task[None]] = []
         if self._housekeeper is not None:
             tasks.append(self._housekeeper)
@@ -176,7 +188,7 @@ class BatchRunner:
 
     async def _housekeeping(self) -> None:
         renewed = self.clock()
-        while True:
+        while not self.closed:
             await asyncio.sleep(self.cfg.poll_s)
             try:
                 now = self.clock()
@@ -198,7 +210,7 @@ class BatchRunner:
         if b.status is BatchStatus.VALIDATING:
             b = await self._validate(b)
         checked = self.clock()
-        while b.status is BatchStatus.IN_PROGRESS:
+        while b.status is BatchStatus.IN_PROGRESS and not self.closed:
             now = self.clock()
             try:
                 if now >= b.expires_at:
@@ -207,7 +219,7 @@ class BatchRunner:
                         b, BatchStatus.EXPIRED, "batch_expired", "the completion window ended"
                     )
                     return
-                paused = self.paused() is not None
+                paused = self.draining or self.paused() is not None
                 free = 0 if paused else self.max_in_flight - len(d.running)
                 claimed = (
                     await self.store.claim(b.id, self.owner, free, self.cfg.lease_s, now) if free > 0 else []
@@ -307,11 +319,14 @@ class BatchRunner:
     def _start_line(self, d: _Driver, b: BatchRecord, line: ClaimedLine) -> None:
         task = asyncio.get_running_loop().create_task(self._line(d, b, line))
         d.running[line.line_no] = task
+        self._quiet.clear()
 
         def ended(_: asyncio.Task[None]) -> None:
             d.running.pop(line.line_no, None)
             d.tickets.pop(line.line_no, None)
             d.wake.set()
+            if not any(other.running for other in self._drivers.values()):
+                self._quiet.set()
 
         task.add_done_callback(ended)
 
