@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from laneway.backends.base import Worker
 from laneway.backends.factory import build_workers
+from laneway.backends.upstream import UpstreamWorker
 from laneway.batch.runner import BatchRunner
 from laneway.config.schema import ServerConfig
 from laneway.runtime import Runtime
@@ -57,6 +58,9 @@ async def start_server(
         from laneway.cluster.node import join
 
         node = await join(runtime, config.cluster)
+        for worker in built.values():  # (the leader's core counts their slots, by its configuration)
+            if isinstance(worker, UpstreamWorker):
+                worker.counted_elsewhere = True
     try:
         await runtime.start()  # (a fleet's preloaded engines: up to their ready timeout)
     except BaseException:  # (failed, or cancelled: a Ctrl-C while it started)

@@ -23,7 +23,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from laneway.backends.upstream import UpstreamWorker
 from laneway.bus import BusUnavailable, connect
 from laneway.cluster.agreement import compare, decided_by
 from laneway.cluster.dispatch_gate import DispatchGate
@@ -187,9 +186,6 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     await client.ping()
     config = runtime.config
     fleet = runtime.fleet
-    for worker in runtime.workers.values():  # (the leader's core counts their slots, by its configuration)
-        if isinstance(worker, UpstreamWorker):
-            worker.counted_elsewhere = True
     settings = decided_by(config.policy, config.scheduler, runtime.specs)
     try:
         await compare(client, cluster.key_prefix, cluster.replica, settings)
