@@ -37,10 +37,11 @@ import referencing
 import requests
 import schemathesis
 import uvicorn
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.errors import UnsupportedSchema
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 import openapi_subset
@@ -431,7 +432,7 @@ def test_generated_requests(
             suppress_health_check=list(HealthCheck),
             print_blob=False,
         )
-        @given(case=op.as_strategy(mode))
+        @given(case=_expressible(op.as_strategy(mode)))
         def run(case: schemathesis.Case) -> None:
             response = case.call(base_url=sim[0].url, session=session, timeout=30)
             statuses.append(response.status_code)
@@ -442,6 +443,18 @@ def test_generated_requests(
 
         run()
     assert statuses, "no request was sent"
+
+
+@st.composite
+def _expressible(draw: st.DrawFn, cases: st.SearchStrategy[schemathesis.Case]) -> schemathesis.Case:
+    """A case of ``cases``; one Schemathesis cannot make is not a request (its negative mode
+    may build a mutation it then cannot draw from: "a `not` whose complement is not spelled
+    out", seen once for POST /v1/responses in a full run) and is drawn again. The test still
+    asks that requests were sent."""
+    try:
+        return draw(cases)
+    except UnsupportedSchema:
+        reject()
 
 
 # ------------------------------------------------------------------ hand-built valid requests
