@@ -378,10 +378,10 @@ class Fleet:
         self._preload_again(model, backoff)
         rt.kick()
 
-    def _back_off(self, model: str, what: str, reason: str) -> float:
-        """``model`` failed to load: it backs off (:meth:`Faults.back_off`), and where it was
-        placed is told."""
-        backoff = self.faults.back_off(model, what, reason)
+    def _back_off(self, model: str, what: str, reason: str, *, stopped: bool = False) -> float:
+        """``model`` failed to load (or its engines were ``stopped`` as broken): it backs off
+        (:meth:`Faults.back_off`), and where it was placed is told."""
+        backoff = self.faults.back_off(model, what, reason, stopped=stopped)
         self.placing.failed(model, reason, backoff)
         return backoff
 
@@ -456,8 +456,7 @@ class Fleet:
             self._stopping_on(broken.gpu_ids, broken.stop())
             self.rt.spawn(self._gone(r, model, why))
         self.rt.metrics.load_failures.labels(model).inc()
-        backoff = self.faults.back_off(model, f"the engines of {model} were stopped", why, stopped=True)
-        self.placing.failed(model, why, backoff)
+        backoff = self._back_off(model, f"the engines of {model} were stopped", why, stopped=True)
         self._preload_again(model, backoff)
         self.rt.kick()
         return True
