@@ -386,14 +386,15 @@ class Simulation:
         req = out.req
         if self.engines is not None and now < out.spec.arrival_s + out.ttft_s:
             self._stopped_in_prefill(out, now)
-            return
-        progress = max(0.0, now - out.run_start_s - out.overhead_s)
-        if out.remaining_s - progress <= costs.step_s:
-            return  # it ends within a decode step: the finish event stands
-        out.remaining_s -= progress
-        out.tokens_done += costs.generated_in(progress)
-        held = costs.tokens_held(req.prompt_tokens, out.tokens_done)
-        save = costs.save_s(held) if decision.mode is StopMode.CHECKPOINT else costs.step_s
+            save = costs.step_s
+        else:
+            progress = max(0.0, now - out.run_start_s - out.overhead_s)
+            if out.remaining_s - progress <= costs.step_s:
+                return  # it ends within a decode step: the finish event stands
+            out.remaining_s -= progress
+            out.tokens_done += costs.generated_in(progress)
+            held = costs.tokens_held(req.prompt_tokens, out.tokens_done)
+            save = costs.save_s(held) if decision.mode is StopMode.CHECKPOINT else costs.step_s
         if self.gpu is not None:
             self.timeline.append(("preempt", out.gpus, now, req.model, req.priority))
         out.token += 1
@@ -414,10 +415,6 @@ class Simulation:
         out.remaining_s = service_time(out.spec, self.costs)
         out.ttft_s = math.nan
         out.cached_tokens = 0
-        if self.gpu is not None:
-            self.timeline.append(("preempt", out.gpus, now, out.req.model, out.req.priority))
-        out.token += 1
-        self._push(now + self.costs.step_s, _STOPPED, (out, out.token))
 
 
 def simulate(
