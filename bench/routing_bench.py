@@ -31,7 +31,9 @@ before each
 
 Reported per mode: time to first token p50/p99 and mean, the mean time from the first
 token to the end (the decode, which no placement shortens: with ``--clients`` clients busy
-throughout, the makespan is about ``requests × (TTFT mean + that) ÷ clients``), makespan,
+throughout, the makespan is about ``requests × (TTFT mean + that) ÷ clients``), the TTFT
+mean of the agents' first turns (a miss under any placement) apart from the later turns',
+makespan, and the part of it after the last first turn ended (where placement can tell),
 each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) beside, through
 laneway, the rate laneway's index expected of it (the share of the prompt blocks it sent each
 engine that it took to be held there: how far a precise source, such as vLLM's KV-cache
@@ -194,6 +196,14 @@ async def run(
     queue.reverse()
     ttfts: list[float] = [0.0] * len(bodies)
     latencies: list[float] = [0.0] * len(bodies)
+    ends: list[float] = [0.0] * len(bodies)
+    # (an agent's first turn: its system prompt in no engine's cache whatever the placement)
+    first: list[bool] = []
+    seen: set[str] = set()
+    for b in bodies:
+        system = b["messages"][0]["content"]
+        first.append(system not in seen)
+        seen.add(system)
     in_flight = [0] * len(eng.urls)
     per_engine = [0] * len(eng.urls)
     flood_ends: list[float] = []
@@ -231,6 +241,7 @@ async def run(
                     per_engine[e] += 1
                 try:
                     ttfts[i], latencies[i] = await urgent(client, url, body)  # (first text, end)
+                    ends[i] = time.perf_counter() - t0
                 finally:
                     if e >= 0:
                         in_flight[e] -= 1
@@ -276,6 +287,7 @@ async def run(
         for s, hs in zip(eng.samples, eng.held, strict=True)
     ]
     ordered = sorted(ttfts)
+    later = [not f for f in first]
     return {
         "mode": mode,
         "requests": len(bodies),
@@ -285,6 +297,13 @@ async def run(
         "ttft_mean_s": statistics.fmean(ttfts),
         # (after the first text: the decode, which no placement shortens)
         "rest_mean_s": statistics.fmean(lat - ttft for lat, ttft in zip(latencies, ttfts, strict=True)),
+        # the agents' first turns (misses under any placement) apart from the later ones
+        "ttft_mean_first_s": _mean(ttfts, first),
+        "ttft_mean_later_s": _mean(ttfts, later),
+        "latency_mean_first_s": _mean(latencies, first),
+        "latency_mean_later_s": _mean(latencies, later),
+        # when the last first turn ended: from then on every request may find its prompt cached
+        "first_turns_end_s": max((e for e, f in zip(ends, first, strict=True) if f), default=0.0),
         "flood": len(flood),
         "flood_makespan_s": flood_makespan,
         "prefix_hit_rate": hits,
@@ -294,6 +313,11 @@ async def run(
         "per_engine": per_engine if via is None else None,
         "preempted": preempted,
     }
+
+
+def _mean(values: list[float], which: list[bool]) -> float | None:
+    picked = [v for v, w in zip(values, which, strict=True) if w]
+    return statistics.fmean(picked) if picked else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,8 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         "TTFT p50 s",
         "TTFT p99 s",
         "TTFT mean s",
+        "TTFT mean s, first turns / later",
         "then to the end, mean s",
         "makespan s",
+        "after the first turns s",
         "prefix hits (engines)",
         "laneway expected",
         "ran nothing (engines)",
@@ -414,8 +440,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ttft_p50_s']:.2f}",
             f"{r['ttft_p99_s']:.2f}",
             f"{r['ttft_mean_s']:.2f}",
+            " / ".join(
+                "-" if x is None else f"{x:.2f}" for x in (r["ttft_mean_first_s"], r["ttft_mean_later_s"])
+            ),
             f"{r['rest_mean_s']:.2f}",
             f"{r['makespan_s']:.1f}",
+            f"{r['makespan_s'] - r['first_turns_end_s']:.1f}",
             " / ".join(f"{x:.0%}" for x in r["prefix_hit_rate"]),
             " / ".join(f"{x:.0%}" for x in r["expected_hit_rate"]) if r["expected_hit_rate"] else "-",
             " / ".join(f"{x:.0%}" for x in r["idle_fraction"]),
