@@ -168,6 +168,42 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"cluster": {"redis_url": "http://h"}}, "cluster.redis_url"),
         ({"cluster": {"redis_url": "redis://h", "leader_priority": -1}}, "cluster.leader_priority"),
         ({"cluster": {"redis_url": "redis://h", "leader_prio": 2}}, "cluster.leader_prio"),
+        ({"cluster": {"replica": "r1"}}, "cluster.redis_url"),  # (a [cluster] key without its Redis)
+        ({"tenants": {"t": {"quotas": {"P0": {"rps": 1}}}}}, "tenants.t.quotas.P0.rps"),
+        ({"service_tiers": {"priority": 7}}, "service_tiers.priority"),
+        # "none" where no limit means nothing: refused in a line, not a traceback later
+        *(
+            (data, key)
+            for key, data in (
+                ("server.probe_interval_s", {"server": {"probe_interval_s": "none"}}),
+                ("server.keep_alive_s", {"server": {"keep_alive_s": "none"}}),
+                ("scheduler.drain_cap_s", {"scheduler": {"drain_cap_s": "none"}}),
+                ("scheduler.default_service_s", {"scheduler": {"default_service_s": "none"}}),
+                ("scheduler.fair_prompt_weight", {"scheduler": {"fair_prompt_weight": "none"}}),
+                ("scheduler.costs.step_s", {"scheduler": {"costs": {"step_s": "none"}}}),
+                ("scheduler.costs.decode_tokens_s", {"scheduler": {"costs": {"decode_tokens_s": "none"}}}),
+                ("classes.P1.weight", {"classes": {"P1": {"weight": "none"}}}),
+                ("batches.lease_s", {"batches": {"lease_s": "none"}}),
+                ("batches.poll_s", {"batches": {"poll_s": "none"}}),
+                (
+                    "tenants.t.quotas.P0.burst",
+                    {"tenants": {"t": {"quotas": {"P0": {"rate_per_s": 1, "burst": "none"}}}}},
+                ),
+                (
+                    "tenants.t.quotas.P0.rate_per_s",
+                    {"tenants": {"t": {"quotas": {"P0": {"rate_per_s": "none"}}}}},
+                ),
+                (
+                    "tenants.t.quotas.P0.tokens_per_min",
+                    {"tenants": {"t": {"quotas": {"P0": {"tokens_per_min": "none"}}}}},
+                ),
+                ("tenants.t.weight", {"tenants": {"t": {"weight": "none"}}}),
+                (
+                    "workers[0].timeout_s",
+                    {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "timeout_s": "none"}]},
+                ),
+            )
+        ),
     ],
 )
 def test_errors_name_the_key(data: dict, key: str) -> None:
@@ -242,3 +278,22 @@ def test_file_errors(tmp_path: Path) -> None:
     wrong.write_text("[server]\nport = 70000\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"wrong.toml: server.port: must be <= 65535, got 70000"):
         load_config(wrong)
+
+
+def test_none_where_it_means_no_limit_and_a_class_given_as_a_number() -> None:
+    cfg = parse_config(
+        {
+            "server": {"shutdown_grace_s": "none"},
+            "scheduler": {"aging_interval_s": "none", "max_wait_s": "none", "hold_s": "none"},
+            "classes": {"P2": {"timeout_s": "none"}},
+            "alerts": {"queue_wait_s": {"P0": "none"}},
+            "service_tiers": {"priority": 0, "flex": "p3"},
+            "workers": [{"type": "upstream", "model": "m", "url": "http://h", "stall_timeout_s": "none"}],
+        }
+    )
+    assert cfg.shutdown_grace_s is None and cfg.scheduler.aging_interval_s is None
+    assert cfg.scheduler.max_wait_s is None and cfg.scheduler.hold_s == 0.0
+    assert cfg.scheduler.classes.classes[2].timeout_s is None and cfg.alert_wait_s[0] is None
+    assert cfg.service_tiers["priority"] == "P0" and cfg.service_tiers["flex"] == "P3"
+    assert cfg.workers[0].stall_timeout_s is None
+    assert parse_config({"cluster": {}}).cluster is None  # (an empty table: no cluster)

@@ -71,15 +71,18 @@ class Table:
             raise ConfigError(f"{self.key(name)}: must be <= {high}, got {value}")
         return value
 
-    def float(self, name: builtins.str, default: Any = _MISSING, *, positive: bool = False) -> Any:
-        """A number; the string ``"none"`` (or ``false``) gives ``None``."""
+    def float(
+        self, name: builtins.str, default: Any = _MISSING, *, positive: bool = False, optional: bool = False
+    ) -> Any:
+        """A number; with ``optional``, the string ``"none"`` (or ``false``) gives ``None``."""
         value = self.raw(name, default)
         if value is default:
             return value
-        if value is False or (isinstance(value, str) and value.lower() == "none"):
+        if optional and (value is False or (isinstance(value, str) and value.lower() == "none")):
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ConfigError(f'{self.key(name)}: expected a number (or "none"), got {value!r}')
+            what = 'a number (or "none")' if optional else "a number"
+            raise ConfigError(f"{self.key(name)}: expected {what}, got {value!r}")
         if positive and value <= 0:
             raise ConfigError(f"{self.key(name)}: must be > 0, got {value}")
         if value < 0:

@@ -99,15 +99,15 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
         default_priority=default_class,
         max_body_bytes=server.int("max_body_bytes", base.max_body_bytes, low=1024),
         default_max_tokens=server.int("default_max_tokens", base.default_max_tokens, low=1),
-        shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s),
+        shutdown_grace_s=server.float("shutdown_grace_s", base.shutdown_grace_s, optional=True),
         dashboard=server.bool("dashboard", base.dashboard),
         ops_auth=server.bool("ops_auth", base.ops_auth),
         allowed_origins=_origins(server),
         probe_interval_s=server.float("probe_interval_s", base.probe_interval_s, positive=True),
-        unavailable_hold_s=_hold(server, base.unavailable_hold_s),
-        header_timeout_s=_seconds(server, "header_timeout_s", base.header_timeout_s),
-        body_timeout_s=_seconds(server, "body_timeout_s", base.body_timeout_s),
-        keep_alive_s=_seconds(server, "keep_alive_s", base.keep_alive_s),
+        unavailable_hold_s=server.float("unavailable_hold_s", base.unavailable_hold_s),
+        header_timeout_s=server.float("header_timeout_s", base.header_timeout_s, positive=True),
+        body_timeout_s=server.float("body_timeout_s", base.body_timeout_s, positive=True),
+        keep_alive_s=server.float("keep_alive_s", base.keep_alive_s, positive=True),
         max_connections=server.int("max_connections", base.max_connections, low=16),
         max_header_bytes=server.int("max_header_bytes", base.max_header_bytes, low=1024),
         max_migrations=server.int("max_migrations", base.max_migrations, low=0),
@@ -142,23 +142,14 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     return config
 
 
-def _seconds(server: Table, key: str, default: float) -> float:
-    value = server.float(key, default, positive=True)
-    if value is None:
-        raise ConfigError(f"{server.key(key)}: expected a number of seconds above 0")
-    return float(value)
-
-
-def _hold(server: Table, default: float) -> float:
-    value = server.float("unavailable_hold_s", default)
-    if value is None:
-        raise ConfigError(f"{server.key('unavailable_hold_s')}: expected a number of seconds (0: no hold)")
-    return float(value)
+CLUSTER_KEYS = {"redis_url", "replica", "key_prefix", "leader_priority", "lend_max_s", "lend_reserve"}
 
 
 def _cluster(t: Table) -> ClusterConfig | None:
     url = t.str("redis_url", None)
     if url is None:
+        if t.data and set(t.data) <= CLUSTER_KEYS:  # ([cluster]'s own keys need the Redis)
+            raise ConfigError(f"{t.key('redis_url')}: required (the Redis the replicas share)")
         t.done()
         return None
     parsed = urlsplit(url)  # (memory://NAME: a bus in this process, laneway.bus: for tests)
@@ -174,7 +165,7 @@ def _cluster(t: Table) -> ClusterConfig | None:
         replica,
         t.str("key_prefix", ClusterConfig.key_prefix),
         t.int("leader_priority", ClusterConfig.leader_priority, low=0),
-        t.float("lend_max_s", ClusterConfig.lend_max_s) or 0.0,  # ("none": nothing lent)
+        t.float("lend_max_s", ClusterConfig.lend_max_s, optional=True) or 0.0,  # ("none": nothing lent)
         t.int("lend_reserve", ClusterConfig.lend_reserve, low=0),
     )
     t.done()
@@ -254,12 +245,12 @@ def _classes(table: Table) -> ClassTable:
         out.append(
             replace(
                 c,
-                timeout_s=t.float("timeout_s", c.timeout_s, positive=True),
+                timeout_s=t.float("timeout_s", c.timeout_s, positive=True, optional=True),
                 may_preempt=ranks,
                 preemptible=t.bool("preemptible", c.preemptible),
                 max_queued=t.int("max_queued", c.max_queued, low=1),
                 weight=t.float("weight", c.weight, positive=True),
-                service_s=t.float("service_s", c.service_s, positive=True),
+                service_s=t.float("service_s", c.service_s, positive=True, optional=True),
             )
         )
         t.done()
@@ -288,14 +279,16 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
     try:
         cfg = SchedulerConfig(
             classes=classes,
-            aging_interval_s=table.float("aging_interval_s", base.aging_interval_s, positive=True),
+            aging_interval_s=table.float(
+                "aging_interval_s", base.aging_interval_s, positive=True, optional=True
+            ),
             aging_ceiling=_rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
             drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
-            hold_s=table.float("hold_s", base.hold_s) or 0.0,
-            max_preempt_loss=table.float("max_preempt_loss", base.max_preempt_loss),
+            hold_s=table.float("hold_s", base.hold_s, optional=True) or 0.0,
+            max_preempt_loss=table.float("max_preempt_loss", base.max_preempt_loss, optional=True),
             max_preemptions=table.int("max_preemptions", base.max_preemptions, low=0, optional=True),
             max_queued_total=table.int("max_queued_total", base.max_queued_total, low=1),
-            max_wait_s=table.float("max_wait_s", base.max_wait_s, positive=True),
+            max_wait_s=table.float("max_wait_s", base.max_wait_s, positive=True, optional=True),
             costs=costs,
             default_service_s=table.float("default_service_s", base.default_service_s, positive=True),
             fair_tenants=table.bool("fair_tenants", base.fair_tenants),
@@ -357,6 +350,9 @@ def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[
                 rank = _parse_rank(cname, names)
             except ValueError as exc:
                 raise ConfigError(f"{q.path}: {exc}") from None
+            for key in q.data:  # (a typo beside a rate is unknown, not a rate missing)
+                if key not in QUOTA_KEYS:
+                    raise ConfigError(f"{q.key(key)}: unknown key (one of: {', '.join(QUOTA_KEYS)})")
             tpm = q.float("tokens_per_min", None, positive=True)
             if tpm is not None:
                 token_quotas[rank] = TokenQuota(tpm, q.float("tokens_burst", None, positive=True))
@@ -402,10 +398,13 @@ def _alerts(table: Table, names: tuple[str, ...]) -> tuple[float | None, ...]:
     out = []
     for i, name in enumerate(names):
         default = DEFAULT_ALERT_WAIT_S[i] if i < len(DEFAULT_ALERT_WAIT_S) else None
-        out.append(waits.float(name, default, positive=True))
+        out.append(waits.float(name, default, positive=True, optional=True))
     waits.done()
     table.done()
     return tuple(out)
+
+
+QUOTA_KEYS = ("rate_per_s", "burst", "tokens_per_min", "tokens_burst")
 
 
 def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
@@ -415,15 +414,11 @@ def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
             raise ConfigError(
                 f"{table.key(tier)}: unknown service tier; OpenAI's are {', '.join(DEFAULT_SERVICE_TIERS)}"
             )
-        value = table.str(tier)
-        if value.lower() == "default":
+        value = table.raw(tier)
+        if isinstance(value, str) and value.strip().lower() == "default":
             out[tier] = None
             continue
-        if value not in names:
-            raise ConfigError(
-                f"{table.key(tier)}: unknown class {value!r}; expected one of {', '.join(names)}"
-            )
-        out[tier] = value
+        out[tier] = names[_rank(table, tier, names, None)]  # (a class as anywhere: "P1", "p1", 1)
     return out
 
 
