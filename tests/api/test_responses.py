@@ -328,6 +328,12 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
         error = r.json()["error"]
         assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"], body
         assert "max_tokens" not in error["message"], error  # (a chat field the client did not send)
+    # chat fields the client did send are refused naming them, as sent
+    for field, value in (("max_tokens", 5), ("max_completion_tokens", 5), ("messages", [])):
+        r = httpx.post(url, json={"model": MODEL, "input": "x", field: value}, timeout=30)
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["param"] == field, r.text
+        assert error["message"].startswith(field) and "max_output_tokens" not in error["message"], r.text
     r = httpx.post(url, json={"model": "nope", "input": "x"}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     r = httpx.post(url, content=b"{", headers={"content-type": "application/json"}, timeout=30)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -81,11 +82,12 @@ async def _context(store: Store, req: ResponsesRequest, owner: str) -> list[dict
 _FIELDS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"}
 
 
-def _worded(exc: RequestError) -> RequestError:
+def _worded(exc: RequestError, sent: Collection[str] = ()) -> RequestError:
     """An error of the chat path a response is made by, naming the fields the client sent
-    (``max_output_tokens``, ``input``), not the chat request's."""
+    (``max_output_tokens``, ``input``), not the chat request's; one that names a field the
+    client did send (``max_tokens`` in a response's body: refused as it is) is left so."""
     param = exc.param
-    if param is None:
+    if param is None or re.split(r"[.\[]", param, maxsplit=1)[0] in sent:
         return exc
     ours = _FIELDS.get(param) or ("input" if param.startswith("messages") else None)
     if ours is not None:
@@ -106,7 +108,7 @@ def _in_its_words(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except RequestError as exc:
-            raise _worded(exc) from None
+            raise _worded(exc, getattr(request.state, "sent", ())) from None
 
     return worded
 
@@ -119,6 +121,7 @@ async def create(request: Request) -> Response:
     tenant = authenticate(request, config)
     owner = tenant.name if tenant is not None else ""
     body, size = await read_json_sized(request, config.max_body_bytes)
+    request.state.sent = frozenset(body)  # (the fields its errors may name as they are)
     model, served = model_of(body, runtime.support, config.aliases)
     req = read_responses(body, engine=not served.passthrough)
     context = await _context(store, req, owner)
@@ -329,6 +332,7 @@ async def input_tokens(request: Request) -> Response:
     config = runtime.config
     tenant = authenticate(request, config)
     body, size = await read_json_sized(request, config.max_body_bytes)
+    request.state.sent = frozenset(body)  # (the fields its errors may name as they are)
     model, served = model_of(body, runtime.support, config.aliases)
     req = read_responses(body, engine=not served.passthrough)
     context = await _context(request.app.state.store, req, tenant.name if tenant is not None else "")
