@@ -78,6 +78,9 @@ async def upload(request: Request) -> Response:
         filename = upload.filename or "upload.jsonl"
     if len(content) > limit:
         raise PayloadTooLarge(f"the file is over the limit of {limit} bytes")
+    max_lines = config.batches.max_lines  # (exactly, now the form's own lines are apart)
+    if content.count(b"\n") >= max_lines and sum(1 for x in content.split(b"\n") if x.strip()) > max_lines:
+        raise _too_many(max_lines)
     record = FileRecord(
         "file-" + uuid.uuid4().hex[:24], tenant, str(purpose), filename, len(content), int(time.time())
     )
@@ -87,6 +90,16 @@ async def upload(request: Request) -> Response:
 
 
 _BLANK = re.compile(rb"(?=\n\n)")
+
+
+def _too_many(max_lines: int) -> InvalidRequest:
+    err = InvalidRequest(
+        f"the file has more than {max_lines} lines; a batch takes at most {max_lines} "
+        "requests (split it in several files)",
+        param="file",
+    )
+    err.code = "too_many_requests"
+    return err
 
 
 def _bounded(receive: Receive, most: int, limit: int, max_lines: int) -> Receive:
@@ -110,13 +123,7 @@ def _bounded(receive: Receive, most: int, limit: int, max_lines: int) -> Receive
                 lines += body.count(b"\n") - blank
                 last = body[-1:]
                 if lines > max_lines + FORM_LINES:
-                    err = InvalidRequest(
-                        f"the file has more than {max_lines} lines; a batch takes at most {max_lines} "
-                        "requests (split it in several files)",
-                        param="file",
-                    )
-                    err.code = "too_many_requests"
-                    raise err
+                    raise _too_many(max_lines)
         return message
 
     return bounded
