@@ -178,6 +178,9 @@ def test_redis_back_without_the_data_is_named_and_nothing_new_is_kept_until_acce
             said = accept_loss(c)
             assert "accepted" in said
             wait_until(lambda: all(code == 200 for code, _ in readiness(c).values()))
+            # what each replica schedules by (lost with the data) is told again: a replica
+            # that joins now is compared with them
+            wait_until(lambda: told_configs(c) == set(c.live()))
             if how == "empty":  # new work is taken again
                 batch = c.create_batch(50, max_tokens=10)
                 lines = 50
@@ -197,3 +200,13 @@ def test_redis_back_without_the_data_is_named_and_nothing_new_is_kept_until_acce
     assert twice == [], twice
     after = [o for o in load.outcomes if o.t0 >= t_back + SERVED_AFTER_S]
     assert after and all(o.status == 200 for o in after), [o for o in after if o.status != 200][:3]
+
+
+def told_configs(c: Cluster) -> set[str]:
+    """The replicas whose configuration Redis holds (``PREFIX config:REPLICA``)."""
+    import redis
+
+    with redis.Redis.from_url(c.redis.url) as r:
+        return {
+            k.decode().removeprefix(c.prefix + "config:") for k in r.scan_iter(match=c.prefix + "config:*")
+        }

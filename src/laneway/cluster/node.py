@@ -70,6 +70,7 @@ class Node:
         self._check = client.register_script(CHECK)
         self._record = client.register_script(RECORD)
         self._task: asyncio.Task[None] | None = None
+        self.settings: dict[str, Any] | None = None  # what its core schedules by (told the others)
 
     def status(self) -> dict[str, object]:
         """For ``/readyz``: whether this replica reaches the cluster's Redis and Redis holds the
@@ -118,6 +119,20 @@ class Node:
         elif recorded is None and self.loss is not None:
             log.warning("the loss of laneway's data in Redis was accepted: new files and batches are taken")
             self.loss = None
+            await self.tell()  # (what it told the others went with the data)
+
+    async def tell(self) -> None:
+        """Write what this replica schedules by for the others to compare (warning of each
+        live one that differs): as it joins, and again once a loss of Redis's data is
+        accepted."""
+        if self.settings is None:
+            return
+        try:
+            await compare(self.client, self.prefix, self.remote.replica, self.settings)
+        except (aioredis.RedisError, OSError) as exc:  # (only a warning is lost: it runs on)
+            log.warning(
+                "replica %r could not compare its configuration with others: %s", self.remote.replica, exc
+            )
 
     async def _watch(self) -> None:
         while True:
@@ -186,11 +201,6 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     await client.ping()
     config = runtime.config
     fleet = runtime.fleet
-    settings = decided_by(config.policy, config.scheduler, runtime.specs)
-    try:
-        await compare(client, cluster.key_prefix, cluster.replica, settings)
-    except (aioredis.RedisError, OSError) as exc:  # (only a warning is lost: the replica starts)
-        log.warning("replica %r could not compare its configuration with others: %s", cluster.replica, exc)
     remote = RemoteScheduler(
         client,
         cluster.key_prefix,
@@ -271,6 +281,8 @@ async def join(runtime: object, cluster: ClusterConfig) -> Node:
     journal = Journal(config.data_dir) if config.data_dir is not None else None
     campaign = Campaign(lease, leader.lead, leader.lose, every_s=LEASE_TTL_S / 6)
     node = Node(client, remote, leader, campaign, generation, journal)
+    node.settings = decided_by(config.policy, config.scheduler, runtime.specs)
+    await node.tell()
     await node.check()  # (a replica that was down while Redis lost its data sees it now)
     await remote.start()
     campaign.start()
