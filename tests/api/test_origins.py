@@ -84,6 +84,14 @@ def test_an_allowed_origin_gets_cors(tmp_path: Path) -> None:
         r = httpx.post(url, json=BODY, headers={"origin": app_origin})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == app_origin
         assert httpx.post(url, json=BODY, headers={"origin": "https://other.example"}).status_code == 403
+        # a preflight refused is an error in OpenAI's shape too
+        refused = httpx.options(
+            url, headers={"origin": "https://other.example", "access-control-request-method": "POST"}
+        )
+        assert refused.status_code == 400 and refused.headers["content-type"] == "application/json"
+        error = refused.json()["error"]
+        assert error["code"] == "cors_disallowed" and "origin" in error["message"]
+        assert set(error) >= {"message", "type", "param", "code"}
 
 
 def test_allowed_origins_in_the_configuration() -> None:

@@ -13,14 +13,16 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 from starlette.routing import Route
 
 from laneway.api import batches, completions, dashboard, files, health, models, queue, relay, responses
 from laneway.api.dashboard import History
-from laneway.api.errors import on_http_error, on_request_error, on_store_unavailable
+from laneway.api.errors import error_json, on_http_error, on_request_error, on_store_unavailable
 from laneway.api.guard import Guard
 from laneway.backends.base import Worker
 from laneway.config.schema import ServerConfig
@@ -118,7 +120,7 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
     if config.allowed_origins:
         out.append(
             Middleware(
-                CORSMiddleware,
+                _Cors,
                 allow_origins=list(config.allowed_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["*"],
@@ -126,3 +128,23 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
             )
         )
     return out
+
+
+class _Cors(CORSMiddleware):
+    """CORS; a preflight it refuses is answered in OpenAI's error shape, as any error."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = bytes(response.body).decode()  # ("Disallowed CORS origin, method")
+        out = error_json(
+            400,
+            f"{refused}: a browser page's request that [server] allowed_origins does not allow",
+            "invalid_request_error",
+            "cors_disallowed",
+        )
+        for name, value in response.headers.items():
+            if name not in ("content-length", "content-type"):
+                out.headers[name] = value
+        return out
