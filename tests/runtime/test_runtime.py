@@ -237,6 +237,10 @@ def test_requests_past_the_bytes_held_get_a_503_until_others_end() -> None:
         with pytest.raises(Unavailable) as info:
             rt.submit(job("b", 10), 0, size=2 << 20)
         assert info.value.code == "overloaded" and "limit 3 MiB" in info.value.message
+        assert "holds 2 MiB" in info.value.message and "this one is 2 MiB" in info.value.message
+        with pytest.raises(Unavailable) as info:  # (under a MiB: not "0 MiB")
+            rt.submit(job("b", 10), 0, size=(3 << 20) - (2 << 20) + (600 << 10))
+        assert "this one is 1.6 MiB" in info.value.message, info.value.message
         await first.result()
         assert rt.held_bytes == 0
         await rt.submit(job("c", 10), 0, size=2 << 20).result()

@@ -222,8 +222,8 @@ class Runtime(WorkerEvents):
                 priority,
                 "overloaded",
                 Unavailable(
-                    f"the server holds {self.held_bytes >> 20} MiB of requests (limit "
-                    f"{self.config.max_queued_bytes >> 20} MiB)",
+                    f"the server holds {_mib(self.held_bytes)} of requests (limit "
+                    f"{_mib(self.config.max_queued_bytes)}); this one is {_mib(size)}",
                     code="overloaded",
                     estimated_wait_s=wait,
                 ),
@@ -507,3 +507,9 @@ def _warn_isolation(names: list[str], config: ServerConfig) -> None:
             said,
             spec.name,
         )
+
+
+def _mib(n: int) -> str:
+    """A size for a person: ``0.6 MiB``, ``1 MiB``, ``12 MiB``."""
+    mib = n / (1 << 20)
+    return f"{mib:.1f} MiB" if mib < 10 and mib != int(mib) else f"{mib:.0f} MiB"
