@@ -124,6 +124,10 @@ def test_queue_timeout_is_a_503_with_an_estimate() -> None:
         assert err.status == 503 and err.code == "queue_timeout"
         assert err.retry_after_s >= 1.0 and err.estimated_wait_s >= 0.0
         assert rt.metrics.rejections.labels("queue_timeout")._value.get() == 1
+        # its wait is its time in the queue (the access log's, the trace's), and is counted
+        assert 0.1 <= waiting.queue_s < 5.0
+        waited = rt.metrics.queue_wait.labels("P2")
+        assert waited._sum.get() >= 0.1 and sum(b.get() for b in waited._buckets) == 1
 
     run_with(cfg, 100.0, body)
 

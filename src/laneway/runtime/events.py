@@ -149,6 +149,11 @@ class WorkerEvents:
         self.kick()
 
     def _end(self, ticket: Ticket, item: Done | RequestError, outcome: str) -> None:
+        if ticket.phase is Phase.QUEUED:  # (ended in the queue: timed out, cancelled, shut down)
+            now = self.now()
+            ticket.queue_s += now - ticket.enqueued_s
+            if math.isnan(ticket.first_start_s):  # (its wait, never to end in a start)
+                self.metrics.waited[ticket.class_name].observe(now - ticket.arrival_s)
         ticket.phase = Phase.ENDED
         if self.tickets.pop(ticket.id, None) is not None:
             self.held_bytes -= ticket.size

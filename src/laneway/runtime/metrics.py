@@ -46,7 +46,7 @@ class Metrics:
         )
         self.queue_wait = Histogram(
             "laneway_queue_wait_seconds",
-            "Time from arrival to first start, by class",
+            "Time from arrival to first start (or to the end of a request that never started), by class",
             ["class"],
             buckets=BUCKETS_S,
             registry=r,
