@@ -78,6 +78,13 @@ class PayloadTooLarge(RequestError):
     code = "payload_too_large"
 
 
+class UnsupportedEncoding(RequestError):
+    """A request body sent compressed (``Content-Encoding``), which laneway does not read (415)."""
+
+    status = 415
+    code = "unsupported_content_encoding"
+
+
 RETRY_MIN_S = 1.0  # Retry-After is at least this
 RETRY_MAX_S = 3600.0  # ... and at most this
 RETRY_UNKNOWN_S = 10.0  # ... and this where neither a retry time nor the wait is known

@@ -143,6 +143,17 @@ def test_anthropics_x_api_key_header_is_a_key_too(keyed: LiveServer) -> None:
     assert gone.status_code == 401, gone.text
     err = error_of(post(keyed, chat(), key=None), 401)
     assert "x-api-key" in err["message"]
+    # two different keys (two tenants, or a proxy's key beside its client's) are refused, not
+    # one taken at a guess; the same key twice is one
+    for headers in (
+        [("authorization", f"Bearer {BOB}"), ("authorization", f"Bearer {ALICE}")],
+        [("authorization", f"Bearer {ALICE}"), ("x-api-key", BOB)],
+    ):
+        twice = httpx.post(url, json=chat(), headers=headers, timeout=30)
+        assert twice.status_code == 401 and "2 different API keys" in twice.json()["error"]["message"]
+        assert BOB not in twice.text and ALICE not in twice.text
+    same = [("authorization", f"Bearer {BOB}"), ("x-api-key", BOB)]
+    assert httpx.post(url, json=chat(), headers=same, timeout=30).status_code == 200
 
 
 def test_403_class_not_allowed(keyed: LiveServer) -> None:

@@ -410,3 +410,38 @@ def test_the_priority_header_is_one_value_read_as_its_client_wrote_it(hostile: H
         err = r.json()["error"]
         assert r.status_code == 400 and err["param"] == param and "2 different values" in err["message"], err
     assert hostile.send("GET", "/v1/queue/estimate?priority=P1&priority=P1").status_code == 200
+
+
+def test_a_body_that_gives_its_class_twice_gives_it_once(hostile: Hostile) -> None:
+    """``priority`` beside ``laneway.priority`` (or ``preemptible`` beside
+    ``laneway.preemptible``) saying another thing is refused, not one taken at a guess."""
+    for extra, param in (
+        ({"priority": "P0", "laneway": {"priority": "P3"}}, "laneway.priority"),
+        ({"preemptible": True, "laneway": {"preemptible": False}}, "laneway.preemptible"),
+    ):
+        r = hostile.send("POST", "/v1/chat/completions", json={**chat(), **extra})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == param and "differ" in err["message"], err
+    same = {"priority": "P2", "laneway": {"priority": 2, "preemptible": True}, "preemptible": True}
+    r = hostile.send("POST", "/v1/chat/completions", json={**chat(), **same})
+    assert r.status_code == 200 and r.json()["laneway"]["priority"] == "P2", r.text
+
+
+def test_a_compressed_body_is_refused_naming_its_encoding(hostile: Hostile) -> None:
+    import gzip
+    import json as jsonlib
+
+    packed = gzip.compress(jsonlib.dumps(chat()).encode())
+    for encoding, content in (("gzip", packed), ("br", jsonlib.dumps(chat()).encode())):
+        r = hostile.send(
+            "POST",
+            "/v1/chat/completions",
+            content=content,
+            headers={"content-type": "application/json", "content-encoding": encoding},
+        )
+        err = r.json()["error"]
+        assert r.status_code == 415 and err["code"] == "unsupported_content_encoding", r.text
+        assert encoding in err["message"] and err["param"] == "Content-Encoding", err
+    plain = {"content-type": "application/json", "content-encoding": "identity"}
+    r = hostile.send("POST", "/v1/chat/completions", content=jsonlib.dumps(chat()).encode(), headers=plain)
+    assert r.status_code == 200, r.text

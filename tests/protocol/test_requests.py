@@ -83,6 +83,8 @@ def test_what_laneway_reads_of_a_forwarded_request_is_still_checked() -> None:
         ({"n": 0}, "n"),
         ({"stream": "yes"}, "stream"),
         ({"stream_options": []}, "stream_options"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),  # (not streamed)
+        ({"stream": False, "stream_options": {}}, "stream_options"),
         ({"laneway": {"color": "red"}}, "laneway"),
         ({"messages": []}, "messages"),
         ({"messages": [{"content": "no role"}]}, "messages[0].role"),

@@ -12,7 +12,7 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 
 from laneway.config.schema import ServerConfig, TenantConfig
-from laneway.errors import InvalidRequest, PayloadTooLarge, Unauthorized
+from laneway.errors import InvalidRequest, PayloadTooLarge, Unauthorized, UnsupportedEncoding
 from laneway.protocol import json_input
 
 PRIORITY_HEADER = "x-laneway-priority"
@@ -28,6 +28,12 @@ async def read_json_sized(request: Request, limit: int) -> tuple[dict[str, Any],
     declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the request body is {declared} bytes; the limit is {limit}")
+    encoding = request.headers.get("content-encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        raise UnsupportedEncoding(
+            f"the request body is sent with Content-Encoding {encoding!r}: send it uncompressed",
+            param="Content-Encoding",
+        )
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -46,13 +52,20 @@ def authenticate(request: Request, config: ServerConfig) -> TenantConfig | None:
     Anthropic's ``x-api-key`` header (what its clients send)."""
     if not config.auth:
         return None
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
-        key = request.headers.get("x-api-key", "")
-    if not key.strip():
+    headers = request.headers
+    keys = []
+    for header in headers.getlist("authorization"):
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() == "bearer" and key.strip():
+            keys.append(key.strip())
+    keys += (key.strip() for key in headers.getlist("x-api-key") if key.strip())
+    if not keys:
         raise Unauthorized("missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')")
-    tenant = config.tenant_for_key(key.strip())
+    if len(set(keys)) > 1:  # (one taken at a guess would bill a request to a tenant it may not be)
+        raise Unauthorized(
+            f"{len(set(keys))} different API keys were sent (Authorization, x-api-key): send one"
+        )
+    tenant = config.tenant_for_key(keys[0])
     if tenant is None:
         raise Unauthorized("invalid API key")
     return tenant
@@ -105,11 +118,18 @@ def priority(
 ) -> int:
     """Body ``priority`` (or ``laneway.priority``), else the ``X-Laneway-Priority`` header,
     else ``service_tier``, else the tenant's default class, else the server's."""
-    if body.get("priority") is not None:
-        return parse_class(body["priority"], config, "priority")
     ext = body.get("laneway")
-    if isinstance(ext, dict) and ext.get("priority") is not None:
-        return parse_class(ext["priority"], config, "laneway.priority")
+    nested = ext.get("priority") if isinstance(ext, dict) else None
+    if body.get("priority") is not None:
+        rank = parse_class(body["priority"], config, "priority")
+        if nested is not None and parse_class(nested, config, "laneway.priority") != rank:
+            raise InvalidRequest(
+                f"priority {body['priority']!r} and laneway.priority {nested!r} differ: send one",
+                param="laneway.priority",
+            )
+        return rank
+    if nested is not None:
+        return parse_class(nested, config, "laneway.priority")
     header = priority_header(headers)
     if header:
         return parse_class(header, config, "X-Laneway-Priority")

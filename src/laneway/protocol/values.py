@@ -54,6 +54,8 @@ def stream_options(body: Mapping[str, Any]) -> tuple[bool, bool]:
     if options is not None:
         if not isinstance(options, dict):
             raise InvalidRequest("stream_options must be an object", param="stream_options")
+        if not stream:  # (as OpenAI and vLLM answer it)
+            raise InvalidRequest("stream_options is only allowed when stream is true", param="stream_options")
         include_usage = flag(options, "include_usage", False)
     return stream, include_usage
 
