@@ -12,7 +12,7 @@ from batch_util import chat_line, client, jsonl, submit, wait
 from laneway.config import hash_key, parse_config
 from live_server import LiveServer, live_server
 
-ALICE, BOB = "alice-key", "bob-key"
+ALICE, BOB, OPS = "alice-key", "bob-key", "ops-key"
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +24,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
             "tenants": {
                 "alice": {"key_sha256": [hash_key(ALICE)], "allowed": ["P0", "P1", "P2", "P3"]},
                 "bob": {"key_sha256": [hash_key(BOB)], "allowed": ["P3"]},
+                "ops": {"key_sha256": [hash_key(OPS)], "allowed": []},  # (/metrics and the dashboard)
             },
             "batches": {"poll_s": 0.1},
         }
@@ -69,3 +70,20 @@ def test_batch_class_within_entitlements(keyed: LiveServer) -> None:
     assert (
         submit(alice, [chat_line("y")], metadata={"priority": "1"}).model_extra["laneway"]["priority"] == "P1"
     )
+
+
+def test_a_key_for_metrics_alone_stores_no_file(keyed: LiveServer) -> None:
+    with client(keyed.base_url, OPS) as ops, pytest.raises(openai.PermissionDeniedError) as info:
+        ops.files.create(file=("o.jsonl", jsonl([chat_line("o")])), purpose="batch")
+    assert "may run no class" in str(info.value)
+    assert httpx.get(keyed.url + "/metrics", headers={"Authorization": f"Bearer {OPS}"}).status_code == 200
+    # (a media type is the same in any case)
+    r = httpx.post(
+        keyed.base_url + "/files",
+        headers={"Authorization": f"Bearer {ALICE}", "content-type": "Multipart/Form-Data; boundary=b"},
+        content=b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="u.jsonl"\r\n\r\n'
+        + jsonl([chat_line("u")])
+        + b"\r\n--b--\r\n",
+    )
+    assert r.status_code == 200 and r.json()["filename"] == "u.jsonl", r.text

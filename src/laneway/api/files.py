@@ -18,7 +18,7 @@ from laneway.api.kept import check_can_keep, created, gone_or
 from laneway.api.objects import after_param, file_object, limit_param, order_param, page
 from laneway.api.params import authenticate
 from laneway.config.schema import ServerConfig
-from laneway.errors import InvalidRequest, NotFound, PayloadTooLarge
+from laneway.errors import ClassNotAllowed, InvalidRequest, NotFound, PayloadTooLarge
 from laneway.store.base import FileRecord, Store
 
 PURPOSES = ("batch",)
@@ -43,7 +43,12 @@ def _config(request: Request) -> ServerConfig:
 
 async def upload(request: Request) -> Response:
     config = _config(request)
-    tenant = tenant_of(request, config)
+    who = authenticate(request, config)
+    if who is not None and who.policy.allowed == frozenset():  # (a key for /metrics alone)
+        raise ClassNotAllowed(
+            f"tenant {who.name!r} may run no class (allowed = []): it has no batches to upload files for"
+        )
+    tenant = who.name if who is not None else ""
     limit = config.batches.max_file_bytes
     declared = request.headers.get("content-length")
     if (
@@ -53,7 +58,7 @@ async def upload(request: Request) -> Response:
         and int(declared) > limit + FORM_OVERHEAD
     ):
         raise PayloadTooLarge(f"the upload is {declared} bytes; files may have at most {limit}")
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         raise InvalidRequest("upload a file as multipart/form-data with fields 'file' and 'purpose'")
     check_can_keep(request)
     # a body without a length (chunked) is counted as it arrives: past the limit it is a 413
