@@ -95,6 +95,7 @@ def test_sigterm_and_sigkill_of_laneway_leave_no_engine_behind(tmp_path: Path) -
             server.proc.send_signal(sig)
             server.proc.wait(30)
             assert wait_gone(members, 20) == [], f"{sig!r} left engines running: {server.text()}"
+            assert "RuntimeWarning" not in server.text()  # (the reaper starts without a word)
 
 
 def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -> None:

@@ -43,7 +43,9 @@ class Reaper:
         if proc is None or proc.poll() is not None:
             try:
                 proc = self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "laneway.runtime.reaper"],
+                    # (imported, not run as ``-m``: its package imports it first, and runpy
+                    # would warn of that on every start)
+                    [sys.executable, "-c", "from laneway.runtime.reaper import main; main()"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     start_new_session=True,
