@@ -78,3 +78,10 @@ def test_request_lines_only_when_asked(capsys: pytest.CaptureFixture[str], loggi
     assert "laneway.requests: r2 failed P1 on w: queued 10.0 ms, 1 preemptions, -+- tokens" in err
     with pytest.raises(ValueError, match="log level"):
         logs.setup("loud", "text")
+
+
+def test_the_url_said_at_start_is_a_url_for_an_ipv6_address_too() -> None:
+    from laneway.serve import base_url
+
+    assert base_url("127.0.0.1", 8000) == "http://127.0.0.1:8000"
+    assert base_url("::1", 8000) == "http://[::1]:8000" and base_url("::", 80) == "http://[::]:80"

@@ -172,10 +172,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     else:
         counted = f"{_count(len(workers), 'worker')}, {_count(slots, 'slot')}"
-    logs.say(
-        f"serving {models} on http://{config.host}:{port} ({counted}); {note}",
-        url=f"http://{config.host}:{port}",
-    )
+    url = base_url(config.host, port)
+    logs.say(f"serving {models} on {url} ({counted}); {note}", url=url)
     startup_facts(config, workers)
     if config.cluster is not None:
         c = config.cluster
@@ -259,3 +257,8 @@ def _stop_before_serving(sig: int, frame: FrameType | None) -> None:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def base_url(host: str, port: int) -> str:
+    """The server's URL: an IPv6 address in brackets, as a URL has it (``http://[::1]:8000``)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

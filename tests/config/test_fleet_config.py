@@ -132,6 +132,16 @@ def test_a_lora_adapter_is_a_model_loaded_into_its_bases_engine() -> None:
             "fleet.nodes: a table of nodes",
         ),
         (fleet(m={"vram_gb": 1, "command": "x {port}", "gpu": 2}), "fleet.models.m.gpu: unknown key"),
+        (  # (a GPU's keys: its CUDA id's too)
+            {
+                "fleet": {
+                    "nodes": {"a": {"gpus": [{"id": "g", "vram_gb": 9, "cuda_id": 0}]}},
+                    "models": {"m": {"vram_gb": 1, "command": "x {port}"}},
+                }
+            },
+            "fleet.nodes.a.gpus[0].cuda_id: unknown key (expected one of: id, vram_gb, kv_reserve_gb, "
+            "reserved_for, cuda)",
+        ),
         (  # (the keys it may have: the engine's too)
             fleet(m={"vram_gb": 1, "command": "x {port}", "isolate": True}),
             "fleet.models.m.isolate: unknown key (expected one of: vram_gb, gpus, load_s, slots, wake_s, "

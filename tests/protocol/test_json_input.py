@@ -27,8 +27,8 @@ from laneway.protocol.json_input import INT_LIMIT, MAX_DEPTH, BadJSON
         ('{"temperature": 1' + "0" * 400 + "}", "temperature", "64 bits"),
         ('{"seed": -18446744073709551616}', "seed", "64 bits"),
         ('{"top_p": 1e400}', "top_p", "finite"),
-        ('{"x": [1, {"y": NaN}]}', None, "NaN"),
-        ('{"x": -Infinity}', None, "Infinity"),
+        ('{"x": [1, {"y": NaN}]}', "x[1].y", "finite"),  # (named by place, as 1e400 is)
+        ('{"x": -Infinity}', "x", "finite"),
         ('{"messages": [{"content": "\\ud800"}]}', "messages[0].content", "surrogate"),
         ('{"k\\udfff": 1}', None, "surrogate"),
         ('{"a": 1', None, "not valid JSON"),

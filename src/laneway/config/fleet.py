@@ -160,6 +160,7 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
             },
             class_names,
             LAUNCH_KEYS,
+            ("cuda",),  # (taken out above)
         )
     except ConfigError as exc:
         errors.append(f"fleet.{exc}")

@@ -171,12 +171,14 @@ class Inventory:
         data: Mapping[str, Any],
         class_names: tuple[str, ...] = ("P0", "P1", "P2", "P3"),
         more_model_keys: tuple[str, ...] = (),
+        more_gpu_keys: tuple[str, ...] = (),
     ) -> Inventory:
         """Build from ``{"nodes": {NODE: {"gpus": [{id, vram_gb, kv_reserve_gb?,
         reserved_for?}, ...]}}, "models": {NAME: {vram_gb, gpus?, load_s?, slots?, wake_s?,
         max_adapters?} or {adapter_of, load_s?}}}``;
         errors name the key (and a model's unknown key, the keys it may have: these and
-        ``more_model_keys``, what the caller took out of each model's table before)."""
+        ``more_model_keys``, what the caller took out of each model's table before; so for a
+        GPU's, ``more_gpu_keys``)."""
         gpus: list[GpuSpec] = []
         _known(data, "", ("nodes", "models", "preload", "max_asleep"))
         nodes = data.get("nodes")
@@ -192,7 +194,7 @@ class Inventory:
                 key = f"nodes.{node}.gpus[{i}]"
                 if not isinstance(g, Mapping):
                     raise ConfigError(f"{key}: expected a table")
-                _known(g, f"{key}.", ("id", "vram_gb", "kv_reserve_gb", "reserved_for"))
+                _known(g, f"{key}.", ("id", "vram_gb", "kv_reserve_gb", "reserved_for"), more_gpu_keys)
                 reserved = g.get("reserved_for")
                 ranks = None
                 if reserved is not None:

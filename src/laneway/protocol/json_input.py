@@ -32,10 +32,6 @@ class BadJSON(InvalidRequest):
     """Not JSON laneway can take; ``param`` names where (None: the text as a whole)."""
 
 
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def loads(data: bytes | str, what: str = "the body") -> Any:
     """The value in ``data``; :class:`BadJSON` when it is not JSON or breaks a rule above."""
     value = json_fast.read(data)
@@ -48,7 +44,7 @@ def loads(data: bytes | str, what: str = "the body") -> Any:
         except UnicodeDecodeError as exc:
             raise BadJSON(f"{what} is not valid JSON: it is not UTF-8 text (byte {exc.start})") from None
     try:
-        value = json.loads(data, parse_constant=_no_constant)
+        value = json.loads(data)  # (NaN and Infinity are read, then refused by check: by place)
     except RecursionError:
         raise BadJSON(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
