@@ -365,7 +365,15 @@ def test_what_is_not_served_is_refused_naming_the_field(server: LiveServer) -> N
     for query in ("include=message.output_text.logprobs", "include[]=reasoning.encrypted_content"):
         r = httpx.get(f"{url}/{rid}?{query}", timeout=30)  # (not ignored: refused, as on POST)
         assert r.status_code == 400 and r.json()["error"]["param"] == "include", query
-    for query in ("limit=0", "limit=101", "limit=x", "order=up", "after="):
+    for query in (
+        "limit=0",
+        "limit=101",
+        "limit=x",
+        "order=up",
+        "after=",
+        "limit=1&limit=2",
+        "order=asc&order=desc",
+    ):
         rid = httpx.post(url, json={"model": MODEL, "input": "x", "max_output_tokens": 2}, timeout=30).json()[
             "id"
         ]

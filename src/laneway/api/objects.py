@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from laneway.api.params import parse_class
+from starlette.datastructures import QueryParams
+
+from laneway.api.params import parse_class, query_value
 from laneway.config.schema import ServerConfig
 from laneway.errors import InvalidRequest
 from laneway.store.base import BatchRecord, FileRecord
@@ -75,8 +77,8 @@ def page(items: Sequence[Any], has_more: bool, render: Callable[[Any], dict[str,
     }
 
 
-def limit_param(query: Mapping[str, str], maximum: int = MAX_LIMIT) -> int:
-    raw = query.get("limit")
+def limit_param(query: QueryParams, maximum: int = MAX_LIMIT) -> int:
+    raw = query_value(query, "limit")
     if raw is None:
         return DEFAULT_LIMIT
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= maximum:
@@ -84,17 +86,19 @@ def limit_param(query: Mapping[str, str], maximum: int = MAX_LIMIT) -> int:
     return int(raw)
 
 
-def after_param(query: Mapping[str, str]) -> str | None:
+def after_param(query: QueryParams) -> str | None:
     """A list's ``after``: the id the page starts after (none: the first page)."""
-    after = query.get("after")
+    after = query_value(query, "after")
     if after is not None and not after:
         raise InvalidRequest("after must be an id (the last_id of the page before), got ''", param="after")
     return after
 
 
-def order_param(query: Mapping[str, str]) -> str:
+def order_param(query: QueryParams) -> str:
     """A list's ``order``: ``desc`` (newest first, the default) or ``asc``."""
-    order = query.get("order", "desc")
+    order = query_value(query, "order")
+    if order is None:
+        return "desc"
     if order not in ("asc", "desc"):
         raise InvalidRequest(f"order must be asc or desc, got {order!r}", param="order")
     return order
