@@ -41,6 +41,21 @@ def test_refuses_public_host_without_keys(capsys: pytest.CaptureFixture[str], tm
     assert "without API keys" in line and "--insecure" in line
 
 
+def test_a_public_host_with_keys_is_told_that_its_operations_pages_need_none() -> None:
+    from laneway.config import hash_key, parse_config
+    from laneway.serve import check_exposure
+
+    def note(**server: object) -> str:
+        tenants = {"t": {"key_sha256": [hash_key("k")]}}
+        return check_exposure(parse_config({"server": server, "tenants": tenants}), insecure=False)
+
+    said = note(host="0.0.0.0")
+    assert said.startswith("API keys required (1 tenant); /metrics and the dashboard need none on 0.0.0.0")
+    assert "ops_auth = true" in said
+    assert "dashboard" not in note(host="0.0.0.0", dashboard=False)
+    assert note(host="0.0.0.0", ops_auth=True) == note(host="127.0.0.1") == "API keys required (1 tenant)"
+
+
 def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[workers]]\ntype = 'sim'\n", encoding="utf-8")

@@ -100,7 +100,13 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
 def check_exposure(config: ServerConfig, insecure: bool) -> str:
     """The start-up note about keys; refuses a public address without keys."""
     if config.auth:
-        return f"API keys required ({len(config.tenants)} tenants)"
+        note = f"API keys required ({_count(len(config.tenants), 'tenant')})"
+        if not config.ops_auth and not is_loopback(config.host):
+            note += (  # (/metrics is served either way)
+                f"; /metrics{' and the dashboard' if config.dashboard else ''} need none on "
+                f"{config.host}: they show tenants, their usage and request ids ([server] ops_auth = true)"
+            )
+        return note
     if is_loopback(config.host):
         return "no API keys configured: listening on loopback only"
     if not insecure:
