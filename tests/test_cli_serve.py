@@ -71,7 +71,7 @@ def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         "api_key_env = 'LANEWAY_TEST_UNSET_KEY'\n"
     )
     line = error_line(capsys, ["serve", "--config", str(up), "--port", "0"])
-    assert "workers.w0" in line
+    assert f"{up}: workers.w0.api_key_env: environment variable LANEWAY_TEST_UNSET_KEY is not set" in line
 
 
 def test_a_damaged_store_is_one_line_at_start(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

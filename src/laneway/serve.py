@@ -162,9 +162,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     try:
         workers = asyncio.run(build_workers(config.workers, config.data_dir))
-    except BaseException:
+    except BaseException as exc:
         sock.close()
         asyncio.run(store.close())
+        if isinstance(exc, ConfigError) and args.config is not None:  # (found as a worker is made)
+            raise ServeError(f"{args.config}: {exc}") from None
         raise
     port = sock.getsockname()[1]
     slots = sum(w.capacity().slots for w in workers.values())
