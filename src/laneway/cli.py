@@ -174,8 +174,8 @@ def load_fleet(path: Path) -> Inventory:
     data = read_toml(path)  # (its errors name the file)
     try:
         return Inventory.from_dict(data)
-    except ConfigError as exc:
-        raise UsageError(f"{path}: {exc}") from None
+    except ConfigError as exc:  # (a line per mistake)
+        raise UsageError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
 
 
 def load_workload(args: argparse.Namespace) -> Scenario:

@@ -262,3 +262,26 @@ def test_preloads_that_do_not_fit_together_are_one_line_at_start(
     assert capsys.readouterr().err == (
         f"laneway: error: {cfg}: preload: model 'c' does not fit next to the ones before it\n"
     )
+
+
+def test_the_inventorys_mistakes_are_each_a_line_too() -> None:
+    """Mistakes of the inventory (GPUs, models, preloads) are all named, not its first alone."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "fleet": {
+                    "nodes": {"a": {"gpus": [{"id": "a0", "vram_gb": "big"}, {"id": "a1", "vram": 24}]}},
+                    "models": {
+                        "m": {"vram_gb": 10, "command": "serve {port}", "gpu": 2},
+                        "n": {"vram_gb": -1, "command": "serve {port}"},
+                    },
+                    "preload": ["m", "zzz"],
+                }
+            }
+        )
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("fleet.nodes.a.gpus[0]") and "vram_gb" in lines[0], lines
+    assert lines[1].startswith("fleet.nodes.a.gpus[1].vram: unknown key"), lines
+    assert lines[2].startswith("fleet.models.m.gpu: unknown key"), lines
+    assert lines[3].startswith("fleet.models.n"), lines
+    assert lines[4:] == ["fleet.preload: unknown model 'zzz'"], lines

@@ -163,7 +163,7 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
             ("cuda",),  # (taken out above)
         )
     except ConfigError as exc:
-        errors.append(f"fleet.{exc}")
+        errors.extend(f"fleet.{line}" for line in str(exc).splitlines())
     if inventory is not None:
         if not inventory.models:
             errors.append("fleet.models: at least one model, with the command that runs its engine")

@@ -17,9 +17,9 @@ Built from plain data with :meth:`Inventory.from_dict` (what a TOML file gives).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from laneway.core.errors import ConfigError
 
@@ -179,90 +179,122 @@ class Inventory:
         errors name the key (and a model's unknown key, the keys it may have: these and
         ``more_model_keys``, what the caller took out of each model's table before; so for a
         GPU's, ``more_gpu_keys``)."""
+        errors: list[str] = []  # (every mistake, a line each)
         gpus: list[GpuSpec] = []
-        _known(data, "", ("nodes", "models", "preload", "max_asleep"))
+        _keep(errors, _known, data, "", ("nodes", "models", "preload", "max_asleep"))
         nodes = data.get("nodes")
         if not isinstance(nodes, Mapping) or not nodes:
-            raise ConfigError("nodes: a table of nodes, each with a list of gpus, is required")
+            errors.append("nodes: a table of nodes, each with a list of gpus, is required")
+            nodes = {}
         for node, body in nodes.items():
             if isinstance(body, Mapping):
-                _known(body, f"nodes.{node}.", ("gpus",))
+                _keep(errors, _known, body, f"nodes.{node}.", ("gpus",))
             items = body.get("gpus") if isinstance(body, Mapping) else None
             if not isinstance(items, list) or not items:
-                raise ConfigError(f"nodes.{node}.gpus: a non-empty list is required")
+                errors.append(f"nodes.{node}.gpus: a non-empty list is required")
+                continue
             for i, g in enumerate(items):
-                key = f"nodes.{node}.gpus[{i}]"
-                if not isinstance(g, Mapping):
-                    raise ConfigError(f"{key}: expected a table")
-                _known(g, f"{key}.", ("id", "vram_gb", "kv_reserve_gb", "reserved_for"), more_gpu_keys)
-                reserved = g.get("reserved_for")
-                ranks = None
-                if reserved is not None:
-                    if not isinstance(reserved, list | tuple | set | frozenset) or not reserved:
-                        raise ConfigError(f"{key}.reserved_for: a non-empty list of classes is expected")
-                    try:
-                        ranks = frozenset(_rank(v, class_names) for v in reserved)
-                    except (TypeError, ValueError) as exc:
-                        raise ConfigError(f"{key}.reserved_for: {exc}") from None
-                try:
-                    gpus.append(
-                        GpuSpec(
-                            str(g.get("id", f"{node}-gpu{i}")),
-                            str(node),
-                            _number(g, "", "vram_gb"),
-                            _number(g, "", "kv_reserve_gb", 0.0),
-                            ranks,
-                        )
-                    )
-                except KeyError as exc:
-                    raise ConfigError(f"{key}.{exc.args[0]}: required") from None
-                except (TypeError, ValueError) as exc:  # (a ConfigError too: it names the GPU's key)
-                    raise ConfigError(f"{key}: {exc}") from None
+                gpu = _keep(errors, _gpu, g, str(node), i, class_names, more_gpu_keys)
+                if gpu is not None:
+                    gpus.append(gpu)
         models: dict[str, ModelSpec] = {}
         table = data.get("models") or {}
         if not isinstance(table, Mapping):
-            raise ConfigError("models: a table of models is expected")
+            errors.append("models: a table of models is expected")
+            table = {}
         for name, m in table.items():
-            key = f"models.{name}"
-            if not isinstance(m, Mapping):
-                raise ConfigError(f"{key}: expected a table")
-            base = m.get("adapter_of")
-            if base is not None:
-                if not isinstance(base, str):
-                    raise ConfigError(f"{key}.adapter_of: the name of its base model is expected")
-                for k in ("vram_gb", "gpus", "slots", "wake_s", "max_adapters"):
-                    if k in m:
-                        raise ConfigError(
-                            f"{key}.{k}: an adapter runs in its base's engine, in the room its base "
-                            f"holds for adapters (set {'max_adapters' if k == 'vram_gb' else k} on {base!r})"
-                        )
-            _known(
-                m,
-                f"{key}.",
-                ("vram_gb", "gpus", "load_s", "slots", "wake_s", "adapter_of", "max_adapters"),
-                more_model_keys,
-            )
-            at = f"{key}."
-            models[name] = ModelSpec(
-                name,
-                _number(m, at, "vram_gb") if base is None else 0.0,
-                int(_number(m, at, "gpus", 1, whole=True)),
-                _number(m, at, "load_s", 30.0 if base is None else 1.0),
-                int(_number(m, at, "slots", 4, whole=True)),
-                None if m.get("wake_s") is None else _number(m, at, "wake_s"),
-                base,
-                int(_number(m, at, "max_adapters", 1, whole=True)),
-            )
+            model = _keep(errors, _model, str(name), m, more_model_keys)
+            if model is not None:
+                models[name] = model
         preload = data.get("preload", [])
         if not isinstance(preload, list) or not all(isinstance(p, str) for p in preload):
-            raise ConfigError("preload: a list of model names is expected")
+            errors.append("preload: a list of model names is expected")
+            preload = []
         twice = [p for i, p in enumerate(preload) if p in preload[:i]]
         if twice:
-            raise ConfigError(f"preload: {twice[0]!r} is named twice (each preloaded model is one replica)")
+            errors.append(f"preload: {twice[0]!r} is named twice (each preloaded model is one replica)")
+        errors += [f"preload: unknown model {p!r}" for p in dict.fromkeys(preload) if p not in table]
         asleep = data.get("max_asleep", 2)
         if isinstance(asleep, bool) or not isinstance(asleep, int):
-            raise ConfigError(f"max_asleep: a whole number is expected, got {asleep!r}")
+            errors.append(f"max_asleep: a whole number is expected, got {asleep!r}")
+        if errors:
+            raise ConfigError("\n".join(dict.fromkeys(errors)))
         return cls(tuple(gpus), models, tuple(preload), asleep)
+
+
+_T = TypeVar("_T")
+
+
+def _keep(errors: list[str], make: Callable[..., _T], *args: Any) -> _T | None:
+    """``make(*args)``, or ``None`` with its :class:`ConfigError` noted in ``errors``."""
+    try:
+        return make(*args)
+    except ConfigError as exc:
+        errors.append(str(exc))
+        return None
+
+
+def _gpu(g: object, node: str, i: int, class_names: tuple[str, ...], more_keys: tuple[str, ...]) -> GpuSpec:
+    """The ``i``-th GPU of ``node``, from its table."""
+    key = f"nodes.{node}.gpus[{i}]"
+    if not isinstance(g, Mapping):
+        raise ConfigError(f"{key}: expected a table")
+    _known(g, f"{key}.", ("id", "vram_gb", "kv_reserve_gb", "reserved_for"), more_keys)
+    reserved = g.get("reserved_for")
+    ranks = None
+    if reserved is not None:
+        if not isinstance(reserved, list | tuple | set | frozenset) or not reserved:
+            raise ConfigError(f"{key}.reserved_for: a non-empty list of classes is expected")
+        try:
+            ranks = frozenset(_rank(v, class_names) for v in reserved)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{key}.reserved_for: {exc}") from None
+    try:
+        return GpuSpec(
+            str(g.get("id", f"{node}-gpu{i}")),
+            node,
+            _number(g, "", "vram_gb"),
+            _number(g, "", "kv_reserve_gb", 0.0),
+            ranks,
+        )
+    except KeyError as exc:
+        raise ConfigError(f"{key}.{exc.args[0]}: required") from None
+    except (TypeError, ValueError) as exc:  # (a ConfigError too: it names the GPU's key)
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def _model(name: str, m: object, more_keys: tuple[str, ...]) -> ModelSpec:
+    """Model ``name``, from its table."""
+    key = f"models.{name}"
+    if not isinstance(m, Mapping):
+        raise ConfigError(f"{key}: expected a table")
+    base = m.get("adapter_of")
+    if base is not None:
+        if not isinstance(base, str):
+            raise ConfigError(f"{key}.adapter_of: the name of its base model is expected")
+        for k in ("vram_gb", "gpus", "slots", "wake_s", "max_adapters"):
+            if k in m:
+                raise ConfigError(
+                    f"{key}.{k}: an adapter runs in its base's engine, in the room its base "
+                    f"holds for adapters (set {'max_adapters' if k == 'vram_gb' else k} on {base!r})"
+                )
+    _known(
+        m,
+        f"{key}.",
+        ("vram_gb", "gpus", "load_s", "slots", "wake_s", "adapter_of", "max_adapters"),
+        more_keys,
+    )
+    at = f"{key}."
+    return ModelSpec(
+        name,
+        _number(m, at, "vram_gb") if base is None else 0.0,
+        int(_number(m, at, "gpus", 1, whole=True)),
+        _number(m, at, "load_s", 30.0 if base is None else 1.0),
+        int(_number(m, at, "slots", 4, whole=True)),
+        None if m.get("wake_s") is None else _number(m, at, "wake_s"),
+        base,
+        int(_number(m, at, "max_adapters", 1, whole=True)),
+    )
 
 
 def _number(
