@@ -61,10 +61,9 @@ def authenticate(request: Request, config: ServerConfig) -> TenantConfig | None:
     keys += (key.strip() for key in headers.getlist("x-api-key") if key.strip())
     if not keys:
         raise Unauthorized("missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')")
-    if len(set(keys)) > 1:  # (one taken at a guess would bill a request to a tenant it may not be)
-        raise Unauthorized(
-            f"{len(set(keys))} different API keys were sent (Authorization, x-api-key): send one"
-        )
+    different = len(set(keys))
+    if different > 1:  # (one taken at a guess would bill a request to a tenant it may not be)
+        raise Unauthorized(f"{different} different API keys were sent (Authorization, x-api-key): send one")
     tenant = config.tenant_for_key(keys[0])
     if tenant is None:
         raise Unauthorized("invalid API key")

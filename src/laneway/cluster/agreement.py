@@ -112,7 +112,10 @@ async def compare(client: aioredis.Redis, prefix: str, replica: str, mine: Mappi
     await client.set(prefix + KEY + replica, json.dumps(mine, sort_keys=True))
     keys = [key async for key in client.scan_iter(match=prefix + "alive:*", count=1000)]
     live = live_replicas(prefix, keys)
-    others = {other: await client.get(prefix + KEY + other) for other in live - {replica}}
+    names = sorted(live - {replica})
+    others = (
+        dict(zip(names, await client.mget([prefix + KEY + n for n in names]), strict=True)) if names else {}
+    )
     warnings = told(replica, mine, others)
     for line in warnings:
         log.warning("%s", line)

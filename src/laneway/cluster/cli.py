@@ -89,7 +89,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         print(f"leader: {leader}")
         print(f"replicas alive: {', '.join(alive) or 'none'}")
         names = sorted(live_replicas(p, keys))
-        written = {name: client.get(p + KEY + name) for name in names}
+        written = dict(zip(names, client.mget([p + KEY + n for n in names]), strict=True)) if names else {}
         first = next((n for n in names if written[n] is not None), None)
         lines = [] if first is None else told(first, json.loads(written[first]), written)
         print("configurations: " + ("; ".join(lines) if lines else "the same on every replica alive"))
