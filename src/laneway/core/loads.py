@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from laneway.core.decisions import Decision, Evict, Load
+from laneway.core.errors import LanewayError
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.lanes import Lanes
 from laneway.core.occupancy import Occupancy
@@ -51,11 +52,26 @@ class ModelLoads:
         """A replica finished loading: its slots take work from now on."""
         self.occ.add(self.planner.loaded(replica_id, now))
 
+    def adopt(self, replica_id: str, model: str, gpus: tuple[str, ...], now: float) -> None:
+        """A replica placed before (by a cluster's earlier leader) runs ``model`` on ``gpus``:
+        its slots take work from now on."""
+        self.planner.adopt(replica_id, model, gpus, now)
+        self.loaded(replica_id, now)
+
     def unloaded(self, replica_id: str) -> None:
         """A replica is gone without an eviction (its load failed, its engine died, maybe asleep)."""
+        planner = self.planner
+        if replica_id not in planner.replicas and replica_id not in planner.asleep:
+            raise LanewayError(f"unknown replica {replica_id!r}")
         if replica_id in self.occ.workers:
             self.occ.remove(replica_id)
         self.planner.drop(replica_id)
+
+    def reload(self, model: str, now: float) -> list[Decision]:
+        """Loads of preloaded ``model`` again, with no request waiting for it."""
+        out = self.planner.reload(model, now)
+        self.counters.model_loads += sum(1 for d in out if type(d) is Load)
+        return out
 
     def wakeup(self, now: float) -> float:
         """When placement may answer differently with nobody acting: an idle

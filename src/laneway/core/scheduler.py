@@ -25,6 +25,7 @@ components handed what they need: :class:`~laneway.core.refusal.Refusals`,
 :class:`~laneway.core.preemption.Preemptor`, :class:`~laneway.core.feedback.TimeSlices`,
 :class:`~laneway.core.inheritance.Inheritance`, :class:`~laneway.core.loads.ModelLoads`;
 :class:`~laneway.core.estimator.Estimator` reads it all and writes nothing.
+:func:`~laneway.core.assembly.assemble` builds them.
 """
 
 from __future__ import annotations
@@ -32,46 +33,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from laneway.core.admission import Admission
+from laneway.core.assembly import assemble
 from laneway.core.config import SchedulerConfig
 from laneway.core.costs import CostModel
-from laneway.core.decisions import Decision, Load, Reject
-from laneway.core.dispatching import Dispatcher
+from laneway.core.decisions import Decision, Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
-from laneway.core.estimator import Estimator
 from laneway.core.expiry import Expiry
-from laneway.core.fairness import FairShares
-from laneway.core.feedback import TimeSlices, start_level
+from laneway.core.feedback import start_level
 from laneway.core.gpu_placement import GpuPlacement
-from laneway.core.holds import Holds
-from laneway.core.inheritance import Inheritance
 from laneway.core.inspection import check_invariants, snapshot
-from laneway.core.isolation import Isolation
-from laneway.core.lanes import Lanes
-from laneway.core.live import Live
 from laneway.core.loads import ModelLoads
 from laneway.core.measures import (
     CALIBRATE_AFTER,
     CALIBRATE_EVERY,
     ArrivalRates,
     Calibration,
-    Measures,
     ServiceStats,
     SizeSpread,
     WaitRange,
 )
 from laneway.core.modes import StopMode
-from laneway.core.occupancy import Occupancy, worker_states
 from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec, policy
-from laneway.core.preemption import Preemptor
 from laneway.core.prefix_cache import PrefixIndex
-from laneway.core.promises import Promises
-from laneway.core.refusal import Refusals
 from laneway.core.request import TRANSITIONS, Request, State, transition
-from laneway.core.selection import Selector
-from laneway.core.stats import Counters, Snapshot
-from laneway.core.tables import Tables
+from laneway.core.stats import Snapshot
 from laneway.core.workers import WorkerSpec, WorkerState
 
 _NEW = State.NEW
@@ -124,115 +110,36 @@ class Scheduler:
         policy_name: str | PolicySpec = "laneway",
         placement: Placement | None = None,
     ) -> None:
-        planner = placement if isinstance(placement, GpuPlacement) else None
-        if not workers and planner is None:
-            raise LanewayError("at least one worker is required")
         self.cfg = cfg = config or SchedulerConfig()
         self.pol = pol = policy(policy_name)
         self.classes = cfg.classes
-        restricted = planner is not None or any(w.classes is not None for w in workers)
-        self.tables = tables = Tables.build(cfg, pol, restricted=restricted)
-        k = tables.k
-        states = worker_states(workers)
-        # (workers that run urgent work alone: under a policy of classes)
-        self.isolation = isolation = (
-            Isolation(tables.rights_of, tables.victims, cfg.hold_s, list(states.values()), tables.preempting)
-            if pol.classes and any(w.isolate for w in workers)
-            else None
-        )
-        placement = placement or SlotPlacement(
-            list(states.values()),
-            spread=pol.spread or cfg.placement,
-            patient=tables.preemptible,
-            isolation=isolation,
-        )
-        if planner is not None:  # replicas loaded at start-up take work at once
-            for rid, rep in planner.replicas.items():
-                if rep.ready:
-                    states[rid] = rep.worker
-        self.occupancy = occ = Occupancy(states, placement, k, tables.exposed)
-        self.measures = measures = Measures(
-            k, cfg.costs, cfg.default_service_s, [c.service_s for c in cfg.classes.classes]
-        )
-        self.counters = counters = Counters(k)
-        self.admission = admission = Admission(cfg.tenants, cfg.default_tenant, cfg.classes.names)
-        # tenants inside a class share by tokens (not under fifo: one queue, an engine's)
-        self.fair: FairShares | None = (
-            FairShares(
-                k,
-                {name: p.weight for name, p in cfg.tenants.items()},
-                prompt_weight=cfg.fair_prompt_weight,
-                output_weight=cfg.fair_output_weight,
-                # (what its slots serve a second: the scale of the tags against arrival times)
-                tokens_per_s=max(occ.slots, 1)
-                * cfg.costs.decode_tokens_s
-                * max(cfg.fair_output_weight, 1e-9),
-            )
-            if cfg.fair_tenants and pol.classes
-            else None
-        )
-        expiry = Expiry(
-            [c.timeout_s for c in cfg.classes.classes],
-            pol.timeouts,
-            shedding=cfg.max_queued_total is not None,  # shedding looks at it only then
-        )
-        self.lanes = lanes = Lanes(
-            k,
-            tables.levels,
-            tables.single,
-            list(tables.ceilings) if tables.ceilings is not None else None,
-            lane_counts=planner is not None,  # GPU placement counts per model
-            expiry=expiry,
-            admission=admission,
-        )
-        self.promises = promises = Promises(k)
-        reqs: dict[str, Request] = {}
-        self.inheritance = inheritance = Inheritance(reqs, lanes, occ, promises, tables.victims)
-        self.live_requests = live = Live(reqs, admission, inheritance)
-        self.loads = loads = ModelLoads(planner, occ, lanes, counters) if planner is not None else None
-        self.estimator = estimator = Estimator(
-            tables,
-            cfg.drain_cap_s,
-            cfg.mlfq_slice_s,
-            lanes,
-            occ,
-            measures,
-            placement.down,
-            planner,
-            isolation,
-        )
-        self.refusals = Refusals(
-            tables, cfg.classes, placement, admission, lanes, expiry, live, estimator, counters
-        )
-        selector = Selector(tables, lanes, occ.running, promises)
-        self.preemptor = preemptor = Preemptor(
-            tables, cfg, reqs, lanes, occ, promises, selector, measures, counters, planner
-        )
-        self.slices = slices = TimeSlices(cfg.mlfq_slice_s, lanes, occ, preemptor)  # (empty but under mlfq)
-        # (slots kept a moment for the class that freed them: slot placements only)
-        self.holds = holds = Holds(tables.rights_of, cfg.hold_s if planner is None else 0.0)
-        self.dispatcher = Dispatcher(
-            tables,
-            lanes,
-            occ,
-            promises,
-            selector,
-            self.fair,
-            measures.calibration,
-            counters,
-            slices,
-            loads,
-            holds,
-            isolation,
-        )
+        parts = assemble(workers, cfg, pol, placement)
+        self.tables = parts.tables
+        self.occupancy = occ = parts.occupancy
+        self.lanes = parts.lanes
+        self.promises = parts.promises
+        self.measures = measures = parts.measures
+        self.counters = parts.counters
+        self.admission = parts.admission
+        self.live_requests = parts.live_requests
+        self.inheritance = parts.inheritance
+        self.fair = parts.fair
+        self.isolation = parts.isolation
+        self.loads = parts.loads
+        self.estimator = parts.estimator
+        self.refusals = parts.refusals
+        self.preemptor = parts.preemptor
+        self.slices = parts.slices
+        self.holds = parts.holds
+        self.dispatcher = parts.dispatcher
         self._now = 0.0  # the clock of the last schedule() call
         # (the parts' own objects, held here too for the hot path)
         self._calibration = measures.calibration
         self._service = measures.service
-        self._reqs = reqs
-        self._ranks = range(k)
-        self._expiry = expiry
-        self._preempting = tables.preempting
+        self._reqs = parts.reqs
+        self._ranks = range(parts.tables.k)
+        self._expiry = parts.expiry
+        self._preempting = parts.tables.preempting
         self._exposed_running = occ.exposed_running  # (the running requests some class may preempt)
 
     # ------------------------------------------------------------------ queries
@@ -615,61 +522,46 @@ class Scheduler:
         when asked)."""
         self.occupancy.hold(worker_id, n)
 
-    def loaded(self, replica_id: str, now: float) -> None:
-        """The runtime finished loading a replica: its slots take work from now on."""
+    def _fleet(self) -> ModelLoads:
         if self.loads is None:
             raise LanewayError("this scheduler's placement does not load models")
-        self.loads.loaded(replica_id, now)
+        return self.loads
+
+    def loaded(self, replica_id: str, now: float) -> None:
+        """The runtime finished loading a replica: its slots take work from now on."""
+        self._fleet().loaded(replica_id, now)
 
     def adopt_replica(self, replica_id: str, model: str, gpus: tuple[str, ...], now: float) -> None:
         """A replica whose engine already runs and serves ``model`` on ``gpus`` (placed by a
         scheduler before this one: a cluster's earlier leader) takes work from now on."""
-        if self.loads is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        self.loads.planner.adopt(replica_id, model, gpus, now)
-        self.loads.loaded(replica_id, now)
+        self._fleet().adopt(replica_id, model, gpus, now)
 
     def set_offline(self, nodes: set[str]) -> None:
         """Nothing is loaded on ``nodes`` from now on (what runs there stays until told)."""
-        if self.loads is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        self.loads.planner.vram.offline = set(nodes)
+        self._fleet().planner.vram.offline = set(nodes)
 
     def unloaded(self, replica_id: str, now: float) -> None:
         """Replica ``replica_id`` is gone without an ``Evict`` (its load failed, or its
         engine died after its requests were ended or queued again): its GPUs' VRAM is free
         and a later request may load its model again."""
-        if self.loads is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        planner = self.loads.planner
-        if replica_id not in planner.replicas and replica_id not in planner.asleep:
-            raise LanewayError(f"unknown replica {replica_id!r}")
-        self.loads.unloaded(replica_id)
+        self._fleet().unloaded(replica_id)
 
     def adapter_failed(self, replica_id: str, adapter: str, now: float) -> None:
         """LoRA ``adapter`` could not be loaded into replica ``replica_id`` (a ``LoadAdapter``
         failed): it is not held there; a later request of it loads it again."""
-        if self.loads is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        self.loads.planner.adapter_gone(replica_id, adapter)
+        self._fleet().planner.adapter_gone(replica_id, adapter)
 
     def reload(self, model: str, now: float) -> list[Decision]:
         """Decisions that load preloaded ``model`` again with no request waiting for it (its
         start failed or its engine died: the runtime retries after a back-off), into free
         VRAM only; [] if a replica of it is loading or ready, or none fits now."""
-        if self.loads is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        out = self.loads.planner.reload(model, now)
-        self.counters.model_loads += sum(1 for d in out if type(d) is Load)
-        return out
+        return self._fleet().reload(model, now)
 
     def load_took(self, model: str, seconds: float, *, wake: bool = False) -> None:
         """A load (``wake``: a wake from sleep) of ``model`` was measured to take ``seconds``:
         it replaces the configured ``load_s`` (``wake_s``) in later decisions (which loads
         are worth it, wait estimates)."""
-        if self.loads is None:
-            raise LanewayError("this scheduler's placement does not load models")
-        self.loads.planner.load_took(model, seconds, wake=wake)
+        self._fleet().planner.load_took(model, seconds, wake=wake)
 
     # ------------------------------------------------------------------ decide
     def schedule(self, now: float) -> list[Decision]:
