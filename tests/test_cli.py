@@ -255,6 +255,12 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
     assert words in line
 
 
+def test_an_endless_line_is_not_read_to_its_end(capsys: pytest.CaptureFixture[str]) -> None:
+    # (/dev/zero is one line without end: it was read until the memory ran out)
+    line = error_line(capsys, ["simulate", "--trace", "/dev/zero"])
+    assert line == "laneway: error: /dev/zero:1: a line over 1,048,576 characters: not a trace line"
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [

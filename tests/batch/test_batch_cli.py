@@ -18,6 +18,8 @@ from laneway.cli import main
 from laneway.testing import free_port, serve_process
 from live_server import LiveServer
 
+BASE = "http://127.0.0.1:8000/v1"
+
 
 def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
     code = main(argv)
@@ -78,6 +80,16 @@ def test_failed_batch_exits_1_and_mistakes_are_one_line(
 
     assert "no such file" in one_line(capsys, ["batch", "submit", str(tmp_path / "missing.jsonl")])
     assert "a directory, not a JSONL file" in one_line(capsys, ["batch", "submit", str(tmp_path)])
+    assert one_line(capsys, ["batch", "submit", "/dev/null"]).endswith(" /dev/null: not a regular file")
+    assert "argument --max-lines: must be at least 1, got 0" in one_line(
+        capsys, ["batch", "submit", str(bad), "--max-lines", "0"]
+    )
+    out = str(tmp_path / "o")
+    for command in (["status", ""], ["cancel", " "], ["results", "", "-o", out], ["delete", ""]):
+        assert "got an empty string" in one_line(capsys, ["batch", *command])  # (the client raised)
+    for url in ("http://127.0.0.1:abc/v1", "http://[::1"):
+        line = one_line(capsys, ["batch", "list", "--base-url", url])
+        assert line.endswith(f"--base-url: expected an http:// or https:// URL such as {BASE}, got {url!r}")
     assert "404" in one_line(capsys, ["batch", "status", "batch_nope"])
     assert "cannot reach the server" in one_line(
         capsys, ["batch", "status", "x", "--base-url", "http://127.0.0.1:9/v1"]

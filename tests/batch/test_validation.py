@@ -186,7 +186,7 @@ def test_deleted_input_fails_validation(batch_server: LiveServer) -> None:
 
 def test_window_seconds() -> None:
     assert [window_seconds(w) for w in ("24h", "90s", "5m", "2d")] == [86400, 90, 300, 172800]
-    for bad in ("", "24", "h", "0s", "31d", 24, None, json):
+    for bad in ("", "24", "h", "0s", "31d", 24, None, json, "\u0663h", "\uff11h"):  # (digits: ASCII only)
         with pytest.raises(ValueError):
             window_seconds(bad)
 

@@ -171,6 +171,16 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"cluster": {"replica": "r1"}}, "cluster.redis_url"),  # (a [cluster] key without its Redis)
         ({"tenants": {"t": {"quotas": {"P0": {"rps": 1}}}}}, "tenants.t.quotas.P0.rps"),
         ({"service_tiers": {"priority": 7}}, "service_tiers.priority"),
+        # URLs Python's parser refuses (a bracket not closed, a port that is no number): a line
+        ({"workers": [{"type": "upstream", "model": "m", "url": "http://[::1"}]}, "workers[0].url"),
+        ({"cluster": {"redis_url": "redis://[::1"}}, "cluster.redis_url"),
+        ({"cluster": {"redis_url": "redis://h:abc/0"}}, "cluster.redis_url"),
+        ({"server": {"otlp_traces_endpoint": "http://[::1"}}, "server.otlp_traces_endpoint"),
+        ({"server": {"otlp_traces_endpoint": "http://h:99999/v1/traces"}}, "server.otlp_traces_endpoint"),
+        # names shown in logs and metrics take no control characters
+        ({"workers": [{"type": "simulated", "name": "a\x00b"}]}, "workers[0].name"),
+        ({"workers": [{"type": "simulated", "model": "m\n"}]}, "workers[0].model"),
+        ({"tenants": {"t\x07": {}}}, "tenants"),
         # "none" where no limit means nothing: refused in a line, not a traceback later
         *(
             (data, key)
@@ -278,6 +288,9 @@ def test_file_errors(tmp_path: Path) -> None:
     wrong.write_text("[server]\nport = 70000\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"wrong.toml: server.port: must be <= 65535, got 70000"):
         load_config(wrong)
+    # an endless file is not read to its end (it filled the memory until the kernel killed laneway)
+    with pytest.raises(ConfigError, match=r"^/dev/zero: over 16 MiB: not a configuration file$"):
+        load_config(Path("/dev/zero"))
 
 
 def test_none_where_it_means_no_limit_and_a_class_given_as_a_number() -> None:

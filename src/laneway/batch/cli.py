@@ -27,7 +27,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from laneway.arguments import positive_int
 from laneway.batch.window import window_seconds
+from laneway.config.urls import is_http
 from laneway.core import ClassTable
 from laneway.protocol import json_input
 from laneway.protocol.json_input import BadJSON
@@ -60,6 +62,13 @@ def _window(text: str) -> str:
     return text
 
 
+def _id(text: str) -> str:
+    """An object's id: not empty (the server's ids are never)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an id such as batch_... or file-..., got an empty string")
+    return text
+
+
 def _lines_console() -> Console:
     """Console for status and error lines on stderr: a line is never wrapped, whatever the width."""
     return Console(stderr=True, soft_wrap=True)
@@ -87,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     submit.add_argument("--wait", action="store_true", help="show progress until the batch ends")
     submit.add_argument(
         "--max-lines",
-        type=int,
+        type=positive_int,
         default=MAX_LINES,
         metavar="N",
         help=f"refuse a file of more request lines before uploading it (default {MAX_LINES:,}, "
@@ -95,14 +104,14 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     )
     submit.add_argument("--poll", type=float, default=1.0, metavar="S", help=argparse.SUPPRESS)
     status = sub.add_parser("status", help="show a batch's status and counts")
-    status.add_argument("id", metavar="ID")
+    status.add_argument("id", type=_id, metavar="ID")
     status.add_argument("--json", action="store_true", help="print the batch object as JSON")
     res = sub.add_parser("results", help="save a batch's output (and error) file")
-    res.add_argument("id", metavar="ID")
+    res.add_argument("id", type=_id, metavar="ID")
     res.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.jsonl")
     res.add_argument("--errors", type=Path, metavar="ERR.jsonl", help="also save the error file here")
     cancel = sub.add_parser("cancel", help="cancel a batch (its finished lines keep their results)")
-    cancel.add_argument("id", metavar="ID")
+    cancel.add_argument("id", type=_id, metavar="ID")
     listing = sub.add_parser("list", help="list the batches, newest first")
     listing.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
     listing.add_argument("--json", action="store_true", help="one batch object per line, as JSON")
@@ -110,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     files.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
     files.add_argument("--json", action="store_true", help="one file object per line, as JSON")
     delete = sub.add_parser("delete", help="delete an uploaded file")
-    delete.add_argument("id", metavar="FILE_ID")
+    delete.add_argument("id", type=_id, metavar="FILE_ID")
     for cmd in (submit, status, res, cancel, listing, files, delete):
         cmd.add_argument(
             "--base-url", metavar="URL", help=f"server API (default $LANEWAY_BASE_URL or {DEFAULT_BASE_URL})"
@@ -125,6 +134,11 @@ def _client(args: argparse.Namespace) -> Any:
     import openai
 
     base = args.base_url or os.environ.get("LANEWAY_BASE_URL") or DEFAULT_BASE_URL
+    if not is_http(base):
+        given = "--base-url" if args.base_url else "LANEWAY_BASE_URL"
+        raise BatchCliError(
+            f"{given}: expected an http:// or https:// URL such as {DEFAULT_BASE_URL}, got {base!r}"
+        )
     key = args.api_key or os.environ.get("LANEWAY_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
     return openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=60)
 
@@ -193,7 +207,10 @@ def _endpoint(path: Path) -> str:
 def _submit(client: Any, args: argparse.Namespace) -> int:
     path: Path = args.file
     if not path.is_file():
-        what = "a directory, not a JSONL file" if path.is_dir() else "no such file"
+        if path.is_dir():
+            what = "a directory, not a JSONL file"
+        else:
+            what = "not a regular file" if path.exists() else "no such file"
         raise BatchCliError(f"{path}: {what}")
     endpoint = args.endpoint or _endpoint(path)
     with path.open("rb") as f:

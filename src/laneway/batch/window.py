@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 MAX_WINDOW_S = 30 * 86400
-_WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_WINDOW = re.compile(r"^\s*([0-9]+)\s*([smhd])\s*$", re.ASCII)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -47,6 +47,13 @@ class Table:
             raise ConfigError(f"{self.key(name)}: expected a non-empty string, got {value!r}")
         return value
 
+    def label(self, name: builtins.str, default: Any = _MISSING) -> Any:
+        """A name shown in logs and metrics: a non-empty string without control characters."""
+        value = self.str(name, default)
+        if isinstance(value, builtins.str) and not value.isprintable():
+            raise ConfigError(f"{self.key(name)}: expected a name without control characters, got {value!r}")
+        return value
+
     def int(
         self,
         name: builtins.str,

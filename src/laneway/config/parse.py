@@ -13,7 +13,6 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from laneway.config.fields import REQUIRED, Table
 from laneway.config.fleet import parse_fleet
@@ -26,6 +25,7 @@ from laneway.config.schema import (
     ServerConfig,
     TenantConfig,
 )
+from laneway.config.urls import is_http, split
 from laneway.config.workers import parse_workers
 from laneway.core import ClassTable, ConfigError, CostModel, Quota, SchedulerConfig, TenantPolicy
 from laneway.core.admission import TokenQuota
@@ -34,10 +34,17 @@ from laneway.core.policies import POLICIES
 _HEX = frozenset("0123456789abcdef")
 
 
+MAX_TOML_BYTES = 16 * 2**20  # (a configuration is a few KiB; /dev/zero given for one is not read to the end)
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """The TOML file at ``path``; :class:`ConfigError` naming the file if it is not valid."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_TOML_BYTES + 1)
+    if len(raw) > MAX_TOML_BYTES:
+        raise ConfigError(f"{path}: over {MAX_TOML_BYTES >> 20} MiB: not a configuration file")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:
@@ -54,7 +61,7 @@ def load_config(path: Path) -> ServerConfig:
 
 def _otlp(server: Table) -> str | None:
     value = server.str("otlp_traces_endpoint", None)
-    if value is not None and not value.startswith(("http://", "https://")):
+    if value is not None and not is_http(value):
         raise ConfigError(
             f"{server.key('otlp_traces_endpoint')}: an OTLP/HTTP URL such as "
             f"'http://127.0.0.1:4318/v1/traces', got {value!r}"
@@ -152,9 +159,11 @@ def _cluster(t: Table) -> ClusterConfig | None:
             raise ConfigError(f"{t.key('redis_url')}: required (the Redis the replicas share)")
         t.done()
         return None
-    parsed = urlsplit(url)  # (memory://NAME: a bus in this process, laneway.bus: for tests)
-    if parsed.scheme not in ("redis", "rediss", "unix", "memory") or not (
-        parsed.hostname or parsed.path or parsed.netloc
+    parsed = split(url)  # (memory://NAME: a bus in this process, laneway.bus: for tests)
+    if (
+        parsed is None
+        or parsed.scheme not in ("redis", "rediss", "unix", "memory")
+        or not (parsed.hostname or parsed.path or parsed.netloc)
     ):
         raise ConfigError(f"{t.key('redis_url')}: expected redis://HOST:PORT/DB, got {url!r}")
     replica = t.str("replica", f"{socket.gethostname()}-{os.getpid()}")
@@ -327,6 +336,8 @@ def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[
     out = []
     owner: dict[str, str] = {}  # key digest -> the tenant it is of
     for name in list(table.data):
+        if not name.isprintable():
+            raise ConfigError(f"tenants: expected tenant names without control characters, got {name!r}")
         t = table.table(name)
         hashes = t.list("key_sha256", [])
         for h in hashes:

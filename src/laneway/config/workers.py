@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from laneway.config.fields import Table
 from laneway.config.schema import DEFAULT_MODEL, TOKEN_ID_DIALECTS, WORKER_TYPES, WorkerConfig
+from laneway.config.urls import is_http
 from laneway.core import ConfigError
 
 
@@ -16,7 +17,7 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
     seen: set[str] = set()
     for i, item in enumerate(items):
         t = Table(item, f"workers[{i}]")
-        name = t.str("name", f"w{i}")
+        name = t.label("name", f"w{i}")
         if name in seen:
             raise ConfigError(f"{t.key('name')}: duplicate worker name {name!r}")
         seen.add(name)
@@ -27,7 +28,7 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
             )
         _own_keys(t, kind)
         default_model = {"local": DEFAULT_MODEL, "simulated": "simulated"}.get(kind)
-        model = t.str("model", default_model) if default_model else t.str("model")
+        model = t.label("model", default_model) if default_model else t.label("model")
         url = t.str("url", None)
         if kind == "upstream" and url is None:
             raise ConfigError(f"{t.key('url')}: required for an upstream worker")
@@ -38,7 +39,7 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
             raise ConfigError(
                 f"{t.key('token_ids')}: expected one of {', '.join(TOKEN_ID_DIALECTS)}, got {token_ids!r}"
             )
-        served = t.str("served_name", _served_name(model, kind))
+        served = t.label("served_name", _served_name(model, kind))
         if t.int("min_slots", 1, low=1) > t.int("slots", 4, low=1):
             raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({t.int('slots', 4, low=1)})")
         options = {k: v for k, v in t.data.items() if k.startswith("x_")}
@@ -99,12 +100,7 @@ def _own_keys(t: Table, kind: str) -> None:
 
 def _check_url(key: str, url: str) -> None:
     """An upstream's base URL: http(s), a host, a port that is one, no query."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or parts.query:
+    if not is_http(url) or urlsplit(url).query:
         raise ConfigError(
             f"{key}: expected an http:// or https:// URL such as http://127.0.0.1:8001/v1, got {url!r}"
         )

@@ -11,11 +11,12 @@ before it) and the reply's blocks that continue it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from laneway.core import ClassTable
 from laneway.core.errors import LanewayError
@@ -236,13 +237,29 @@ def parse_trace(
     return out
 
 
+MAX_LINE_CHARS = 2**20  # (a trace line is ~100 characters; /dev/zero given for a trace is one line)
+
+
+def _bounded_lines(fh: TextIO, source: str) -> Iterator[str]:
+    """``fh``'s lines, each read to at most :data:`MAX_LINE_CHARS`."""
+    for number in itertools.count(1):
+        line = fh.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            raise TraceError(
+                f"{source}:{number}: a line over {MAX_LINE_CHARS:,} characters: not a trace line"
+            )
+        yield line
+
+
 def load_trace(
     path: str | Path, classes: ClassTable, models: Sequence[str] | None = None
 ) -> list[SimRequest]:
     p = Path(path)
     try:
         with p.open(encoding="utf-8") as fh:
-            return parse_trace(fh, classes, source=str(p), models=models)
+            return parse_trace(_bounded_lines(fh, str(p)), classes, source=str(p), models=models)
     except OSError as exc:
         raise TraceError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
