@@ -87,3 +87,24 @@ def test_a_key_for_metrics_alone_stores_no_file(keyed: LiveServer) -> None:
         + b"\r\n--b--\r\n",
     )
     assert r.status_code == 200 and r.json()["filename"] == "u.jsonl", r.text
+
+
+def test_a_purpose_given_twice_is_refused_unless_the_same(keyed: LiveServer) -> None:
+    def upload(*purposes: str) -> httpx.Response:
+        parts = b"".join(
+            b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n' + p.encode() + b"\r\n"
+            for p in purposes
+        )
+        return httpx.post(
+            keyed.base_url + "/files",
+            headers={"Authorization": f"Bearer {ALICE}", "content-type": "multipart/form-data; boundary=b"},
+            content=parts
+            + b'--b\r\nContent-Disposition: form-data; name="file"; filename="u.jsonl"\r\n\r\n'
+            + jsonl([chat_line("u")])
+            + b"\r\n--b--\r\n",
+        )
+
+    r = upload("batch", "fine-tune")  # (the first was taken)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "purpose", r.text
+    assert "'batch', 'fine-tune'" in r.json()["error"]["message"]
+    assert upload("batch", "batch").status_code == 200

@@ -67,6 +67,12 @@ async def upload(request: Request) -> Response:
         request.scope, _bounded(request.receive, limit + FORM_OVERHEAD, limit, config.batches.max_lines)
     )
     async with request.form(max_files=1, max_fields=8) as form:
+        given = list(dict.fromkeys(str(v) for v in form.getlist("purpose")))
+        if len(given) > 1:  # (as a parameter given twice anywhere: refused, not read at a guess)
+            raise InvalidRequest(
+                f"purpose is given different values ({', '.join(map(repr, given))}): give it once",
+                param="purpose",
+            )
         purpose = form.get("purpose")
         if purpose is None or purpose == "":
             raise InvalidRequest(f"purpose is required (one of: {', '.join(PURPOSES)})", param="purpose")
