@@ -66,10 +66,25 @@ def test_a_garbage_answer_is_a_502_naming_the_upstream(mode: str, says: str, tmp
         if mode == "trickle":  # each try stalls after STALL_S without an event, not 60 s of bytes
             assert took < 30
         # the slot came back, and the next request is served (the worker, taken out
-        # where the answer said it is unwell, is back once a probe finds it well)
+        # where it could not be reached, is back once a probe finds it well)
         assert ask(c, "fine").status_code == 200
         assert server.runtime.workers["up"].capacity().busy == 0
         assert all_closed(app)
+
+
+@pytest.mark.parametrize("mode", ["html200", "json200", "notjson"])
+def test_an_upstream_that_answers_with_no_answer_stays_in_placement(mode: str, tmp_path: Path) -> None:
+    # (it is up: it answered. Taken out, its model had no worker until the next probe, and
+    # the request, held for one, got a 503 no_healthy_worker, not the 502 naming it)
+    app = Broken()
+    cfg = replace(config("", tmp_path), probe_interval_s=60.0, unavailable_hold_s=0.5)
+    with serving(app) as url:
+        cfg = replace(cfg, workers=(upstream("up", url, stall_timeout_s=STALL_S),))
+        with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=60) as c:
+            r = ask(c, f"{mode} please")
+            assert r.status_code == 502 and "upstream up" in r.json()["error"]["message"], r.text
+            assert server.runtime.recovery.down == set()
+            assert ask(c, "fine").status_code == 200  # at once, with no probe between
 
 
 @pytest.mark.parametrize("mode", ["hugeusage", "negusage", "floatusage", "listusage"])

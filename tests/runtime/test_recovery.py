@@ -48,7 +48,7 @@ def job(jid: str) -> Job:
 
 def test_retryable_failure_runs_elsewhere_and_the_worker_comes_back() -> None:
     async def main() -> None:
-        flaky = Flaky("flaky", UpstreamUnavailable("connection refused"), broken=False)
+        flaky = Flaky("flaky", UpstreamUnavailable("connection refused", malformed=False), broken=False)
         rt = Runtime(config(), {"flaky": flaky, "good": SimulatedWorker("good", "sim", 1, tokens_per_s=None)})
         await rt.start()
         try:
@@ -86,7 +86,7 @@ def test_non_retryable_failure_fails_the_request_and_no_worker_left_is_a_503() -
             assert not rt.recovery.down
         finally:
             await rt.close()
-        both = {n: Flaky(n, UpstreamUnavailable("down")) for n in ("flaky", "good")}
+        both = {n: Flaky(n, UpstreamUnavailable("down", malformed=False)) for n in ("flaky", "good")}
         rt = Runtime(config(unavailable_hold_s=0.3), both)  # not started: they look healthy
         try:
             loop = asyncio.get_running_loop()
@@ -116,8 +116,10 @@ def test_a_run_failing_on_a_worker_already_removed_still_ends_its_request() -> N
             return Health(True)
 
     async def main() -> None:
-        leaving = FailsRuns("leaving", UpstreamUnavailable("the connection pool is closed"))
-        down = Flaky("down", UpstreamUnavailable("down"))  # (unhealthy: the request cannot go there)
+        leaving = FailsRuns("leaving", UpstreamUnavailable("the connection pool is closed", malformed=False))
+        down = Flaky(
+            "down", UpstreamUnavailable("down", malformed=False)
+        )  # (unhealthy: the request cannot go there)
         rt = Runtime(config(("leaving", "down")), {"leaving": leaving, "down": down})
         await rt.start()
         try:

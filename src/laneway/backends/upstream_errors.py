@@ -32,9 +32,12 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", pa
         return PayloadTooLarge(text)
     if 400 <= status < 500 and status not in (401, 403, 408, 429):
         return InvalidRequest(text)
-    # busy (429), or unreachable behind a proxy (502-504): the worker's; else the request's
+    # busy (429), or unreachable behind a proxy (502-504): the worker's, tried elsewhere; else
+    # (a 500) the request's own: it fails, as the engine would fail it again
     fault = status in (429, 502, 503, 504) or status < 400
-    return UpstreamUnavailable(f"{text} (HTTP {status})", worker_fault=fault, malformed=False)
+    return UpstreamUnavailable(
+        f"{text} (HTTP {status})", worker_fault=fault, malformed=False, retryable=fault
+    )
 
 
 def _error_object(raw: bytes) -> object | None:

@@ -43,10 +43,11 @@ class UpstreamUnavailable(BackendError):
     in placement, and is stopped once its answers keep failing (:mod:`laneway.runtime.fleet_faults`).
     """
 
-    retryable = True
-
-    def __init__(self, message: str, *, worker_fault: bool = True, malformed: bool = True) -> None:
+    def __init__(
+        self, message: str, *, worker_fault: bool = True, malformed: bool = True, retryable: bool = True
+    ) -> None:
         super().__init__(message)
+        self.retryable = retryable  # (False: an answered 500, that request's own failure)
         self.worker_fault = worker_fault
         self.malformed = malformed
         self.checkpoint: Checkpoint | None = None  # where the run stopped, if it may go on elsewhere

@@ -1,10 +1,12 @@
 """Failing workers: a request a worker could not run goes elsewhere.
 
 When a worker fails a request with a retryable error (an upstream that cannot
-be reached, stalled, or answered 429/5xx), the worker is taken out of
-placement until a probe finds it healthy again (:mod:`laneway.runtime.probes`),
-unless the error says the worker is well (an upstream that answered 500: that
-request's failure only).
+be reached, stalled, or answered 429/502–504), the worker is taken out of
+placement until a probe finds it healthy again (:mod:`laneway.runtime.probes`).
+One that answered with something that is no answer (a 200 that is not a stream,
+a chunk that is not JSON, more tokens than asked) is up: it stays in placement,
+and its probe says whether it is well. An upstream's 500 is that one request's
+failure: it is not tried again.
 If the request streamed nothing yet, it goes back to the head of its queue
 (it keeps its arrival) and runs on whichever worker the scheduler picks next,
 at most :data:`MAX_RETRIES` times. If it streamed, and the worker says where
@@ -50,10 +52,13 @@ class Recovery:
         rt = self.rt
         worker = ticket.worker
         if worker is not None and getattr(error, "worker_fault", True):
-            fleet = rt.fleet
-            if fleet is not None and fleet.owns(worker) and getattr(error, "malformed", False):
-                # (up: it answered; it stays in placement)
-                if fleet.run_failed(worker, ticket.id, str(error)):
+            if getattr(error, "malformed", False):  # up: it answered; it stays in placement
+                fleet = rt.fleet
+                if (
+                    fleet is not None
+                    and fleet.owns(worker)
+                    and fleet.run_failed(worker, ticket.id, str(error))
+                ):
                     return False  # (that took its engines for broken: it ends, none is started for it)
             else:
                 rt.prober.take_out(worker, str(error))
