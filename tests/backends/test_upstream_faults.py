@@ -1,5 +1,5 @@
 """Whose failure is it? An upstream that answers 500 to one request is up: that request
-fails (after its retries), the worker stays in placement for everyone else. One that
+fails (once: it is not tried again), the worker stays in placement for everyone else. One that
 answers 503 (or cannot be reached) is out until a probe finds it well again. A run that
 takes longer than the worker's ``timeout_s`` is the request's: a 504, not tried on the
 other worker, and both stay in placement."""
@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from laneway.config import ServerConfig
+from laneway.config import ServerConfig, parse_config
 from live_server import live_server, serving, upstream
 
 
-def fake_upstream(calls: list[str]) -> Starlette:
+def fake_upstream(calls: list[str], bodies: list[dict] | None = None) -> Starlette:
     """An OpenAI-like server of one model: prompts holding "poison" get a 500, "busy" a 503,
     "slow" a first chunk and then nothing more for 30 s."""
 
@@ -33,6 +33,8 @@ def fake_upstream(calls: list[str]) -> Starlette:
         body = json.loads(await request.body())
         prompt = str(body.get("prompt"))
         calls.append(prompt)
+        if bodies is not None:
+            bodies.append(body)
         if "poison" in prompt:
             return JSONResponse({"error": {"message": "the engine choked on it"}}, status_code=500)
         if "busy" in prompt:
@@ -78,6 +80,7 @@ def test_a_500_fails_its_request_only_and_a_503_takes_the_worker_out(tmp_path: P
             r = c.post("/completions", json={**ok, "prompt": "poison"})
             assert r.status_code == 502 and "choked" in r.json()["error"]["message"]
             assert server.runtime.recovery.down == set()  # it answered: it is up
+            assert calls.count("poison") == 1  # (the engine would fail it again: sent once)
             r = c.post("/embeddings", json={"model": "m", "input": "x"})  # a route it lacks
             assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
             assert "does not serve POST /embeddings" in r.json()["error"]["message"]
@@ -114,3 +117,24 @@ def test_a_run_past_timeout_s_is_a_504_and_leaves_its_worker_in_placement(tmp_pa
                 assert c.post("/completions", json=ok).status_code == 200
             assert server.runtime.workers["a"].capacity().busy == 0
             assert server.runtime.workers["b"].capacity().busy == 0
+
+
+def test_a_workers_x_keys_are_body_fields_by_their_own_name_and_the_clients_win(tmp_path: Path) -> None:
+    calls: list[str] = []
+    bodies: list[dict] = []
+    with serving(fake_upstream(calls, bodies)) as url:
+        (worker,) = parse_config(
+            {"workers": [{"type": "upstream", "model": "m", "url": url, "x_top_k": 5, "x_min_p": 0.1}]}
+        ).workers
+        cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path)
+        with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
+            ok = {"model": "m", "prompt": "fine", "max_tokens": 2}
+            assert c.post("/completions", json=ok).status_code == 200
+            assert c.post("/completions", json={**ok, "top_k": 9}).status_code == 200
+    assert (bodies[0]["top_k"], bodies[0]["min_p"], bodies[1]["top_k"], bodies[1]["min_p"]) == (
+        5,
+        0.1,
+        9,
+        0.1,
+    )
+    assert not any(k.startswith("x_") for b in bodies for k in b)  # (they were sent as x_top_k)

@@ -117,6 +117,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"type": "simulated", "timeout_s": 5}]}, "workers[0].timeout_s"),
         ({"workers": [{"type": "local", "isolate": "yes"}]}, "workers[0].isolate"),
         ({"workers": [{"type": "local", "x_top_k": 5}]}, "workers[0].x_top_k"),
+        ({"workers": [{"type": "upstream", "model": "m", "url": "http://h", "x_": 5}]}, "workers[0].x_"),
         ({"server": {"probe_interval_s": 0}}, "server.probe_interval_s"),
         ({"server": {"max_header_bytes": 100}}, "server.max_header_bytes"),
         ({"server": {"unavailable_hold_s": -1}}, "server.unavailable_hold_s"),

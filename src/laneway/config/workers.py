@@ -42,9 +42,11 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
         served = t.label("served_name", _served_name(model, kind))
         if t.int("min_slots", 1, low=1) > t.int("slots", 4, low=1):
             raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({t.int('slots', 4, low=1)})")
-        options = {k: v for k, v in t.data.items() if k.startswith("x_")}
-        for k in options:
-            t.raw(k)
+        options = {}  # x_top_k = 5: "top_k": 5 in every body (the client's own top_k wins)
+        for k in [k for k in t.data if k.startswith("x_")]:
+            if len(k) == 2:
+                raise ConfigError(f"{t.key(k)}: name the body field after x_ (x_top_k = 5 sends top_k)")
+            options[k[2:]] = t.raw(k)
         out.append(
             WorkerConfig(
                 name=name,
