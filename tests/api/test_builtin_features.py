@@ -73,6 +73,7 @@ def test_several_choices_whole_and_streamed(client: openai.OpenAI) -> None:
     )
     for i, c in enumerate(r.choices):
         parts = [ch.choices[0] for ch in chunks if ch.choices and ch.choices[0].index == i]
+        assert parts[0].delta.role == "assistant"  # (each choice's: it was choice 0's alone)
         assert "".join(p.delta.content or "" for p in parts) == c.message.content  # the same seeds
         assert parts[-1].finish_reason == "length"
     assert "laneway" in (chunks[-1].model_extra or {})
@@ -242,3 +243,29 @@ def test_a_tenants_token_budget_follows_what_the_engine_counted(tmp_path: Path) 
         parts = [{"role": "user", "content": [{"type": "text", "text": "x" * 1000}]}]
         got = [post({"messages": parts, "max_tokens": 1}).status_code for _ in range(6)]
         assert got[0] == 200 and 429 in got, got  # ~1,000 tokens each against a burst of 3,000
+
+
+def test_a_request_that_can_never_fit_is_refused_as_it_arrives_and_a_default_size_fits(
+    builtin: LiveServer,
+) -> None:
+    # both slots busy: it was queued, and refused only once a slot came (a queue timeout's
+    # 503, which clients retry, where the class's timeout came first)
+    long = {"model": MODEL, "prompt": "busy", "max_tokens": 1500, "stream": True, "ignore_eos": True}
+    with httpx.Client(base_url=builtin.base_url, timeout=60) as c:
+        with (
+            c.stream("POST", "/completions", json=long) as a,
+            c.stream("POST", "/completions", json=long) as b,
+        ):
+            next(a.iter_lines()), next(b.iter_lines())  # (both started)
+            r = c.post("/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 3000})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+            assert builtin.runtime.sched.queued == 0
+            assert builtin.runtime.workers["w0"].capacity().busy == 2  # (they run on: it came first)
+        # no max_tokens given: the default (256) is lowered to what the context leaves, not refused
+        prompt = [65] * 2000  # (token ids: 2,000 prompt tokens of 2,048)
+        r = c.post("/completions", json={"model": MODEL, "prompt": prompt, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert (
+            r.json()["usage"]["completion_tokens"] == 48
+            and r.json()["choices"][0]["finish_reason"] == "length"
+        )

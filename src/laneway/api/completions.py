@@ -134,9 +134,11 @@ async def _chunks(
     none waits for the next."""
     item: Delta | Done = first
     out: list[bytes] = []
-    if shape.chat and not forwarded:  # the role first, with the prompt's ids when asked
+    if shape.chat and not forwarded:  # each choice's role first, with the prompt's ids when asked
         prompt = first.prompt_ids
-        out.append(sse(_with_usage(shape.chunk("", first=True, prompt_ids=prompt), include_usage)))
+        for i in range(ticket.job.params.n):
+            role = shape.chunk("", first=True, index=i, prompt_ids=prompt if i == 0 else None)
+            out.append(sse(_with_usage(role, include_usage)))
         if type(first) is Delta:
             item = replace(first, prompt_ids=None)
     try:

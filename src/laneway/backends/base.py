@@ -63,7 +63,8 @@ class Worker(Protocol):
       again): the scheduler's choice of preemption mode counts on it;
     - ``max_model_len``: the context it serves (``None``: not known), listed in ``/v1/models``;
     - ``engine``: the in-process engine it runs (whose costs are measured at start), or ``None``;
-    - :meth:`resume_method`, :meth:`engine_load`, :meth:`engine_state`, :meth:`capabilities`.
+    - :meth:`resume_method`, :meth:`engine_load`, :meth:`engine_state`, :meth:`capabilities`,
+      :meth:`admit`.
     """
 
     name: str
@@ -100,6 +101,12 @@ class Worker(Protocol):
 
     def capabilities(self) -> dict[str, object] | None:
         """What was learnt of the engine it fronts (``/readyz``); ``None``: nothing to learn."""
+        ...
+
+    def admit(self, job: Job) -> None:
+        """Raise the :class:`~laneway.errors.RequestError` of a ``job`` it could never run,
+        whatever the wait (a prompt past the model's context): refused as it arrives, not
+        after it queued. Nothing where only the engine knows."""
         ...
 
     async def run(self, job: Job, sink: Sink) -> None:

@@ -149,6 +149,9 @@ class LocalWorker:
     def capabilities(self) -> dict[str, object] | None:
         return None
 
+    def admit(self, job: Job) -> None:
+        self.engine.prompt_ids(job)  # (its context, the token ids it names: the model's)
+
     def __init__(self, name: str, engine: Engine, slots: int | None = None) -> None:
         self.name = name
         self.engine = engine

@@ -77,6 +77,9 @@ class SimulatedWorker:
     def capabilities(self) -> dict[str, object] | None:
         return None
 
+    def admit(self, job: Job) -> None:
+        return None  # (it runs whatever it is given)
+
     def __init__(
         self,
         name: str,

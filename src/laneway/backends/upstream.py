@@ -158,6 +158,9 @@ class UpstreamWorker:
     def capabilities(self) -> dict[str, object] | None:
         return self.caps.as_dict()
 
+    def admit(self, job: Job) -> None:
+        return None  # (the engine checks: vLLM caps a max_tokens past its context, refuses a prompt)
+
     def resume_method(self, job: Job) -> ResumeMethod:
         """How a preemption of ``job`` would resume here (the response's ``laneway.resume``),
         as far as what the engine takes is known."""

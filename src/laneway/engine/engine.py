@@ -182,7 +182,7 @@ class Engine:
                 param="messages" if job.messages is not None else "prompt",
             )
         wanted = len(ids) + (job.params.max_tokens or 0)
-        if wanted > context:
+        if wanted > context and job.params.max_tokens_set:  # (a default is lowered: add())
             raise ContextTooLong(
                 f"model {self.model.name}'s context is {context} tokens; this request asks for {wanted} "
                 f"({len(ids)} in the prompt, max_tokens {job.params.max_tokens}): lower max_tokens "

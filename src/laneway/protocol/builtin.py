@@ -144,6 +144,7 @@ def _engine_params(body: Mapping[str, Any], kind: str, config: ServerConfig) -> 
         raise InvalidRequest(f"n must be at most {MAX_CHOICES} on this engine, got {n}", param="n")
     return SamplingParams(
         max_tokens=config.default_max_tokens if limit is None else limit,
+        max_tokens_set=limit is not None,
         temperature=_number(body, "temperature", 1.0),
         top_p=_number(body, "top_p", 1.0),
         seed=body.get("seed"),

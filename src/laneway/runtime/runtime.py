@@ -232,6 +232,7 @@ class Runtime(WorkerEvents):
             refused_now = self.fleet.faults.refusal(job.model)
             if refused_now is not None:
                 raise self._refused(priority, "unavailable", refused_now)
+        self._admit(job)
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
             raise self._refused(priority, "unavailable", self.prober.unavailable(job.model))
@@ -267,6 +268,22 @@ class Runtime(WorkerEvents):
             self.prober.hold(ticket, now)
         self.kick()
         return ticket
+
+    def _admit(self, job: Job) -> None:
+        """Refuse now a job that no worker of its model could ever run (a prompt past the
+        context of them all), rather than after it waited for one."""
+        refusal: RequestError | None = None
+        for name, worker in self.workers.items():
+            if self.served.get(name, name) != job.model:
+                continue
+            try:
+                worker.admit(job)
+            except RequestError as exc:
+                refusal = refusal or exc
+            else:
+                return
+        if refusal is not None:
+            raise refusal
 
     def _refused(self, priority: int, reason: str, error: RequestError) -> RequestError:
         """A request refused on arrival: counted as one that ended rejected, as one refused
