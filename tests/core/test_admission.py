@@ -110,6 +110,12 @@ def test_max_concurrent() -> None:
     rej = _reject(d, req("c", 2, tenant="acme"))
     assert rej.reason == "concurrency"
     assert rej.retry_after_s >= 1.0
+    assert rej.estimated_wait_s == rej.retry_after_s  # (not under its tenant's own wait)
+    d4 = Driver(sched(4, tenants={"acme": TenantPolicy(max_concurrent=1)}))
+    assert d4.submit(req("a", 2, tenant="acme")) is None
+    d4.step()
+    rej = _reject(d4, req("b", 2, tenant="acme"))  # a slot is free, but not for acme
+    assert rej.estimated_wait_s == rej.retry_after_s == 1.0  # (it said 0.0)
     assert d.submit(req("other", 2, tenant="blue")) is None
     d.finish("a")
     assert d.submit(req("d", 2, tenant="acme")) is None

@@ -130,6 +130,8 @@ class Refusals:
         )
         if reason == "rate_limited":  # it may come back when its bucket refills: that is its wait
             return Reject(req.id, reason, message, retry_s, retry_s)
+        if reason == "concurrency":  # nor sooner than its tenant's next request may start
+            est = max(est, retry_s)
         return Reject(req.id, reason, message, est, max(retry_s, est))
 
     def withdraw(
