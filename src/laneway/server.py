@@ -84,6 +84,7 @@ async def start_server(
     runner = BatchRunner(runtime, opened, owner=node.remote.home if node is not None else None)
     if node is not None:
         runner.paused = node.refusal
+        runner.made = node.created
     server = Server(runtime, opened, runner, node)
     try:
         await runner.start()

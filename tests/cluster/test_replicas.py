@@ -10,6 +10,7 @@ test_pauses.py, test_shared_batches.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 from pathlib import Path
@@ -233,3 +234,36 @@ def test_a_replica_runs_what_a_leader_of_another_configuration_starts_there(
         statuses = asyncio.run(go())
     assert statuses == [200] * 4, statuses
     assert engines["up"].peak_requests == 4
+
+
+def test_the_files_a_batch_wrote_are_in_the_journal_of_the_replica_that_wrote_them(
+    tmp_path: Path, memory_bus: str
+) -> None:
+    """So that a loss of Redis's data names them, and they answer 410, not 404 (only the
+    batch and its input were journaled: made through the API)."""
+    import openai
+
+    engines = {"up": StandIn(slots=4, ms_per_token=1)}
+    with inprocess_replicas(tmp_path, memory_bus, ["r1"], engines, 4) as reps:
+        c = openai.OpenAI(base_url=reps["r1"].url + "/v1", api_key="none", max_retries=0)
+        lines = b"".join(
+            json.dumps(
+                {"custom_id": f"k{i}", "method": "POST", "url": "/v1/completions", "body": body("P3", 3)}
+            ).encode()
+            + b"\n"
+            for i in range(2)
+        )
+        f = c.files.create(file=("in.jsonl", lines), purpose="batch")
+        b = c.batches.create(input_file_id=f.id, endpoint="/v1/completions", completion_window="24h")
+        for _ in range(300):  # (bounded: 30 s)
+            b = c.batches.retrieve(b.id)
+            if b.status in ("completed", "failed"):
+                break
+            time.sleep(0.1)
+        assert b.status == "completed" and b.output_file_id, b
+    made = [json.loads(x) for x in (tmp_path / "r1" / "cluster-journal.jsonl").read_text().splitlines()]
+    assert {(m["kind"], m["id"]) for m in made} == {
+        ("file", f.id),
+        ("batch", b.id),
+        ("file", b.output_file_id),
+    }

@@ -99,6 +99,8 @@ class BatchRunner:
         # and their results are written where they can be; none is claimed, none finalized
         self.paused: Callable[[], str | None] = lambda: None
         self.draining = False  # (a shutdown's grace: no line starts, those in flight go on)
+        # (in a cluster: the replica's journal of what it made, so that a loss names its files too)
+        self.made: Callable[[str, str, str], None] = lambda kind, object_id, tenant: None
         self._quiet = asyncio.Event()  # set while no line is in flight
         self._quiet.set()
 
@@ -284,7 +286,8 @@ class BatchRunner:
             record = FileRecord(
                 new_file_id(), b.tenant, "batch_output", f"{b.id}_error.jsonl", len(data), now
             )
-            await self.store.fail_batch(b.id, checked.errors[:MAX_LISTED_ERRORS], (record, data), now)
+            if await self.store.fail_batch(b.id, checked.errors[:MAX_LISTED_ERRORS], (record, data), now):
+                self.made("file", record.id, b.tenant)
             log.info("batch %s failed validation: %d errors", b.id, len(checked.errors))
         else:
             await self.store.start_batch(b.id, checked.lines, now)
@@ -299,6 +302,9 @@ class BatchRunner:
         done = await self.store.finalize(b.id, status, outputs, leftover, now)
         if done is None:  # another runner got there first, or the status moved
             return await self._reread(b)
+        for file_id in (done.output_file_id, done.error_file_id):
+            if file_id is not None:
+                self.made("file", file_id, b.tenant)
         log.info(
             "batch %s %s: %d completed, %d failed of %d",
             b.id,
