@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -13,9 +14,21 @@ from laneway.store.threaded import ThreadedStore
 
 T = TypeVar("T")
 
+AWAY_HOLD_S = 2.0  # once Redis could not be reached, calls fail at once this long (the Retry-After)
+
 
 class RedisStore(ThreadedStore):
-    """The shared store of several replicas: Redis (AOF on), keys under ``prefix``."""
+    """The shared store of several replicas: Redis (AOF on), keys under ``prefix``.
+
+    A call that finds Redis away (it cannot be reached, or stands still past the socket's
+    timeout) makes the calls queued behind it, and those for :data:`AWAY_HOLD_S` after,
+    fail at once: each would wait out the timeout again (a file or batch route answered
+    its 503 after 10–20 s)."""
+
+    def __init__(self, db: Any) -> None:
+        super().__init__(db)
+        self._away_until = 0.0  # (monotonic)
+        self._away = ""
 
     @classmethod
     async def open(cls, url: str, prefix: str = "laneway:", *, replicas: bool = False) -> RedisStore:
@@ -32,11 +45,27 @@ class RedisStore(ThreadedStore):
     async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         import redis
 
+        self._check_away()
         try:
-            return await super()._call(fn, *args, **kw)
+            return await super()._call(self._on_thread, fn, *args, **kw)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise StoreUnavailable(f"the shared store (Redis) cannot be reached: {exc}") from None
         except redis.ResponseError as exc:
             if str(exc).startswith(("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN")):
                 raise StoreUnavailable(f"the shared store (Redis) is not ready: {exc}") from None
+            raise
+
+    def _check_away(self) -> None:
+        if time.monotonic() < self._away_until:
+            raise StoreUnavailable(f"the shared store (Redis) cannot be reached: {self._away}")
+
+    def _on_thread(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """``fn`` on the store's thread, unless a call before it found Redis away just now."""
+        import redis
+
+        self._check_away()
+        try:
+            return fn(*args, **kw)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            self._away, self._away_until = str(exc), time.monotonic() + AWAY_HOLD_S
             raise

@@ -1,0 +1,62 @@
+"""A Redis that stands still (SIGSTOP) costs one call its socket's timeout: the calls
+queued behind it on the store's thread, and those for a moment after, are answered
+``StoreUnavailable`` at once (each waited out the timeout in turn: a file route's 503
+came after 10–20 s). Once the moment is over a call tries again, and Redis back serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laneway.store import StoreUnavailable, redis_db, redis_store
+from laneway.store.redis_store import RedisStore
+from laneway.testing import redis_process
+
+
+def test_calls_behind_one_that_found_redis_away_fail_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_db, "SOCKET_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(redis_store, "AWAY_HOLD_S", 1.0)
+
+    async def main(server: Any) -> None:
+        store = await RedisStore.open(server.url, prefix="away:")
+        reached: list[float] = []
+        listing = store.db.list_files
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            reached.append(time.monotonic())
+            return listing(*args, **kw)
+
+        store.db.list_files = counted
+        try:
+            assert (await store.list_files("t", limit=5)) == ([], False)
+            server.pause()
+            try:
+                results = await asyncio.gather(
+                    *(store.list_files("t", limit=5) for _ in range(4)), return_exceptions=True
+                )
+                assert all(isinstance(r, StoreUnavailable) for r in results), results
+                assert len(reached) == 2  # the call before the pause, and the first after it alone
+                with pytest.raises(StoreUnavailable, match="cannot be reached"):
+                    await store.list_files("t", limit=5)  # (at once: not sent)
+                assert len(reached) == 2
+            finally:
+                server.unpause()
+            for _ in range(50):  # (bounded: the hold is 1 s here)
+                try:
+                    assert (await store.list_files("t", limit=5)) == ([], False)
+                    break
+                except StoreUnavailable:
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("Redis back was not used again")
+        finally:
+            await store.close()
+
+    with redis_process(tmp_path) as server:
+        asyncio.run(main(server))
