@@ -231,6 +231,8 @@ def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         ('{"arrival_s": 1e17, "priority": 2, "duration_s": 1}', "'arrival_s' must be <= 1e+10"),
         ('{"arrival_s": 1, "priority": 2, "duration_s": 1e17}', "'duration_s' must be <= 1e+06"),
         ('{"arrival_s": 1, "priority": 2, "output_tokens": ' + "1" * 27 + "}", "'output_tokens' must be <="),
+        ('{"arrival_s": 1, "priority": 2, "output_tokens": 1e9}', "'output_tokens' must be <= 1e+08"),
+        ('{"arrival_s": 1, "priority": 2, "output_tokens": 1.5}', "'output_tokens' must be a whole number"),
         ("[" * 10_000 + "]" * 10_000, "nested too deep"),  # (a RecursionError traceback)
         ('{"arrival_s": 1, "priority": 0, "duration_s": 1, "duration_s": 9}', "'duration_s' is given twice"),
     ],
@@ -244,6 +246,8 @@ def test_gpu_mix_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "arrival-past-any-clock",
         "duration-of-centuries",
         "output-tokens-of-27-digits",
+        "output-tokens-of-1e9",
+        "output-tokens-not-whole",
         "nested",
         "key-twice",
     ],

@@ -26,6 +26,11 @@ def run(lines: list[str], policy: str, slots: int = 1, config: SchedulerConfig |
     return simulate(requests, slots=slots, policy=policy, config=config, scenario="hand", seed=7)
 
 
+def test_a_whole_number_written_as_a_float_is_that_number() -> None:
+    (req,) = parse_trace(['{"arrival_s": 0, "priority": 0, "output_tokens": 1e2}'], ClassTable())
+    assert req.output_tokens == 100 and isinstance(req.output_tokens, int)
+
+
 FIFO_TRACE = [
     '{"id": "a", "arrival_s": 0, "priority": "P3", "duration_s": 5}',
     '{"id": "b", "arrival_s": 1, "priority": "P0", "duration_s": 3}',

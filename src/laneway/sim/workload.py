@@ -78,6 +78,8 @@ def _integer(obj: dict[str, object], key: str) -> int:
     value = obj.get(key, 0)
     if value is None:
         return 0
+    if isinstance(value, float) and value.is_integer():  # (1e2: JSON writes numbers either way)
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"field {key!r} must be a whole number >= 0, got {_shown(value)}")
     if value > MAXIMA[key]:
