@@ -44,6 +44,7 @@ def test_every_refusal_path_follows_it() -> None:
     ):
         retry, wait = err.retry_after_s, err.estimated_wait_s
         assert RETRY_MIN_S <= retry <= RETRY_MAX_S, err
+        assert type(retry) is float, err  # (a whole number of seconds given was 5, not 5.0, in JSON)
         assert wait is None or (math.isfinite(wait) and wait >= 0), err
     assert error_for(Reject("r", "queue_timeout", "m", math.inf, math.inf)).estimated_wait_s is None
     assert error_for(Reject("r", "overloaded", "m", 42.0, 42.0)).retry_after_s == 42.0

@@ -109,7 +109,7 @@ def retry_figures(wait_s: float | None, retry_s: float | None = None) -> tuple[f
         retry = wait
     else:
         retry = RETRY_UNKNOWN_S
-    return round(min(max(retry, RETRY_MIN_S), RETRY_MAX_S), 3), wait
+    return round(float(min(max(retry, RETRY_MIN_S), RETRY_MAX_S)), 3), wait
 
 
 class Deferred(RequestError):

@@ -100,7 +100,7 @@ class Faults:
         f = self.failing[model]
         back = max(math.ceil(f.until - self.rt.now()), 1)
         lines = f.reason.splitlines()  # (a line, and where a log's end follows, the end's last line)
-        said = lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1].strip()} (all of it: /readyz)"
+        said = lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1].strip()} (whole: /readyz)"
         what = "is unavailable" if f.stopped else "could not be started"
         return Unavailable(
             f"model {model!r} {what}: {said}",
