@@ -17,11 +17,12 @@ import httpx
 import pytest
 
 from laneway.config import ServerConfig
-from live_server import live_server, tiny
+from live_server import live_server, serving, tiny, upstream
 from otlp_receiver import Receiver, otlp_receiver
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
+OTHER = "5cf92f3577b34da6a3ce929d0e0e4737"
 
 
 @pytest.fixture
@@ -84,17 +85,37 @@ def test_a_preempted_request_is_one_span_in_the_clients_trace(tmp_path: Path, re
 
 
 def test_a_refused_request_ends_its_span_with_an_error(tmp_path: Path, receiver: Receiver) -> None:
-    cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path, otlp_traces_endpoint=receiver.url)
-    with live_server(cfg) as s:
-        body = {"model": "builtin:tiny", "prompt": "x" * 10_000, "max_tokens": 3}  # past the tiny context
-        r = httpx.post(
-            s.base_url + "/completions", json=body, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"}
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def models(request: object) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def refuse(request: object) -> JSONResponse:  # (what only the engine knows)
+        return JSONResponse({"error": {"message": "no such adapter", "param": "lora"}}, status_code=400)
+
+    app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", refuse, methods=["POST"])])
+    with serving(app) as url:
+        cfg = replace(
+            ServerConfig(),
+            workers=(tiny(1), upstream("up", url)),
+            data_dir=tmp_path,
+            otlp_traces_endpoint=receiver.url,
         )
-        assert r.status_code == 400
+        with live_server(cfg) as s, httpx.Client(base_url=s.base_url, timeout=60) as c:
+            # past the tiny context: refused as it arrives (README: such a request has no span)
+            body = {"model": "builtin:tiny", "prompt": "x" * 10_000, "max_tokens": 3}
+            r = c.post("/completions", json=body, headers={"traceparent": f"00-{OTHER}-{PARENT}-01"})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+            body = {"model": "m", "prompt": "y", "max_tokens": 3}
+            r = c.post("/completions", json=body, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"})
+            assert r.status_code == 400 and "no such adapter" in r.text, r.text
     spans = receiver.of_trace(TRACE)
     assert spans, "no span was sent"
     [request] = [x for x in spans if x.name == "laneway.request"]
     assert request.error and request.attributes["laneway.outcome"] == "rejected"  # (the engine refused it)
+    assert receiver.of_trace(OTHER) == []
 
 
 def test_without_an_endpoint_nothing_of_opentelemetry_is_imported() -> None:
