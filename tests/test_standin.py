@@ -108,7 +108,7 @@ def test_stats_count_the_requests_open_at_once(engine: tuple[StandIn, str]) -> N
     """One slot, three clients at once: two wait in its queue, all three are open."""
     _, url = engine
     before = httpx.get(url + "/stats").json()
-    body = {"model": "standin", "prompt": "x", "max_tokens": 20}
+    body = {"model": "standin", "prompt": "x", "max_tokens": 100}  # (0.5 s each: the three overlap)
     threads = [
         threading.Thread(
             target=httpx.post, args=(url + "/v1/completions",), kwargs={"json": body, "timeout": 30}

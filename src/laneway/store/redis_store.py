@@ -20,10 +20,11 @@ AWAY_HOLD_S = 2.0  # once Redis could not be reached, calls fail at once this lo
 class RedisStore(ThreadedStore):
     """The shared store of several replicas: Redis (AOF on), keys under ``prefix``.
 
-    A call that finds Redis away (it cannot be reached, or stands still past the socket's
-    timeout) makes the calls queued behind it, and those for :data:`AWAY_HOLD_S` after,
-    fail at once: each would wait out the timeout again (a file or batch route answered
-    its 503 after 10–20 s)."""
+    A call that finds Redis standing still (no answer within the socket's timeout) makes
+    the calls queued behind it, and those for :data:`AWAY_HOLD_S` after, fail at once:
+    each would wait out the timeout again (a file or batch route answered its 503 after
+    10–20 s). A connection refused needs no such hold: it fails at once, and a Redis
+    restarted is used by the next call."""
 
     def __init__(self, db: Any) -> None:
         super().__init__(db)
@@ -66,6 +67,6 @@ class RedisStore(ThreadedStore):
         self._check_away()
         try:
             return fn(*args, **kw)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except redis.TimeoutError as exc:  # (refused at once needs no hold: Redis may be back next)
             self._away, self._away_until = str(exc), time.monotonic() + AWAY_HOLD_S
             raise
