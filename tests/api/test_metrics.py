@@ -79,3 +79,23 @@ def test_a_request_refused_on_arrival_counts_as_one_ended_rejected(tmp_path: Pat
         'laneway_rejections_total{reason="queue_timeout"}',
     ):
         assert value(after, sample) == value(before, sample) + 1, sample
+
+
+def test_time_to_first_token_is_to_a_token_not_to_a_role_sent_first(tmp_path: Path) -> None:
+    """An engine that sends the role in a chunk of its own at once (the stand-in does) has
+    not made a token by then: the histogram counted ~1 ms where clients saw text at 60 ms."""
+    from dataclasses import replace
+
+    from laneway.config import ServerConfig
+    from laneway.standin import StandIn
+    from live_server import serving, upstream
+
+    with serving(StandIn("standin", slots=1, ms_per_token=60.0)) as url:
+        cfg = replace(ServerConfig(), workers=(upstream("up", url, model="standin"),), data_dir=tmp_path)
+        with live_server(cfg) as s:
+            body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+            with httpx.stream("POST", s.base_url + "/chat/completions", json={**body, "stream": True}) as r:
+                assert r.status_code == 200 and '"role":"assistant"' in r.read().decode().replace(" ", "")
+            text = httpx.get(s.url + "/metrics").text
+    assert value(text, 'laneway_time_to_first_token_seconds_count{class="P1"}') == 1
+    assert value(text, 'laneway_time_to_first_token_seconds_sum{class="P1"}') >= 0.05  # (a token: 60 ms)

@@ -74,7 +74,9 @@ class WorkerEvents:
         return sink
 
     def _delta(self, ticket: Ticket, event: Delta) -> None:
-        if math.isnan(ticket.first_token_s):
+        if math.isnan(ticket.first_token_s):  # (its answer began: a chunk was sent)
+            ticket.first_token_s = self.now()
+        if not ticket.token_timed and event.tokens > 0:  # (not a chunk of a role alone)
             self._first_token(ticket)
         tokens = ticket.tokens = event.tokens
         if tokens >= 2 * ticket.reported + PROGRESS_EVERY:  # now and then: the pace revises its size
@@ -83,7 +85,11 @@ class WorkerEvents:
         ticket.put(event)
 
     def _first_token(self, ticket: Ticket) -> None:
-        ticket.first_token_s = now = self.now()
+        """Its first token came (or its whole answer, with none before): its time to it."""
+        ticket.token_timed = True
+        now = self.now()
+        if math.isnan(ticket.first_token_s):
+            ticket.first_token_s = now
         self.metrics.first_token[ticket.class_name].observe(now - ticket.arrival_s)
 
     def _done(self, ticket: Ticket, event: Done) -> None:
@@ -92,7 +98,7 @@ class WorkerEvents:
                 ticket, ticket.run, GenerationFailed(f"worker {ticket.worker} cancelled the request")
             )
             return
-        if math.isnan(ticket.first_token_s):
+        if not ticket.token_timed:
             self._first_token(ticket)
         now = self.now()
         usage = event.usage

@@ -48,7 +48,8 @@ class Ticket:
     retries: int = 0  # runs failed by a worker and started again elsewhere
     migrations: int = 0  # runs failed part-way by a worker and continued elsewhere
     first_start_s: float = math.nan
-    first_token_s: float = math.nan
+    first_token_s: float = math.nan  # when its answer began (a first chunk, maybe a role alone)
+    token_timed: bool = False  # its time to the first token was counted
     queue_s: float = 0.0  # time spent queued, over every visit
     enqueued_s: float = math.nan
     alerted: bool = False
