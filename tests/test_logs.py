@@ -15,7 +15,10 @@ from laneway import logs
 from laneway.testing import ServeProcess
 from test_cli_serve import SIM_CONFIG
 
-CONFIG = SIM_CONFIG + '[tenants.team]\nkey_sha256 = ["{key}"]\n'
+CONFIG = (
+    SIM_CONFIG
+    + '[tenants.team]\nkey_sha256 = ["{key}"]\n[tenants.team.quotas.P3]\nrate_per_s = 0.01\nburst = 1\n'
+)
 
 
 def test_json_server_log(tmp_path: Path) -> None:
@@ -33,6 +36,10 @@ def test_json_server_log(tmp_path: Path) -> None:
         )
         assert r.status_code == 200
         rid = r.json()["id"]
+        for code in (200, 429):  # (a refusal as it arrives is a line too: it ends rejected)
+            p3 = {"model": "sim", "prompt": "x", "max_tokens": 3, "priority": "P3"}
+            r = httpx.post(server.url + "/v1/completions", json=p3, headers={"Authorization": "Bearer k"})
+            assert r.status_code == code, r.text
     finally:
         server.stop()
     records = [json.loads(line) for line in server.text().splitlines() if line.strip()]  # every line JSON
@@ -41,7 +48,8 @@ def test_json_server_log(tmp_path: Path) -> None:
     assert any(m.startswith("serving sim on http://127.0.0.1:") for m in messages)
     assert any(m.startswith("worker sim0: simulated") for m in messages)  # start-up facts
     assert any(m == "tenants: team" for m in messages)
-    [req] = [x for x in records if x["logger"] == "laneway.requests"]
+    req, _, refused = [x for x in records if x["logger"] == "laneway.requests"]
+    assert refused["status"] == "rejected" and refused["priority"] == "P3" and refused["tenant"] == "team"
     assert req["request_id"] == rid and req["tenant"] == "team" and req["priority"] == "P2"
     assert req["worker"] == "sim0" and req["status"] == "completed" and req["completion_tokens"] == 3
     assert req["queue_ms"] >= 0 and req["preemptions"] == 0

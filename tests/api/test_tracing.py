@@ -144,3 +144,24 @@ def test_a_response_is_traced_under_the_id_its_client_holds(tmp_path: Path, rece
         assert r.status_code == 200
     [request] = [x for x in receiver.of_trace(TRACE) if x.name == "laneway.request"]
     assert request.attributes["laneway.request_id"] == r.json()["id"]
+
+
+def test_a_request_refused_as_it_arrives_by_a_quota_is_a_span_too(tmp_path: Path, receiver: Receiver) -> None:
+    """A 429 (or a 503 of a queue bound) is the refusal of a request laneway read and
+    weighed: a span ended rejected, as one refused after it queued (it had none)."""
+    from laneway.config import hash_key, parse_config
+
+    quota = {"P1": {"rate_per_s": 0.01, "burst": 1}}
+    base = parse_config({"tenants": {"t": {"key_sha256": [hash_key("k")], "quotas": quota}}})
+    cfg = replace(base, workers=(tiny(1),), data_dir=tmp_path, otlp_traces_endpoint=receiver.url)
+    with live_server(cfg) as s, httpx.Client(base_url=s.base_url, timeout=60) as c:
+        body = {"model": "builtin:tiny", "prompt": "x", "max_tokens": 2, "priority": "P1"}
+        headers = {"Authorization": "Bearer k"}
+        assert c.post("/completions", json=body, headers=headers).status_code == 200
+        headers["traceparent"] = f"00-{TRACE}-{PARENT}-01"
+        r = c.post("/completions", json=body, headers=headers)
+        assert r.status_code == 429, r.text
+    [request] = [x for x in receiver.of_trace(TRACE) if x.name == "laneway.request"]
+    a = request.attributes
+    assert request.error and a["laneway.outcome"] == "rejected" and a["laneway.tenant"] == "t"
+    assert request.parent_id == PARENT

@@ -50,6 +50,7 @@ from laneway.core.policies import policy as policy_spec
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import Job, ResumeMethod
+from laneway.logs import request_ended
 from laneway.runtime.alerts import QueueWaitAlerts
 from laneway.runtime.costs import measured_costs
 from laneway.runtime.engine_watch import EngineWatch
@@ -219,7 +220,10 @@ class Runtime(WorkerEvents):
         if size and self.held_bytes + size > self.config.max_queued_bytes:
             wait = self.estimate_wait(priority, job.model)
             raise self._refused(
+                job,
                 priority,
+                tenant,
+                traceparent,
                 "overloaded",
                 Unavailable(
                     f"the server holds {_mib(self.held_bytes)} of requests (limit "
@@ -231,11 +235,12 @@ class Runtime(WorkerEvents):
         if self.fleet is not None:
             refused_now = self.fleet.faults.refusal(job.model)
             if refused_now is not None:
-                raise self._refused(priority, "unavailable", refused_now)
+                raise self._refused(job, priority, tenant, traceparent, "unavailable", refused_now)
         self._admit(job)
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
-            raise self._refused(priority, "unavailable", self.prober.unavailable(job.model))
+            unavailable = self.prober.unavailable(job.model)
+            raise self._refused(job, priority, tenant, traceparent, "unavailable", unavailable)
         now = self.now()
         sizing = self.sizing
         req = Request(
@@ -254,7 +259,7 @@ class Runtime(WorkerEvents):
             req.timeout_s = timeout_s
         refused = self.sched.submit(req, now)
         if refused is not None:
-            raise self._refused(priority, refused.reason, error_for(refused))
+            raise self._refused(job, priority, tenant, traceparent, refused.reason, error_for(refused))
         ticket = Ticket(
             job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas, size=size
         )
@@ -285,11 +290,24 @@ class Runtime(WorkerEvents):
         if refusal is not None:
             raise refusal
 
-    def _refused(self, priority: int, reason: str, error: RequestError) -> RequestError:
-        """A request refused on arrival: counted as one that ended rejected, as one refused
-        after it queued is."""
+    def _refused(
+        self,
+        job: Job,
+        priority: int,
+        tenant: str | None,
+        traceparent: str | None,
+        reason: str,
+        error: RequestError,
+    ) -> RequestError:
+        """A request refused on arrival (a quota, a queue bound, no worker up): counted,
+        traced and logged as one that ended rejected, as one refused after it queued is."""
+        name = self.classes[priority].name
         self.metrics.count_rejection(reason)
-        self.metrics.ended[self.classes[priority].name, "rejected"].inc()
+        self.metrics.ended[name, "rejected"].inc()
+        ticket = Ticket(job, priority, name, tenant, self.now())
+        self.tracing.arrived(ticket, traceparent)
+        self.tracing.ended(ticket, "rejected", None, error.message)
+        request_ended(job.id, tenant, name, None, 0.0, 0, "rejected", None, None)
         return error
 
     def contexts(self, model: str) -> list[int | None]:
