@@ -243,7 +243,12 @@ def test_a_report_of_two_tenants_shows_them_apart(tmp_path: Path) -> None:
     paths = write_report(results, summaries, tmp_path / "out")
     assert [p.name for p in paths] == ["summary.md", "wait_cdf.png", "queue_depth.png", "tenant_waits.png"]
     assert paths[3].read_bytes().startswith(PNG_MAGIC) and paths[3].stat().st_size > 10_000
-    assert "![wait-time CDF per tenant](tenant_waits.png)" in paths[0].read_text(encoding="utf-8")
+    md = paths[0].read_text(encoding="utf-8")
+    assert "![wait-time CDF per tenant](tenant_waits.png)" in md
+    # (the terminal's "Per tenant" table, in summary.md too: it was left out)
+    assert "## Per tenant" in md and "| laneway | small | 1 | 1 |" in md
+    waited = md.split("## Wait estimates")[1].split("\n\n")[1]
+    assert "| in interval | not known |" in waited.splitlines()[0]
 
 
 # --------------------------------------------------------------------------- GPU runs

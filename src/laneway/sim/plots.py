@@ -27,7 +27,7 @@ from matplotlib.ticker import MaxNLocator
 
 from laneway.sim import report, tables
 from laneway.sim.simulation import SimResult
-from laneway.sim.tables import CLASS_COLUMNS, fmt_ratio, fmt_s
+from laneway.sim.tables import CLASS_COLUMNS, fmt_s
 
 _EXTRA: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("wait_p95_s", "p95", fmt_s),
@@ -90,23 +90,25 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         cells += [s.get("model_evictions", "-")] if gpus else []
         cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), tables.fmt_errors(s["estimate_error"])]
         lines.append(_row(cells))
-    waited = [
-        (s["policy"], name, f["estimate_error"])
-        for s in summaries
-        for name, f in s["classes"].items()
-        if f["estimate_error"]["waited"]
-    ]
-    if waited:
+    estimates = tables.estimate_rows(summaries)
+    if estimates:
         lines += [
             "",
-            "## Wait estimates of the requests that waited ≥ 1 s",
+            "## Wait estimates of the requests that waited ≥ 1 s (interval: 10th–90th percentile)",
             "",
-            _row(["policy", "class", "waited", "error median", "p90"]),
-            _row(["---", "---", "---:", "---:", "---:"]),
+            _row(tables.ESTIMATE_HEADERS),
+            _row(["---", "---", *("---:" for _ in tables.ESTIMATE_HEADERS[2:])]),
+            *(_row(row) for row in estimates),
         ]
+    tenants = tables.tenant_rows(summaries)
+    if tenants:
         lines += [
-            _row([policy, name, e["waited"], fmt_ratio(e["median"]), fmt_ratio(e["p90"])])
-            for policy, name, e in waited
+            "",
+            "## Per tenant",
+            "",
+            _row(tables.TENANT_HEADERS),
+            _row(["---", "---", *("---:" for _ in tables.TENANT_HEADERS[2:])]),
+            *(_row(row) for row in tenants),
         ]
     if gpus:
         gpu_ids = list(gpus[0]["gpu_utilization"])

@@ -111,40 +111,72 @@ def fmt_errors(err: dict[str, Any]) -> str:
     return f"{fmt_ratio(err['median'])} / {fmt_ratio(err['p90'])}"
 
 
-def render_tenants(summaries: Sequence[dict[str, Any]]) -> Table | None:
-    """Runs with several tenants: per policy and tenant, requests, waits, service received."""
-    runs = [s for s in summaries if "tenants" in s]
-    if not runs:
-        return None
-    table = Table(title="Per tenant", title_justify="left")
-    for header in ("policy", "tenant", "count", "done", "wait mean s", "p50", "p99", "service s"):
-        table.add_column(header, justify="left" if header in ("policy", "tenant") else "right")
-    for i, s in enumerate(runs):
-        if i:
-            table.add_section()
-        for j, (name, f) in enumerate(s["tenants"].items()):
-            table.add_row(
-                s["policy"] if j == 0 else "",
-                name,
-                str(f["count"]),
-                str(f["completed"]),
-                fmt_s(f["wait_mean_s"]),
-                fmt_s(f["wait_p50_s"]),
-                fmt_s(f["wait_p99_s"]),
-                fmt_s(f["service_s"]),
-            )
-    return table
+TENANT_HEADERS = ("policy", "tenant", "count", "done", "wait mean s", "p50", "p99", "service s")
+ESTIMATE_HEADERS = ("policy", "class", "waited", "error median", "p90", "in interval", "not known")
 
 
-def render_estimates(summaries: Sequence[dict[str, Any]]) -> Table | None:
-    """Wait-estimate errors per policy and class, of the requests that waited at least 1 s;
-    ``None`` when no request waited that long."""
-    rows = [
-        (s["policy"], name, f["estimate_error"], f.get("estimate_range"))
+def tenant_rows(summaries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Runs with several tenants: per policy and tenant, requests, waits, service received
+    (:data:`TENANT_HEADERS`); the terminal's table and ``summary.md`` show these."""
+    return [
+        [
+            s["policy"],
+            name,
+            str(f["count"]),
+            str(f["completed"]),
+            fmt_s(f["wait_mean_s"]),
+            fmt_s(f["wait_p50_s"]),
+            fmt_s(f["wait_p99_s"]),
+            fmt_s(f["service_s"]),
+        ]
+        for s in summaries
+        if "tenants" in s
+        for name, f in s["tenants"].items()
+    ]
+
+
+def estimate_rows(summaries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Wait-estimate errors per policy and class, of the requests that waited at least 1 s
+    (:data:`ESTIMATE_HEADERS`); none when no request waited that long."""
+    return [
+        [
+            s["policy"],
+            name,
+            str(f["estimate_error"]["waited"]),
+            fmt_ratio(f["estimate_error"]["median"]),
+            fmt_ratio(f["estimate_error"]["p90"]),
+            fmt_coverage(f.get("estimate_range")),
+            str(f["estimate_range"]["unknown"]) if f.get("estimate_range") else "—",
+        ]
         for s in summaries
         for name, f in s["classes"].items()
         if f["estimate_error"]["waited"]
     ]
+
+
+def _grouped(table: Table, rows: list[list[str]]) -> Table:
+    """``rows`` in ``table``, a section per policy, the policy named on its first row."""
+    last = None
+    for row in rows:
+        if last is not None and row[0] != last:
+            table.add_section()
+        table.add_row(row[0] if row[0] != last else "", *row[1:])
+        last = row[0]
+    return table
+
+
+def render_tenants(summaries: Sequence[dict[str, Any]]) -> Table | None:
+    rows = tenant_rows(summaries)
+    if not rows:
+        return None
+    table = Table(title="Per tenant", title_justify="left")
+    for header in TENANT_HEADERS:
+        table.add_column(header, justify="left" if header in ("policy", "tenant") else "right")
+    return _grouped(table, rows)
+
+
+def render_estimates(summaries: Sequence[dict[str, Any]]) -> Table | None:
+    rows = estimate_rows(summaries)
     if not rows:
         return None
     table = Table(
@@ -152,24 +184,9 @@ def render_estimates(summaries: Sequence[dict[str, Any]]) -> Table | None:
         "percentile) held of all requests estimated",
         title_justify="left",
     )
-    headers = ("policy", "class", "waited", "error median", "p90", "in interval", "not known")
-    for header in headers:
+    for header in ESTIMATE_HEADERS:
         table.add_column(header, justify="left" if header in ("policy", "class") else "right")
-    last = None
-    for policy, name, err, span in rows:
-        if last is not None and policy != last:
-            table.add_section()
-        table.add_row(
-            policy if policy != last else "",
-            name,
-            str(err["waited"]),
-            fmt_ratio(err["median"]),
-            fmt_ratio(err["p90"]),
-            fmt_coverage(span),
-            str(span["unknown"]) if span else "—",
-        )
-        last = policy
-    return table
+    return _grouped(table, rows)
 
 
 def fmt_coverage(span: dict[str, Any] | None) -> str:
