@@ -14,7 +14,7 @@ from laneway.store.threaded import ThreadedStore
 
 T = TypeVar("T")
 
-AWAY_HOLD_S = 2.0  # once Redis could not be reached, calls fail at once this long (the Retry-After)
+AWAY_HOLD_S = 2.0  # once Redis stood still past a timeout, calls fail at once this long (the Retry-After)
 
 
 class RedisStore(ThreadedStore):
