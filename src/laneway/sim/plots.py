@@ -52,6 +52,15 @@ def _row(cells: Sequence[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def _section(title: str, headers: Sequence[str], rows: list[list[str]]) -> list[str]:
+    """A table of ``rows`` under ``title`` (its first two columns text, the rest numbers);
+    nothing without rows."""
+    if not rows:
+        return []
+    rule = ["---", "---", *("---:" for _ in headers[2:])]
+    return ["", f"## {title}", "", _row(headers), _row(rule), *(_row(row) for row in rows)]
+
+
 def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | None = None) -> str:
     first = summaries[0]
     lines = [f"# laneway simulation: {first['scenario']}", ""]
@@ -90,26 +99,12 @@ def summary_markdown(summaries: Sequence[dict[str, Any]], description: str | Non
         cells += [s.get("model_evictions", "-")] if gpus else []
         cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), tables.fmt_errors(s["estimate_error"])]
         lines.append(_row(cells))
-    estimates = tables.estimate_rows(summaries)
-    if estimates:
-        lines += [
-            "",
-            "## Wait estimates of the requests that waited ≥ 1 s (interval: 10th–90th percentile)",
-            "",
-            _row(tables.ESTIMATE_HEADERS),
-            _row(["---", "---", *("---:" for _ in tables.ESTIMATE_HEADERS[2:])]),
-            *(_row(row) for row in estimates),
-        ]
-    tenants = tables.tenant_rows(summaries)
-    if tenants:
-        lines += [
-            "",
-            "## Per tenant",
-            "",
-            _row(tables.TENANT_HEADERS),
-            _row(["---", "---", *("---:" for _ in tables.TENANT_HEADERS[2:])]),
-            *(_row(row) for row in tenants),
-        ]
+    lines += _section(
+        "Wait estimates of the requests that waited ≥ 1 s (interval: 10th–90th percentile)",
+        tables.ESTIMATE_HEADERS,
+        tables.estimate_rows(summaries),
+    )
+    lines += _section("Per tenant", tables.TENANT_HEADERS, tables.tenant_rows(summaries))
     if gpus:
         gpu_ids = list(gpus[0]["gpu_utilization"])
         lines += [
