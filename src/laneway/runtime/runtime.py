@@ -278,9 +278,7 @@ class Runtime(WorkerEvents):
         """Refuse now a job that no worker of its model could ever run (a prompt past the
         context of them all), rather than after it waited for one."""
         refusal: RequestError | None = None
-        for name, worker in self.workers.items():
-            if self.served.get(name, name) != job.model:
-                continue
+        for worker in self.workers_of(job.model):
             try:
                 worker.admit(job)
             except RequestError as exc:
@@ -310,13 +308,13 @@ class Runtime(WorkerEvents):
         request_ended(job.id, tenant, name, None, 0.0, 0, "rejected", None, None)
         return error
 
+    def workers_of(self, model: str) -> list[Worker]:
+        """The workers serving ``model``."""
+        return [worker for name, worker in self.workers.items() if self.served.get(name, name) == model]
+
     def contexts(self, model: str) -> list[int | None]:
         """The context, in tokens, of each worker serving ``model`` (``None``: it does not say)."""
-        return [
-            n if isinstance(n := worker.max_model_len, int) else None
-            for name, worker in self.workers.items()
-            if self.served.get(name, name) == model
-        ]
+        return [n if isinstance(n := w.max_model_len, int) else None for w in self.workers_of(model)]
 
     def context_of(self, model: str) -> int | None:
         """The longest context a worker serving ``model`` takes (``None`` where one of them
