@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from laneway.arguments import positive_int
+from laneway.arguments import positive_int, up_to
 from laneway.batch.window import window_seconds
 from laneway.config.urls import is_http
 from laneway.core import ClassTable
@@ -113,10 +113,10 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     cancel = sub.add_parser("cancel", help="cancel a batch (its finished lines keep their results)")
     cancel.add_argument("id", type=_id, metavar="ID")
     listing = sub.add_parser("list", help="list the batches, newest first")
-    listing.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
+    listing.add_argument("--limit", type=up_to(100), default=20, metavar="N", help="at most N (default 20)")
     listing.add_argument("--json", action="store_true", help="one batch object per line, as JSON")
     files = sub.add_parser("files", help="list the uploaded files (inputs and results), newest first")
-    files.add_argument("--limit", type=_limit, default=20, metavar="N", help="at most N (default 20)")
+    files.add_argument("--limit", type=up_to(100), default=20, metavar="N", help="at most N (default 20)")
     files.add_argument("--json", action="store_true", help="one file object per line, as JSON")
     delete = sub.add_parser("delete", help="delete an uploaded file")
     delete.add_argument("id", type=_id, metavar="FILE_ID")
@@ -393,16 +393,6 @@ def _delete(client: Any, args: argparse.Namespace) -> int:
     client.files.delete(args.id)
     print(f"{args.id} deleted", file=sys.stderr)
     return 0
-
-
-def _limit(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= n <= 100:
-        raise argparse.ArgumentTypeError(f"must be 1-100, got {n}")
-    return n
 
 
 def _count(n: int, noun: str) -> str:
