@@ -244,8 +244,10 @@ def test_the_files_a_batch_wrote_are_in_the_journal_of_the_replica_that_wrote_th
     import openai
 
     engines = {"up": StandIn(slots=4, ms_per_token=1)}
-    with inprocess_replicas(tmp_path, memory_bus, ["r1"], engines, 4) as reps:
-        c = openai.OpenAI(base_url=reps["r1"].url + "/v1", api_key="none", max_retries=0)
+    with (
+        inprocess_replicas(tmp_path, memory_bus, ["r1"], engines, 4) as reps,
+        openai.OpenAI(base_url=reps["r1"].url + "/v1", api_key="none", max_retries=0) as c,
+    ):
         lines = b"".join(
             json.dumps(
                 {"custom_id": f"k{i}", "method": "POST", "url": "/v1/completions", "body": body("P3", 3)}

@@ -145,7 +145,7 @@ class ThreadedStore:
         return await self._call(self.db.lines, batch_id)
 
     async def close(self) -> None:
-        await self._call(self.db.close)
+        await ThreadedStore._call(self, self.db.close)  # (a subclass's refusals do not keep it open)
         self._pool.shutdown(wait=True)
 
 
