@@ -25,6 +25,7 @@ def test_calls_behind_one_that_found_redis_away_fail_at_once(
 
     async def main(server: Any) -> None:
         store = await RedisStore.open(server.url, prefix="away:")
+        other = await RedisStore.open(server.url, prefix="away2:")
         reached: list[float] = []
         listing = store.db.list_files
 
@@ -45,6 +46,10 @@ def test_calls_behind_one_that_found_redis_away_fail_at_once(
                 with pytest.raises(StoreUnavailable, match="cannot be reached"):
                     await store.list_files("t", limit=5)  # (at once: not sent)
                 assert len(reached) == 2
+                with pytest.raises(StoreUnavailable):
+                    await other.list_files("t", limit=5)
+                await other.close()  # (during its hold: it closes all the same)
+                assert other._pool._shutdown  # type: ignore[attr-defined]
             finally:
                 server.unpause()
             for _ in range(50):  # (bounded: the hold is 1 s here)
