@@ -288,7 +288,9 @@ def _preemption_check(d: Driver, reqs: dict[str, Request], out: list[Decision]) 
         victims = {v for v in pc.may_preempt if s.classes[v].preemptible}
         waiting = sum(1 for r in live if r.state is State.QUEUED and r.cls == c)
         claimed = sum(1 for r in live if r.claimed_for == c)
-        if not victims or waiting <= claimed:
+        # (free slots: while a request waits for a stop made where its prompt is cached,
+        # those behind it take them next: laneway.core.affinity)
+        if not victims or waiting <= claimed + s.free_slots:
             continue
         idle = [
             r.id

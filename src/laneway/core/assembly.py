@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from laneway.core.admission import Admission
+from laneway.core.affinity import AffinityStops
 from laneway.core.config import SchedulerConfig
 from laneway.core.dispatching import Dispatcher
 from laneway.core.errors import LanewayError
@@ -25,6 +26,7 @@ from laneway.core.lanes import Lanes
 from laneway.core.live import Live
 from laneway.core.loads import ModelLoads
 from laneway.core.measures import Measures
+from laneway.core.modes import PreemptionMode
 from laneway.core.occupancy import Occupancy, worker_states
 from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec
@@ -147,6 +149,19 @@ def assemble(
     slices = TimeSlices(cfg.mlfq_slice_s, lanes, occ, preemptor)  # (empty but under mlfq)
     # (slots kept a moment for the class that freed them: slot placements only)
     holds = Holds(tables.rights_of, cfg.hold_s if planner is None else 0.0)
+    # (urgent work stops batch work where its prompt is cached: placement by prefix over
+    # several workers, under a policy that preempts at once)
+    affinity = (
+        AffinityStops(placement, preemptor, promises, tables.victims)
+        if isinstance(placement, SlotPlacement)
+        and placement.index is not None
+        and len(states) > 1
+        and isolation is None
+        and tables.preempting
+        and tables.preemption is not PreemptionMode.DRAIN
+        else None
+    )
+    preemptor.stops = affinity
     dispatcher = Dispatcher(
         tables,
         lanes,
@@ -160,6 +175,7 @@ def assemble(
         loads,
         holds,
         isolation,
+        affinity,
     )
     return Parts(
         tables=tables,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from laneway.core.affinity import AffinityStops
 from laneway.core.decisions import Decision, Dispatch
 from laneway.core.fairness import FairShares
 from laneway.core.feedback import TimeSlices
@@ -35,6 +36,7 @@ _new_tuple = tuple.__new__  # builds a named tuple without the Python-level __ne
 
 class Dispatcher:
     __slots__ = (
+        "affinity",
         "calibration",
         "counters",
         "fair",
@@ -67,6 +69,7 @@ class Dispatcher:
         loads: ModelLoads | None,
         holds: Holds,
         isolation: Isolation | None = None,
+        affinity: AffinityStops | None = None,
     ) -> None:
         self.lanes = lanes
         self.occ = occ
@@ -84,6 +87,7 @@ class Dispatcher:
         self.preemptible = tables.preemptible
         self.holds = holds  # (free slots kept a moment for the class that freed them)
         self.isolation = isolation  # (workers that run urgent work alone)
+        self.affinity = affinity  # (urgent work stops batch work where its prompt is cached)
 
     def step(self, now: float, out: list[Decision]) -> None:
         """Start queued requests while slots are free (or loads may be planned)."""
@@ -111,6 +115,8 @@ class Dispatcher:
                 blocked.add(req.lane)
                 continue
             # (where models load, the loop goes on with no slot free: loads may be planned)
+            if self.affinity is not None and req.prefix and self.affinity.waits(req, now, out):
+                return  # (it waits for the slot of a request stopped where its prompt is: none passes it)
             w = placement.take_slot(req, now) if loads is None or occ.free > 0 else None
             if w is None:
                 if loads is not None:

@@ -127,6 +127,9 @@ class GpuPlacement:
     def take(self, worker: WorkerState) -> None:
         raise ConfigError("a replica's slots are taken by placement only")
 
+    def cached_on(self, req: Request) -> str | None:
+        return None  # (no prefix cache is modelled for a fleet's replicas)
+
     def _place(self, req: Request, now: float) -> WorkerState | None:
         if self.naive:
             return self._place_naive(req)

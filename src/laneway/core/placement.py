@@ -149,6 +149,12 @@ class Placement(Protocol):
         """Take ``worker`` out of placement (it failed) or back in (it recovered)."""
         ...
 
+    def cached_on(self, req: Request) -> str | None:
+        """The worker likely to hold most of ``req``'s prompt in its prefix cache, if at
+        least half of it (where to free a slot for it, when one must be freed); ``None``:
+        none, or no prefix cache is modelled."""
+        ...
+
 
 # how a slot placement spreads work over workers that may all take it
 SPREADS = ("prefix", "least-loaded", "round-robin")
@@ -263,11 +269,58 @@ class SlotPlacement:
         if best is None or least is None or best is least or 2 * best_blocks < len(blocks):
             return least
         if iso is None:
-            busier = (best.usable - best.free) - (least.usable - least.free)
+            busy, least_busy = best.usable - best.free, least.usable - least.free
         else:
-            busier = iso.busy(req, best) - iso.busy(req, least)
+            busy, least_busy = iso.busy(req, best), iso.busy(req, least)
+        return best if self._prefers(req, busy, least_busy, best) else least
+
+    def cached_on(self, req: Request) -> str | None:
+        w = self._holder(req)
+        return w.id if w is not None else None
+
+    def would_take(self, req: Request, now: float) -> WorkerState | None:
+        """The worker holding ``req``'s prompt if it has no free slot but would be chosen
+        with one freed while another worker has one (where urgent work stops batch work
+        for its cache: :mod:`laneway.core.affinity`); ``None``: placement goes on as it
+        is (that worker has a free slot, no other has, or it is not worth it)."""
+        if self.isolation is not None or len(self._free) == 0:
+            return None
+        best = self._holder(req)
+        if best is None or best.free > 0 or best.usable <= 0:
+            return None
+        least: WorkerState | None = None
+        least_load = 2.0
+        for w in self._free:
+            if all(f.fits(req, w, now) for f in self.filters) and _load(w) < least_load:
+                least, least_load = w, _load(w)
+        if least is None:
+            return None
+        return best if self._prefers(req, best.usable - 1, least.usable - least.free, best) else None
+
+    def _holder(self, req: Request) -> WorkerState | None:
+        """The worker in service for ``req`` likely to hold most of its prompt, if at
+        least half of it."""
+        index = self.index
+        blocks = req.prefix
+        if index is None or not blocks:
+            return None
+        best: WorkerState | None = None
+        best_blocks = 0
+        for w in self.workers:
+            spec = w.spec
+            if w.id in self.down or not spec.serves(req.model) or not spec.admits(req.cls):
+                continue
+            m = index.matched(w.id, blocks)
+            if m > best_blocks:
+                best, best_blocks = w, m
+        return best if 2 * best_blocks >= len(blocks) else None
+
+    def _prefers(self, req: Request, busy: int, least_busy: int, best: WorkerState) -> bool:
+        """Whether ``req`` goes to ``best``, holding its prompt and running ``busy``
+        requests, rather than the least loaded candidate running ``least_busy``: a
+        throughput-bound request always, else if that is at most half its slots more."""
         patient = req.preemptible and req.cls < len(self.patient) and self.patient[req.cls]
-        return best if patient or busier <= max(1, best.spec.slots // 2) else least
+        return patient or busy - least_busy <= max(1, best.spec.slots // 2)
 
     def _in_turn(self) -> list[WorkerState]:
         """The candidates in round-robin order: from the one after the last chosen."""

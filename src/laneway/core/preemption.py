@@ -24,14 +24,23 @@ from laneway.core.lanes import Lanes
 from laneway.core.measures import Measures
 from laneway.core.modes import PreemptionMode, StopMode
 from laneway.core.occupancy import Occupancy
+from laneway.core.placement import SlotPlacement
 from laneway.core.promises import Promises
 from laneway.core.request import Request, State, transition
 from laneway.core.selection import NONE_BLOCKED, Selector
 from laneway.core.stats import Counters
 from laneway.core.tables import Tables
-from laneway.core.victims import Candidate, choose_action, gather_candidates, may_stop_again, preempt_mode
+from laneway.core.victims import (
+    Candidate,
+    choose_action,
+    gather_candidates,
+    may_stop_again,
+    on_worker,
+    preempt_mode,
+)
 
 if TYPE_CHECKING:
+    from laneway.core.affinity import AffinityStops
     from laneway.core.gpu_placement import GpuPlacement
 
 _RUNNING = State.RUNNING
@@ -40,6 +49,7 @@ _PREEMPTED = State.PREEMPTED
 
 class Preemptor:
     __slots__ = (
+        "affinity",
         "cfg",
         "counters",
         "lanes",
@@ -49,6 +59,7 @@ class Preemptor:
         "promises",
         "reqs",
         "selector",
+        "stops",
         "tables",
     )
 
@@ -75,6 +86,11 @@ class Preemptor:
         self.measures = measures
         self.counters = counters
         self.planner = planner
+        # whether the placement models prefix caches (where a victim runs may then matter)
+        placement = occ.placement
+        self.affinity = isinstance(placement, SlotPlacement) and placement.index is not None
+        # stops made for a waiting request's cache (laneway.core.affinity: set by assembly)
+        self.stops: AffinityStops | None = None
 
     # ------------------------------------------------------------------ the step
     def step(self, now: float, out: list[Decision]) -> None:
@@ -88,6 +104,8 @@ class Preemptor:
         tables = self.tables
         for c in tables.rights:
             need = count[c] - incoming[c] - reserved[c]  # promises.need(c, count[c]), inline
+            if self.stops is not None and self.occ.free > 0 and self.stops.pending(c):
+                need -= self.occ.free  # (its head waits for a stop made for its cache; the rest, for these)
             if need <= 0:
                 continue
             victims = tables.victims[c]
@@ -105,8 +123,14 @@ class Preemptor:
             if len(self.lanes.models) > 1:  # requests name models: victims must serve it
                 head = self.selector.best_in_class(c, now, NONE_BLOCKED)
                 model = head.model if head is not None else None
+            # the slot freed where the next to start has its prompt cached, if it is anywhere
+            cached: str | None = None
+            if self.affinity:
+                if head is None:
+                    head = self.selector.best_in_class(c, now, NONE_BLOCKED)
+                cached = self.occ.placement.cached_on(head) if head is not None and head.prefix else None
             while need > 0:
-                action = choose_action(self._candidates(victims, model, now, c), mode, cap)
+                action = choose_action(on_worker(self.candidates(victims, model, now, c), cached), mode, cap)
                 if action is None:
                     if self.planner is not None and self.room_for(c, now, out):
                         need -= 1
@@ -140,7 +164,7 @@ class Preemptor:
             and may_stop_again(req, now, cfg.max_preempt_loss, cfg.max_preemptions)
         )
 
-    def _candidates(
+    def candidates(
         self, victims: tuple[int, ...], model: str | None, now: float, cls: int
     ) -> list[Candidate]:
         cfg = self.cfg

@@ -108,6 +108,17 @@ def soonest(cands: Sequence[Candidate]) -> Candidate | None:
     return min(cands, key=_soonest_key)
 
 
+def on_worker(cands: Sequence[Candidate], worker: str | None) -> Sequence[Candidate]:
+    """The candidates of the class a victim is chosen from (the lowest) that run on
+    ``worker`` — where the waiting request's prompt is cached, so that the slot it frees
+    is there — or all of ``cands`` if none does (or ``worker`` is ``None``)."""
+    if worker is None or not cands:
+        return cands
+    low = max(c.cls for c in cands)
+    mine = [c for c in cands if c.worker_id == worker and c.cls == low]
+    return mine or cands
+
+
 def choose_action(cands: Sequence[Candidate], mode: PreemptionMode, drain_cap_s: float) -> Action | None:
     """Decide how to free one slot for a waiting request.
 
