@@ -16,6 +16,7 @@ from laneway.core import (
     SchedulerConfig,
     WorkerSpec,
 )
+from laneway.core.affinity import STOP_WAIT_S
 from laneway.core.prefix_cache import BLOCK_TOKENS, DEFAULT_KV_TOKENS, PrefixIndex
 
 from .helpers import Driver, req
@@ -252,6 +253,21 @@ def test_urgent_work_stops_batch_work_where_its_prompt_is_rather_than_start_else
     d.ack(stops[0][0])
     got = [(x.request_id, x.worker_id) for x in d.step() if isinstance(x, Dispatch)]
     assert got == [("turn2", "a"), ("new", "b")]  # (the batch request stopped waits now)
+
+
+def test_a_stop_not_done_within_a_second_is_waited_for_no_longer() -> None:
+    """A stop an engine does not answer (a hung abort) keeps the agent's turn waiting 1 s
+    at most (``STOP_WAIT_S``): then it starts on the free slot, and the scheduler wakes
+    for it with no other event."""
+    d = flooded()
+    d.submit(with_prefix("turn2", (*AGENT, 15), priority=0))
+    stops = [x.request_id for x in d.step() if isinstance(x, Preempt)]
+    assert len(stops) == 1
+    assert d.sched.next_wakeup() == pytest.approx(STOP_WAIT_S)
+    got = [(x.request_id, x.worker_id) for x in d.advance(STOP_WAIT_S + 0.01) if isinstance(x, Dispatch)]
+    assert got == [("turn2", "b")]
+    d.ack(stops[0])  # (its stop ends at last: its slot goes to work still waiting, the request stopped)
+    assert [(x.request_id, x.worker_id) for x in d.step() if isinstance(x, Dispatch)] == [(stops[0], "a")]
 
 
 def test_urgent_work_starts_on_a_much_less_loaded_worker_rather_than_stop_batch_work() -> None:

@@ -11,16 +11,18 @@ another's prompts.
 So a request of a class that may preempt, whose prompt the full worker holds (at least
 half of it), stops a request there that it may preempt (the least urgent class there,
 then the least work lost: :func:`~laneway.core.victims.choose_victim`) and waits for that
-slot, the one stop only — a stop takes an abort or a checkpoint, not a run's end — when
+slot, the one stop only — a stop takes an abort or a checkpoint, not a run's end; one
+not done within :data:`STOP_WAIT_S` is waited for no longer — when
 that worker, with the slot freed, is one placement would choose
 (:meth:`SlotPlacement.would_take <laneway.core.placement.SlotPlacement.would_take>`).
-Otherwise it starts where a slot is free, as before. Batch work (a class that may not
-preempt) never stops anything for its cache: it waits for its worker's slot instead
-(:class:`~laneway.core.placement.SlotPlacement`'s ``patient``).
+Otherwise it starts where a slot is free, as before. A class that may preempt nothing
+stops nothing for its cache (batch work waits for its worker's slot instead, while it
+has one: :class:`~laneway.core.placement.SlotPlacement`'s ``patient``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from laneway.core.decisions import Decision
@@ -33,11 +35,18 @@ if TYPE_CHECKING:
     from laneway.core.promises import Promises
 
 _PREEMPTED = State.PREEMPTED
+STOP_WAIT_S = 1.0  # how long a request waits for a stop made for its cache, at most
 
 
 def _stopping(victim: Request) -> bool:
     """Whether ``victim``'s stop is still under way (its slot not yet free)."""
     return victim.claimed_for is not None and victim.state is _PREEMPTED
+
+
+def _waited(victim: Request, now: float) -> bool:
+    """Whether ``victim``'s stop is still waited for (under way, for less than
+    :data:`STOP_WAIT_S`)."""
+    return _stopping(victim) and now < victim.preempt_at_s + STOP_WAIT_S
 
 
 class AffinityStops:
@@ -59,17 +68,23 @@ class AffinityStops:
         # victims stopped for a waiting request's cache (its id), until their slot frees
         self.stopped: list[tuple[Request, str]] = []
 
-    def pending(self, cls: int) -> bool:
-        """Whether a stop made for a waiting request of class ``cls`` is under way."""
-        return any(v.claimed_for == cls and _stopping(v) for v, _ in self.stopped)
+    def pending(self, cls: int, now: float) -> bool:
+        """Whether a request of class ``cls`` waits for a stop made for its cache."""
+        return any(v.claimed_for == cls and _waited(v, now) for v, _ in self.stopped)
+
+    def next_due(self, now: float) -> float:
+        """When the next wait for a stop ends (inf: none)."""
+        ends = [v.preempt_at_s + STOP_WAIT_S for v, _ in self.stopped if _waited(v, now)]
+        return min(ends, default=math.inf)
 
     def waits(self, req: Request, now: float, out: list[Decision]) -> bool:
         """Whether ``req`` waits (not started now though a slot may be free): a stop made
         for it is under way, or one is made now on the worker holding its prompt."""
         if self.stopped:  # (a victim's claim ends as its slot frees, held for its class)
             self.stopped = [(v, rid) for v, rid in self.stopped if _stopping(v)]
-            if any(rid == req.id for _, rid in self.stopped):
-                return True
+            made = [v for v, rid in self.stopped if rid == req.id]
+            if made:  # (waited for, or given up on: then it starts where it may, no other stop)
+                return any(_waited(v, now) for v in made)
         mine = self.victims[req.cls]
         if not mine or not req.prefix:
             return False

@@ -104,7 +104,7 @@ class Preemptor:
         tables = self.tables
         for c in tables.rights:
             need = count[c] - incoming[c] - reserved[c]  # promises.need(c, count[c]), inline
-            if self.stops is not None and self.occ.free > 0 and self.stops.pending(c):
+            if self.stops is not None and self.occ.free > 0 and self.stops.pending(c, now):
                 need -= self.occ.free  # (its head waits for a stop made for its cache; the rest, for these)
             if need <= 0:
                 continue

@@ -610,6 +610,9 @@ class Scheduler:
             t = min(t, self.holds.next_lapse())
         if self.isolation is not None and self.lanes.total:
             t = min(t, self.isolation.next_calm(self._now))
+        affinity = self.dispatcher.affinity
+        if affinity is not None and affinity.stopped and self.lanes.total:
+            t = min(t, affinity.next_due(self._now))
         return t
 
     # ------------------------------------------------------------------ estimates
