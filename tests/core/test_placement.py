@@ -280,6 +280,17 @@ def test_urgent_work_starts_on_a_much_less_loaded_worker_rather_than_stop_batch_
     assert [(x.request_id, x.worker_id) for x in out if isinstance(x, Dispatch)] == [("turn2", "b")]
 
 
+def test_no_stop_on_a_worker_whose_cap_would_withhold_the_slot() -> None:
+    """The saturation gate capped the agent's worker below what it runs: a slot a stop
+    frees there is withheld, so nothing is stopped and the turn starts where a slot is."""
+    d = flooded()
+    d.sched.set_slots("a", 3)
+    d.submit(with_prefix("turn2", (*AGENT, 15), priority=0))
+    out = d.step()
+    assert not [x for x in out if isinstance(x, Preempt)]
+    assert [(x.request_id, x.worker_id) for x in out if isinstance(x, Dispatch)] == [("turn2", "b")]
+
+
 @pytest.mark.parametrize("policy", ["graceful", "priority"])
 def test_no_stop_for_a_cache_under_a_policy_that_does_not_stop_at_once(policy: str) -> None:
     d = flooded(policy)

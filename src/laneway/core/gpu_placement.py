@@ -127,7 +127,7 @@ class GpuPlacement:
     def take(self, worker: WorkerState) -> None:
         raise ConfigError("a replica's slots are taken by placement only")
 
-    def cached_on(self, req: Request) -> str | None:
+    def holder_of(self, req: Request) -> str | None:
         return None  # (no prefix cache is modelled for a fleet's replicas)
 
     def _place(self, req: Request, now: float) -> WorkerState | None:

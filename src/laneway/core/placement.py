@@ -149,7 +149,7 @@ class Placement(Protocol):
         """Take ``worker`` out of placement (it failed) or back in (it recovered)."""
         ...
 
-    def cached_on(self, req: Request) -> str | None:
+    def holder_of(self, req: Request) -> str | None:
         """The worker likely to hold most of ``req``'s prompt in its prefix cache, if at
         least half of it (where to free a slot for it, when one must be freed); ``None``:
         none, or no prefix cache is modelled."""
@@ -274,7 +274,7 @@ class SlotPlacement:
             busy, least_busy = iso.busy(req, best), iso.busy(req, least)
         return best if self._prefers(req, busy, least_busy, best) else least
 
-    def cached_on(self, req: Request) -> str | None:
+    def holder_of(self, req: Request) -> str | None:
         w = self._holder(req)
         return w.id if w is not None else None
 
@@ -286,7 +286,8 @@ class SlotPlacement:
         if self.isolation is not None or len(self._free) == 0:
             return None
         best = self._holder(req)
-        if best is None or best.free > 0 or best.usable <= 0:
+        # (a worker whose cap withholds the slots its requests leave would not free one)
+        if best is None or best.free > 0 or best.usable <= 0 or best.cap_debt > 0:
             return None
         least: WorkerState | None = None
         least_load = 2.0

@@ -128,7 +128,7 @@ class Preemptor:
             if self.affinity:
                 if head is None:
                     head = self.selector.best_in_class(c, now, NONE_BLOCKED)
-                cached = self.occ.placement.cached_on(head) if head is not None and head.prefix else None
+                cached = self.occ.placement.holder_of(head) if head is not None and head.prefix else None
             while need > 0:
                 action = choose_action(on_worker(self.candidates(victims, model, now, c), cached), mode, cap)
                 if action is None:
