@@ -11,10 +11,10 @@ that cannot be made still gets its dispatch handed on: the request fails over fr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from laneway.cluster import tasks
 from laneway.core import Decision, Dispatch
 
 log = logging.getLogger("laneway.cluster")
@@ -69,7 +69,4 @@ class DispatchGate:
         self._held = []
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await tasks.stop(self._task)

@@ -33,6 +33,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from laneway.cluster import tasks
 from laneway.cluster.codec import (
     Availability,
     BadMessage,
@@ -191,11 +192,8 @@ class Leader:
                     await self.lease.release()
 
     async def lose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await tasks.stop(self._task)
+        self._task = None
         self.core = None
 
     @property

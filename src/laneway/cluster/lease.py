@@ -34,6 +34,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from laneway.cluster import tasks
 from laneway.cluster.redis_io import text
 
 log = logging.getLogger("laneway.cluster")
@@ -221,10 +222,7 @@ class Campaign:
             await self.on_lose()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
         with contextlib.suppress(Exception):
             await self.lease.withdraw()
         if self.lease.token is not None:

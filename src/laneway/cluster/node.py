@@ -15,7 +15,6 @@ what the replicas report they run. ``laneway cluster accept-loss`` ends that.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -24,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from laneway.bus import BusUnavailable, connect
+from laneway.cluster import tasks
 from laneway.cluster.agreement import compare, decided_by
 from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.cluster.fleet_book import FleetBook
@@ -178,10 +178,7 @@ class Node:
         return [(c.kind, c.id) for c in gone]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
         self.generation.save(force=True)
         await self.campaign.close()
         await self.remote.close()

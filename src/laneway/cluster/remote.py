@@ -19,7 +19,6 @@ replica (:mod:`laneway.cluster.lending`): then the leader hears nothing of it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -30,6 +29,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from laneway.cluster import tasks
 from laneway.cluster.codec import (
     RUNNING,
     Availability,
@@ -211,8 +211,7 @@ class RemoteScheduler:
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+            await tasks.stop(t)
         while self._out or self._sending is not None:
             try:
                 await self._flush()
