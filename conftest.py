@@ -63,6 +63,17 @@ def _a_working_dir_of_its_own(
 
 
 @pytest.fixture(autouse=True)
+def _batch_clients_closed() -> Iterator[None]:
+    """The openai clients the batch tests made (``batch_util.client``) are closed after each
+    test: one left to the garbage collector failed a later test on its socket's
+    ResourceWarning (tests/batch/test_api.py, in CI)."""
+    yield
+    import batch_util
+
+    batch_util.close_clients()
+
+
+@pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """A test that runs ``laneway serve`` in this process (``cli.main``) configures logging
     as the server does (a handler on the stderr of that moment, at INFO): undone after it,
