@@ -63,14 +63,23 @@ def _a_working_dir_of_its_own(
 
 
 @pytest.fixture(autouse=True)
-def _batch_clients_closed() -> Iterator[None]:
-    """The openai clients the batch tests made (``batch_util.client``) are closed after each
-    test: one left to the garbage collector failed a later test on its socket's
-    ResourceWarning (tests/batch/test_api.py, in CI)."""
-    yield
-    import batch_util
+def _openai_clients_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every ``openai.OpenAI`` client a test makes is closed after it: one left to the
+    garbage collector failed whichever later test it was collected in on its socket's
+    ResourceWarning (tests/batch/test_api.py, in CI, after a batch test's client)."""
+    import openai
 
-    batch_util.close_clients()
+    made: list[openai.OpenAI] = []
+    init = openai.OpenAI.__init__
+
+    def recorded(self: openai.OpenAI, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(openai.OpenAI, "__init__", recorded)
+    yield
+    for c in made:
+        c.close()
 
 
 @pytest.fixture(autouse=True)

@@ -12,22 +12,9 @@ import openai
 ENDED = ("completed", "failed", "expired", "cancelled")
 
 
-# the clients made during the test now running: closed after it (conftest.py), so that no
-# socket of theirs is left to the garbage collector, whose ResourceWarning fails whichever
-# later test it falls in
-made: list[openai.OpenAI] = []
-
-
 def client(base_url: str, key: str = "unused") -> openai.OpenAI:
-    c = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
-    made.append(c)
-    return c
-
-
-def close_clients() -> None:
-    """Close the clients :func:`client` made (after each test)."""
-    while made:
-        made.pop().close()
+    """(Closed after the test: conftest.py.)"""
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
 
 
 def chat_line(cid: str, max_tokens: int = 3, model: str = "sim", **body: Any) -> dict[str, Any]:
