@@ -289,11 +289,7 @@ class SlotPlacement:
         # (a worker whose cap withholds the slots its requests leave would not free one)
         if best is None or best.free > 0 or best.usable <= 0 or best.cap_debt > 0:
             return None
-        least: WorkerState | None = None
-        least_load = 2.0
-        for w in self._free:
-            if all(f.fits(req, w, now) for f in self.filters) and _load(w) < least_load:
-                least, least_load = w, _load(w)
+        least = choose(req, self._free, self.filters, (_LOAD,), now)
         if least is None:
             return None
         return best if self._prefers(req, best.usable - 1, least.usable - least.free, best) else None

@@ -49,7 +49,7 @@ _PREEMPTED = State.PREEMPTED
 
 class Preemptor:
     __slots__ = (
-        "affinity",
+        "by_cache",
         "cfg",
         "counters",
         "lanes",
@@ -86,9 +86,9 @@ class Preemptor:
         self.measures = measures
         self.counters = counters
         self.planner = planner
-        # whether the placement models prefix caches (where a victim runs may then matter)
+        # whether the placement models prefix caches (a victim where the waiting prompt is)
         placement = occ.placement
-        self.affinity = isinstance(placement, SlotPlacement) and placement.index is not None
+        self.by_cache = isinstance(placement, SlotPlacement) and placement.index is not None
         # stops made for a waiting request's cache (laneway.core.affinity: set by assembly)
         self.stops: AffinityStops | None = None
 
@@ -125,7 +125,7 @@ class Preemptor:
                 model = head.model if head is not None else None
             # the slot freed where the next to start has its prompt cached, if it is anywhere
             cached: str | None = None
-            if self.affinity:
+            if self.by_cache:
                 if head is None:
                     head = self.selector.best_in_class(c, now, NONE_BLOCKED)
                 cached = self.occ.placement.holder_of(head) if head is not None and head.prefix else None
