@@ -175,7 +175,7 @@ def gateway(
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "laneway.toml"
     cfg.write_text(toml)
-    with serve_process("--config", str(cfg), log=tmp / "laneway.log") as server:
+    with serve_process("--config", str(cfg), "--access-log", log=tmp / "laneway.log") as server:
         yield server.url + "/v1"
 
 
@@ -354,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         "--priority", action="store_true", help="engines order by priority; laneway tells them each class"
     )
     ap.add_argument("--json", type=Path, metavar="FILE")
-    ap.add_argument("--logs", type=Path, metavar="DIR", help="keep the engines' and laneway's logs here")
+    ap.add_argument(
+        "--logs", type=Path, metavar="DIR", help="keep the engines' logs and laneway's (a line a request)"
+    )
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway", "laneway-isolated"})

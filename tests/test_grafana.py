@@ -77,3 +77,15 @@ def test_the_panels_are_laid_out_without_overlap() -> None:
             for y in range(g["y"], g["y"] + g["h"]):
                 assert (x, y) not in cells, (p["title"], cells.get((x, y)))
                 cells[(x, y)] = p["id"]
+
+
+def test_a_workers_slots_are_not_summed_over_replicas() -> None:
+    """Every replica of a cluster reports a shared worker's slots: summed over the replicas
+    they would be as many times its slots as there are replicas (busy slots, queued and
+    running requests are each replica's own: those are summed)."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    slot_queries = [q for q in exprs(dashboard) if re.search(r"\blaneway_worker_slots\{", q)]
+    assert slot_queries
+    for q in slot_queries:
+        assert not re.search(r"\bsum(\s+by\s*\([^)]*\))?\s*\(\s*laneway_worker_slots\{", q), q
+        assert re.search(r"\bmax by \(worker\) \(laneway_worker_slots\{", q), q

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -269,3 +270,50 @@ def test_the_files_a_batch_wrote_are_in_the_journal_of_the_replica_that_wrote_th
         ("batch", b.id),
         ("file", b.output_file_id),
     }
+
+
+def _gauges(base: str) -> dict[str, float]:
+    """The class and worker gauges a replica's /metrics has, summed over their labels' values
+    (per worker for the slots)."""
+    text = httpx.get(base + "/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for name, labels, value in re.findall(r"^(laneway_[a-z_]+)\{([^}]*)\} (\S+)$", text, re.M):
+        if name in ("laneway_queue_depth", "laneway_running_requests", "laneway_worker_slots_busy"):
+            out[name] = out.get(name, 0.0) + float(value)
+        elif name == "laneway_worker_slots":
+            out[f"{name}{{{labels}}}"] = float(value)
+    return out
+
+
+def test_a_replicas_queued_and_running_gauges_sum_to_the_clusters(tmp_path: Path, memory_bus: str) -> None:
+    """Each replica's ``laneway_queue_depth`` and ``laneway_running_requests`` are its own
+    requests (as its dashboard counts them): the dashboard's sum over the replicas is the
+    cluster's, not as many times the cluster's as there are replicas."""
+    engines = two_standins(2)
+    with inprocess_replicas(tmp_path, memory_bus, NAMES, engines, 2) as reps:
+        urls = [reps[n].url + "/v1" for n in NAMES]
+
+        async def go() -> tuple[list[dict[str, float]], list[int]]:
+            async with httpx.AsyncClient(timeout=120) as c:
+                # 12 long requests over the three replicas: 4 run (2 engines of 2 slots), 8 wait
+                jobs = [
+                    asyncio.create_task(c.post(urls[i % 3] + "/completions", json=body("P3", 300, f"j{i}")))
+                    for i in range(12)
+                ]
+                seen: list[dict[str, float]] = []
+                for _ in range(50):  # (until the slots are taken, at most 5 s)
+                    await asyncio.sleep(0.1)
+                    seen = [await asyncio.to_thread(_gauges, reps[n].url) for n in NAMES]
+                    if sum(g.get("laneway_worker_slots_busy", 0) for g in seen) >= 4:
+                        break
+                return seen, [r.status_code for r in await asyncio.gather(*jobs)]
+
+        seen, statuses = asyncio.run(go())
+    assert statuses == [200] * 12
+    assert sum(g["laneway_running_requests"] for g in seen) == 4, seen
+    assert sum(g["laneway_queue_depth"] for g in seen) == 8, seen
+    assert sum(g["laneway_worker_slots_busy"] for g in seen) == 4, seen
+    for g in seen:  # each replica took 4, and says so
+        assert g["laneway_running_requests"] + g["laneway_queue_depth"] == 4, seen
+        # a worker's slots are the worker's on every replica (the dashboard takes one of them)
+        assert g['laneway_worker_slots{worker="up0"}'] == 2, seen
