@@ -6,7 +6,7 @@
 ``laneway batch submit|status|results ...`` (see :mod:`laneway.batch.cli`)
 
 ``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
-[--slots N] [--upstreams N [--kv-tokens N]] [--seed N] [--requests N] [--hold-s S] [--json]
+[--slots N] [--upstreams N [--kv-tokens N]] [--isolate] [--seed N] [--requests N] [--hold-s S] [--json]
 [--report DIR]``
 
 Errors the user can fix (bad trace line, unknown scenario or policy, missing
@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"with --upstreams: each engine's KV space in tokens (default {AGENT_KV_TOKENS:,})",
     )
+    sim.add_argument(
+        "--isolate",
+        action="store_true",
+        help="the upstreams run urgent work alone (a worker's isolate): the agents scenario, --upstreams",
+    )
     sim.add_argument("--seed", type=whole, metavar="N", help="scenario seed (default 0)")
     sim.add_argument(
         "--requests", type=up_to(MAX_REQUESTS), metavar="N", help="mixed scenario only: about N requests"
@@ -179,7 +184,23 @@ def load_fleet(path: Path) -> Inventory:
 
 
 def load_workload(args: argparse.Namespace) -> Scenario:
-    """The workload of --scenario or --trace (a trace runs on --slots slots)."""
+    """The workload of --scenario or --trace (a trace runs on --slots slots), its upstreams
+    isolated with --isolate."""
+    sc = _workload(args)
+    if args.isolate:
+        if sc.workers is None:
+            raise UsageError(
+                "argument --isolate: only on upstreams (the agents scenario, or a trace with --upstreams)"
+            )
+        sc = replace(
+            sc,
+            workers=tuple(replace(w, isolate=True) for w in sc.workers),
+            description=f"{sc.description or sc.name}, each running urgent work alone (isolate)",
+        )
+    return sc
+
+
+def _workload(args: argparse.Namespace) -> Scenario:
     if args.kv_tokens is not None and args.upstreams is None:
         raise UsageError("argument --kv-tokens: only with --upstreams")
     if args.trace is not None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneway.core import Dispatch, Preempt, Scheduler, SchedulerConfig, WorkerSpec
 from laneway.core.classes import ClassTable
+from laneway.core.isolation import Isolation
 from laneway.core.request import State
+from laneway.core.workers import WorkerState
 
 from .helpers import Driver, ids, req
 
@@ -281,3 +285,15 @@ def test_isolated_workers_never_start_work_beside_what_may_preempt_it_and_every_
             assert d.sched.free_slots == 0
     d.drain()
     assert sorted(d.ended) == sorted(d.submitted)
+
+
+def test_urgent_work_keeps_a_whole_isolated_worker_in_an_estimate() -> None:
+    """What share of all slots urgent work arriving at a rate keeps from batch work: on
+    isolated workers the whole worker while one runs there (busy ``1 - exp(-rate / n)`` of
+    the time), not the slot it takes."""
+    ws = [WorkerState(WorkerSpec(f"w{i}", 4, isolate=i < 2)) for i in range(3)]
+    iso = Isolation([frozenset({1}), frozenset()], [(1,), ()], 0.0, ws)
+    assert iso.urgent_share(0.0, 12) == 0.0
+    # 1 service-second a second over 2 isolated workers of 4 slots, of 12 slots in all
+    assert iso.urgent_share(1.0, 12) == pytest.approx(8 * (1 - math.exp(-0.5)) / 12)
+    assert iso.urgent_share(1e9, 12) == pytest.approx(8 / 12)  # (at most the isolated slots)

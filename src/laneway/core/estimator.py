@@ -334,7 +334,12 @@ class Estimator:
                 always = rate_of(top, now)
                 horizon = (cls - top) * tables.interval_s  # type: ignore[operator]
                 rate = always + (rate - always) * min(1.0, horizon / t)
-            t /= 1.0 - min(rate / occ.slots, 0.9)
+            iso = self.isolation
+            if iso is not None and iso.workers and cls in iso.exposed:
+                load = iso.urgent_share(rate, occ.slots)
+            else:
+                load = rate / occ.slots
+            t /= 1.0 - min(load, 0.9)
         return t
 
     def _estimate_on_gpus(self, cls: int, model: str, now: float) -> float:
