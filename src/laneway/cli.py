@@ -292,6 +292,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 " with prefix caches), laneway itself on this run",
                 file=sys.stderr,
             )
+    if args.isolate and "fifo" in policies:  # (as laneway serve says at start)
+        print("laneway: isolate does nothing under policy fifo (one queue, no classes)", file=sys.stderr)
     description = sc.description
     if args.report is not None:
         try:  # fail before simulating, not after

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneway.core import Dispatch, Preempt, Scheduler, SchedulerConfig, WorkerSpec
 from laneway.core.classes import ClassTable
-from laneway.core.isolation import Isolation
 from laneway.core.request import State
-from laneway.core.workers import WorkerState
 
 from .helpers import Driver, ids, req
 
@@ -287,13 +283,22 @@ def test_isolated_workers_never_start_work_beside_what_may_preempt_it_and_every_
     assert sorted(d.ended) == sorted(d.submitted)
 
 
-def test_urgent_work_keeps_a_whole_isolated_worker_in_an_estimate() -> None:
-    """What share of all slots urgent work arriving at a rate keeps from batch work: on
-    isolated workers the whole worker while one runs there (busy ``1 - exp(-rate / n)`` of
-    the time), not the slot it takes."""
-    ws = [WorkerState(WorkerSpec(f"w{i}", 4, isolate=i < 2)) for i in range(3)]
-    iso = Isolation([frozenset({1}), frozenset()], [(1,), ()], 0.0, ws)
-    assert iso.urgent_share(0.0, 12) == 0.0
-    # 1 service-second a second over 2 isolated workers of 4 slots, of 12 slots in all
-    assert iso.urgent_share(1.0, 12) == pytest.approx(8 * (1 - math.exp(-0.5)) / 12)
-    assert iso.urgent_share(1e9, 12) == pytest.approx(8 / 12)  # (at most the isolated slots)
+def test_batch_works_estimate_on_a_worker_kept_quiet_after_urgent_work_is_its_quiet_time() -> None:
+    """After urgent work ended on an isolated worker, batch work keeps off it for ``hold_s``
+    while nothing runs there: its estimate is that quiet time, not "no worker is up"."""
+    d = one(slots=2, hold_s=0.5)
+    d.submit(req("p0", 0))
+    assert ids(d.step(), Dispatch) == ["p0"]
+    d.now = 1.0
+    d.finish("p0")
+    assert d.step() == []
+    d.now = 1.1
+    wait, rng = d.sched.estimate_range(3, None, d.now)
+    # (0.4 s, stretched by the urgent work that may arrive meanwhile)
+    assert 0.4 <= wait < 1.0 and rng.basis != "none", (wait, rng)
+    d.submit(req("p3", 3, 1.1))
+    assert d.step() == []  # (kept off until 1.5)
+    wait, _ = d.sched.estimate_range(3, None, d.now)  # behind the queued one: still finite
+    assert 0.4 <= wait < 10.0, wait
+    d.now = 1.5
+    assert ids(d.step(), Dispatch) == ["p3"]

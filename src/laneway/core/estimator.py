@@ -257,8 +257,14 @@ class Estimator:
                 ahead += n
                 work += queued_work
         available = occ.free + occ.held  # (held slots come back when asked: see hold)
+        calm = math.inf  # (when the quiet time after urgent work on an isolated worker ends)
         if self.isolation is not None:
-            available -= self.isolation.kept_from(cls, now)
+            kept = self.isolation.kept_from(cls, now)
+            if kept:
+                available -= kept
+                # slots kept free after urgent work ended there free when its quiet time
+                # ends (nothing running there need end first)
+                calm = self.isolation.next_calm(now) - now
         blocking = 0
         remaining = 0.0
         end_sum = occ.end_sum
@@ -293,10 +299,13 @@ class Estimator:
             # the first of them to end (one not sized may end early or late)
             spread = self.measures.spread
             first = first_end_median([_end_span(r, now, spread) for r in blockers]) if blockers else math.inf
+            first = min(first, calm)
             if not ahead:
                 t = first
             else:  # the queue ahead takes each slot as it frees, and frees it again after its service
                 ends = sorted(abs(r.expected_end_s - now) for r in blockers)  # (overdue: as much again)
+                if calm < math.inf:
+                    ends = sorted([*ends, calm])
                 if ends:
                     ends[0] = min(ends[0], first)
                 t = start_after(available, ends, ahead, work / ahead)
@@ -334,12 +343,7 @@ class Estimator:
                 always = rate_of(top, now)
                 horizon = (cls - top) * tables.interval_s  # type: ignore[operator]
                 rate = always + (rate - always) * min(1.0, horizon / t)
-            iso = self.isolation
-            if iso is not None and iso.workers and cls in iso.exposed:
-                load = iso.urgent_share(rate, occ.slots)
-            else:
-                load = rate / occ.slots
-            t /= 1.0 - min(load, 0.9)
+            t /= 1.0 - min(rate / occ.slots, 0.9)
         return t
 
     def _estimate_on_gpus(self, cls: int, model: str, now: float) -> float:

@@ -121,19 +121,6 @@ class Isolation:
             return 0
         return sum(w.free for w in self.workers if w.free > 0 and not self.admits(cls, w, now))
 
-    def urgent_share(self, rate: float, slots: int) -> float:
-        """The share of all ``slots`` that urgent work arriving at ``rate`` (service-seconds
-        a second) keeps from what it outranks. On an isolated worker it keeps the whole
-        worker while one runs there: spread over the isolated workers, a worker is that
-        busy with it a share ``1 - exp(-rate / workers)`` of the time (as many at once
-        as arrive, each its service). Urgent work goes to isolated workers first (among
-        equals): the slots of others are taken to be left to what it outranks."""
-        n = len(self.workers)
-        if rate <= 0 or slots <= 0 or not n:
-            return 0.0
-        iso_slots = sum(w.spec.slots for w in self.workers)
-        return iso_slots * -math.expm1(-min(rate / n, 50.0)) / slots
-
     # ------------------------------------------------------------------ events
     def start(self, req: Request, w: WorkerState) -> None:
         """``req`` started on ``w``: if it may preempt anyone, those beside it stop at the
