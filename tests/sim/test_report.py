@@ -251,6 +251,21 @@ def test_a_report_of_two_tenants_shows_them_apart(tmp_path: Path) -> None:
     assert "| in interval | not known |" in waited.splitlines()[0]
 
 
+def test_a_tenants_service_counts_requests_sized_by_their_tokens() -> None:
+    """A tenant's "service s" is the slot time its requests held: one sized by its tokens
+    (no ``duration_s``) counts too (it was 0)."""
+    trace = [
+        '{"id": "d", "arrival_s": 0, "priority": "P2", "duration_s": 2, "tenant": "t"}',
+        '{"id": "k", "arrival_s": 0, "priority": "P2", "output_tokens": 100, "tenant": "u"}',
+    ]
+    result = run(trace, "laneway", slots=2)
+    tenants = summarize(result)["tenants"]
+    assert tenants["t"]["service_s"] == pytest.approx(2.0)
+    k = next(o for o in result.outcomes if o.spec.id == "k")
+    service = tenants["u"]["service_s"]
+    assert service == pytest.approx(k.latency_s - k.wait_s) and service > 0.5
+
+
 # --------------------------------------------------------------------------- GPU runs
 
 

@@ -128,7 +128,9 @@ def _tenant_figures(outs: list[Outcome]) -> dict[str, Any]:
         "wait_mean_s": statistics.fmean(waits) if waits else None,
         "wait_p50_s": percentile(waits, 50),
         "wait_p99_s": percentile(waits, 99),
-        "service_s": sum(o.spec.duration_s or 0.0 for o in done),
+        # the slot time its requests held (not their given durations only: a request sized
+        # by its tokens has none), stops and restores included
+        "service_s": sum(o.latency_s - o.wait_s for o in done),
     }
 
 
