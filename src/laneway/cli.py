@@ -287,9 +287,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.policy.strip() == "all":
         left = [p for p in POLICIES if p not in policies]
         if left:
+            why = []
+            if "naive" in left:
+                why.append("naive places on GPUs and this run has no GPU fleet")
+            if any(p != "naive" for p in left):
+                why.append("round-robin and least-loaded spread over upstreams with caches and it has none")
             print(
-                f"laneway: {', '.join(left)} left out: baselines of placement (on GPUs, over upstreams"
-                " with prefix caches), laneway itself on this run",
+                f"laneway: {', '.join(left)} left out, as each would run as laneway itself here "
+                f"({'; '.join(why)})",
                 file=sys.stderr,
             )
     if args.isolate and "fifo" in policies:  # (as laneway serve says at start)
