@@ -201,6 +201,7 @@ def load_workload(args: argparse.Namespace) -> Scenario:
 
 
 def _workload(args: argparse.Namespace) -> Scenario:
+    """The scenario or trace the arguments name, on the capacity they give."""
     if args.kv_tokens is not None and args.upstreams is None:
         raise UsageError("argument --kv-tokens: only with --upstreams")
     if args.trace is not None:
