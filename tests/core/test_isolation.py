@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -302,3 +304,24 @@ def test_batch_works_estimate_on_a_worker_kept_quiet_after_urgent_work_is_its_qu
     assert 0.4 <= wait < 10.0, wait
     d.now = 1.5
     assert ids(d.step(), Dispatch) == ["p3"]
+
+
+def test_the_slots_kept_from_batch_work_are_averaged_over_the_last_minute() -> None:
+    """An isolated worker keeps batch work off all its slots while urgent work runs there:
+    of 30 s with a P0 running, then 30 s with none, the share kept is the average over
+    about a minute (an exponential one: ``d / (1 + d)``, ``d = exp(-30 / 60)``)."""
+    d = one(slots=4)
+    iso = d.sched.isolation
+    assert iso is not None
+    d.submit(req("p0", 0))
+    assert ids(d.step(), Dispatch) == ["p0"]
+    assert iso.kept_share(3) == 0.0  # (nothing seen yet)
+    d.now = 30.0
+    d.finish("p0")
+    d.step()
+    assert iso.kept_share(3) == pytest.approx(1.0)  # (all of it, all this time)
+    d.now = 60.0
+    d.step()
+    decay = math.exp(-0.5)
+    assert iso.kept_share(3) == pytest.approx(decay / (1 + decay))
+    assert iso.kept_share(0) == 0.0  # (nothing outranks P0)

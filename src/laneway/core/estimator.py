@@ -344,6 +344,12 @@ class Estimator:
                 horizon = (cls - top) * tables.interval_s  # type: ignore[operator]
                 rate = always + (rate - always) * min(1.0, horizon / t)
             t /= 1.0 - min(rate / occ.slots, 0.9)
+        iso = self.isolation
+        if iso is not None and iso.stops and ahead and cls in iso.exposed:
+            # on isolated workers urgent work keeps this class off all their slots while it
+            # runs there: the queue ahead drains no faster than the slots it left free lately
+            kept_lately = iso.kept_share(cls) * sum(w.spec.slots for w in iso.workers)
+            t = max(t, work / max(occ.slots - kept_lately, 0.1 * occ.slots))
         return t
 
     def _estimate_on_gpus(self, cls: int, model: str, now: float) -> float:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from laneway.core.preemption import Preemptor
 
 _RUNNING = State.RUNNING
+KEPT_WINDOW_S = 60.0  # the slots kept from a class are averaged over about this long
 
 
 class Isolation:
@@ -47,7 +48,20 @@ class Isolation:
     off beside it, a class that may not be preempted included); ``victims``: of those, the
     ones that may be preempted (what it stops)."""
 
-    __slots__ = ("exposed", "hold_s", "rights_of", "started", "stops", "urgent", "victims", "workers")
+    __slots__ = (
+        "_keepers",
+        "_kept_avg",
+        "_seen_s",
+        "_weight",
+        "exposed",
+        "hold_s",
+        "rights_of",
+        "started",
+        "stops",
+        "urgent",
+        "victims",
+        "workers",
+    )
 
     def __init__(
         self,
@@ -66,6 +80,12 @@ class Isolation:
         self.workers = [w for w in workers if w.spec.isolate]
         # urgent starts on isolated workers since the last stop step: (request, worker)
         self.started: list[tuple[Request, WorkerState]] = []
+        # per class: the isolated slots kept from it, on average over the last minutes
+        # (:meth:`observe`), and what kept them at the last look: (slots, kept until)
+        self._kept_avg = [0.0] * len(self.rights_of)
+        self._weight = 0.0  # (of the average: 1 once it has seen many minutes)
+        self._keepers: list[list[tuple[int, float]]] = [[] for _ in self.rights_of]
+        self._seen_s = math.nan
 
     # ------------------------------------------------------------------ the filter
     def fits(self, req: Request, w: WorkerState, now: float) -> bool:
@@ -120,6 +140,41 @@ class Isolation:
         if cls not in self.exposed:
             return 0
         return sum(w.free for w in self.workers if w.free > 0 and not self.admits(cls, w, now))
+
+    # ------------------------------------------------------------------ how much it keeps off
+    def observe(self, now: float) -> None:
+        """Count the slots kept from each class since the last look, and note what keeps
+        them now (at each scheduling step): a worker keeps a class off while work that
+        outranks it runs there (until an event), or until its quiet time ends."""
+        last = self._seen_s
+        if last == last and now > last:  # (not NaN: a look before)
+            dt = now - last
+            decay = math.exp(-dt / KEPT_WINDOW_S)
+            for c in self.exposed:
+                slot_s = sum(n * (min(until, now) - last) for n, until in self._keepers[c] if until > last)
+                self._kept_avg[c] = self._kept_avg[c] * decay + slot_s / dt * (1.0 - decay)
+            self._weight = self._weight * decay + (1.0 - decay)
+        if last != last or now > last:
+            self._seen_s = now
+            rights = self.rights_of
+            for c in self.exposed:
+                keepers = self._keepers[c]
+                keepers.clear()
+                for w in self.workers:
+                    if any(c in rights[r.cls] for r in w.running.values() if r.state is _RUNNING):
+                        keepers.append((w.spec.slots, math.inf))
+                    elif w.calm:
+                        until = max((t for u, t in w.calm.items() if t > now and c in rights[u]), default=now)
+                        if until > now:
+                            keepers.append((w.spec.slots, until))
+
+    def kept_share(self, cls: int) -> float:
+        """The share of the isolated workers' slots kept from class ``cls`` on average over
+        the last minutes (0 before any look)."""
+        total = sum(w.spec.slots for w in self.workers)
+        if not total or self._weight <= 0.0:
+            return 0.0
+        return min(self._kept_avg[cls] / self._weight / total, 1.0)
 
     # ------------------------------------------------------------------ events
     def start(self, req: Request, w: WorkerState) -> None:

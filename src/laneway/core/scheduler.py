@@ -581,8 +581,11 @@ class Scheduler:
         if promises.clearing:
             self.preemptor.lapsed_clearings(now)
         self.dispatcher.step(now, out)
-        if self.isolation is not None and self.isolation.started:
-            self.isolation.separate(self.preemptor, now, out)
+        isolation = self.isolation
+        if isolation is not None:
+            if isolation.started:
+                isolation.separate(self.preemptor, now, out)
+            isolation.observe(now)  # (what it keeps off, for the estimates)
         if self.slices.heap:
             self.slices.step(now, out)
         if self._preempting and self.lanes.total:
