@@ -22,6 +22,10 @@ urgent requests share an engine only once each engine runs one.
 Urgent work never waits for it: the rule only keeps less urgent work off a worker. The
 cost is batch throughput on that worker while urgent work comes; on an engine that
 batches requests almost free (a GPU decoding), leave it off.
+
+A wait estimate of the work it keeps off counts it (:mod:`laneway.core.estimator`): the
+slots kept now, when a quiet time ends, and, for the queue ahead, the slots kept from the
+class over about the last minute (:meth:`Isolation.observe`, at each scheduling step).
 """
 
 from __future__ import annotations
@@ -154,7 +158,7 @@ class Isolation:
                 slot_s = sum(n * (min(until, now) - last) for n, until in self._keepers[c] if until > last)
                 self._kept_avg[c] = self._kept_avg[c] * decay + slot_s / dt * (1.0 - decay)
             self._weight = self._weight * decay + (1.0 - decay)
-        if last != last or now > last:
+        if last != last or now >= last:  # (again at the same instant: what a later step started)
             self._seen_s = now
             rights = self.rights_of
             for c in self.exposed:
