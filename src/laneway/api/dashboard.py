@@ -34,6 +34,7 @@ from laneway.api.dashboard_page import PAGE
 from laneway.api.state import runtime_of
 from laneway.errors import NotFound, Unauthorized
 from laneway.runtime import Phase, Runtime, fleet_view
+from laneway.runtime.ticket import count_by_class
 from laneway.store import ACTIVE, Store, StoreUnavailable
 
 EVERY_S = 1.0  # a snapshot a second
@@ -65,21 +66,15 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
     """The figures of one instant."""
     now = runtime.now()
     names = runtime.classes.names
-    queued = dict.fromkeys(names, 0)
-    running = dict.fromkeys(names, 0)
-    oldest = dict.fromkeys(names, 0.0)
+    tickets = list(runtime.tickets.values())
+    per_class = count_by_class(tickets, now)  # (as /metrics counts them)
     tenants: dict[str, dict[str, int]] = {}
     on_worker: dict[str, list[dict[str, Any]]] = {w: [] for w in runtime.workers}
-    for t in list(runtime.tickets.values()):
+    for t in tickets:
         mine = tenants.setdefault(t.tenant or "", {"queued": 0, "running": 0})
         if t.phase is Phase.QUEUED:
-            queued[t.class_name] += 1
             mine["queued"] += 1
-            waited = t.queue_s + now - t.enqueued_s
-            if waited > oldest[t.class_name]:
-                oldest[t.class_name] = waited
         elif t.phase in (Phase.RUNNING, Phase.STOPPING) and t.worker is not None:
-            running[t.class_name] += 1
             mine["running"] += 1
             on_worker.setdefault(t.worker, []).append(
                 {
@@ -96,9 +91,9 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
     classes = [
         {
             "name": n,
-            "queued": queued[n],
-            "running": running[n],
-            "oldest_wait_s": round(oldest[n], 1),
+            "queued": per_class.queued.get(n, 0),
+            "running": per_class.running.get(n, 0),
+            "oldest_wait_s": round(per_class.oldest_s.get(n, 0.0), 1),
             "estimate_s": _seconds(runtime.estimate_wait(i, None)),
             **counted,
         }

@@ -348,7 +348,7 @@ class Estimator:
         if iso is not None and iso.stops and ahead and cls in iso.exposed:
             # on isolated workers urgent work keeps this class off all their slots while it
             # runs there: the queue ahead drains no faster than the slots it left free lately
-            kept_lately = iso.kept_share(cls) * sum(w.spec.slots for w in iso.workers)
+            kept_lately = iso.kept_share(cls) * iso.slots
             t = max(t, work / max(occ.slots - kept_lately, 0.1 * occ.slots))
         return t
 

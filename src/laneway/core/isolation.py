@@ -60,6 +60,7 @@ class Isolation:
         "exposed",
         "hold_s",
         "rights_of",
+        "slots",
         "started",
         "stops",
         "urgent",
@@ -82,6 +83,7 @@ class Isolation:
         self.hold_s = hold_s
         self.stops = stops  # (whether the policy preempts at all)
         self.workers = [w for w in workers if w.spec.isolate]
+        self.slots = sum(w.spec.slots for w in self.workers)  # (of the isolated workers)
         # urgent starts on isolated workers since the last stop step: (request, worker)
         self.started: list[tuple[Request, WorkerState]] = []
         # per class: the isolated slots kept from it, on average over the last minutes
@@ -175,10 +177,9 @@ class Isolation:
     def kept_share(self, cls: int) -> float:
         """The share of the isolated workers' slots kept from class ``cls`` on average over
         the last minutes (0 before any look)."""
-        total = sum(w.spec.slots for w in self.workers)
-        if not total or self._weight <= 0.0:
+        if not self.slots or self._weight <= 0.0:
             return 0.0
-        return min(self._kept_avg[cls] / self._weight / total, 1.0)
+        return min(self._kept_avg[cls] / self._weight / self.slots, 1.0)
 
     # ------------------------------------------------------------------ events
     def start(self, req: Request, w: WorkerState) -> None:

@@ -17,7 +17,7 @@ from laneway.errors import GenerationFailed, RequestError
 from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Stopped
 from laneway.logs import request_ended
 from laneway.runtime import fleet_view
-from laneway.runtime.ticket import Phase, Ticket
+from laneway.runtime.ticket import Phase, Ticket, count_by_class
 from laneway.tracing import Tracing
 
 if TYPE_CHECKING:
@@ -208,24 +208,13 @@ class WorkerEvents:
     def refresh_metrics(self) -> None:
         """Bring the present-tense gauges up to date (before a scrape)."""
         snap = self.sched.snapshot()
-        now = self.now()
-        # the requests this server took, as its dashboard counts them (in a cluster: this
-        # replica's, so that a sum over the replicas is the cluster's)
-        queued: dict[str, int] = {}
-        running: dict[str, int] = {}
-        oldest: dict[str, float] = {}
-        for t in self.tickets.values():
-            if t.phase is Phase.QUEUED:
-                queued[t.class_name] = queued.get(t.class_name, 0) + 1
-                waited = t.queue_s + now - t.enqueued_s
-                if waited > oldest.get(t.class_name, 0.0):
-                    oldest[t.class_name] = waited
-            elif t.phase is not Phase.ENDED and t.worker is not None:
-                running[t.class_name] = running.get(t.class_name, 0) + 1
+        counts = count_by_class(self.tickets.values(), self.now())  # (as the dashboard counts)
         slots = {}
         for name, worker in self.workers.items():
             cap = worker.capacity()
             slots[name] = (cap.slots, cap.busy)
-        self.metrics.refresh(queued, running, oldest, slots, self._held, snap.prefix_hits)
+        self.metrics.refresh(
+            counts.queued, counts.running, counts.oldest_s, slots, self._held, snap.prefix_hits
+        )
         if self.fleet is not None:
             fleet_view.refresh_metrics(self.fleet)

@@ -16,7 +16,7 @@ import asyncio
 import enum
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,3 +112,29 @@ class Ticket:
             if isinstance(item, Done):
                 return item
         raise AssertionError("a ticket's events end with Done")  # pragma: no cover
+
+
+@dataclass(slots=True)
+class ClassCounts:
+    """The requests a server took, per class: queued, running (or stopping), and the
+    longest a queued one has waited."""
+
+    queued: dict[str, int] = field(default_factory=dict)
+    running: dict[str, int] = field(default_factory=dict)
+    oldest_s: dict[str, float] = field(default_factory=dict)
+
+
+def count_by_class(tickets: Iterable[Ticket], now: float) -> ClassCounts:
+    """:class:`ClassCounts` of ``tickets`` at ``now`` (in a cluster, a replica's own: a sum
+    over the replicas is the cluster's)."""
+    out = ClassCounts()
+    for t in tickets:
+        name = t.class_name
+        if t.phase is Phase.QUEUED:
+            out.queued[name] = out.queued.get(name, 0) + 1
+            waited = t.queue_s + now - t.enqueued_s
+            if waited > out.oldest_s.get(name, 0.0):
+                out.oldest_s[name] = waited
+        elif t.phase in (Phase.RUNNING, Phase.STOPPING) and t.worker is not None:
+            out.running[name] = out.running.get(name, 0) + 1
+    return out
