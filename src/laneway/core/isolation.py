@@ -163,16 +163,23 @@ class Isolation:
         if last != last or now >= last:  # (again at the same instant: what a later step started)
             self._seen_s = now
             rights = self.rights_of
-            for c in self.exposed:
-                keepers = self._keepers[c]
-                keepers.clear()
-                for w in self.workers:
-                    if any(c in rights[r.cls] for r in w.running.values() if r.state is _RUNNING):
-                        keepers.append((w.spec.slots, math.inf))
-                    elif w.calm:
+            exposed = self.exposed
+            keepers = self._keepers
+            for c in exposed:
+                keepers[c].clear()
+            for w in self.workers:  # (each class's keepers in the workers' order)
+                slots = w.spec.slots
+                kept: frozenset[int] = frozenset()
+                for r in w.running.values():  # (the classes kept off while it runs)
+                    if r.state is _RUNNING:
+                        kept |= rights[r.cls]
+                for c in kept:
+                    keepers[c].append((slots, math.inf))
+                if w.calm:
+                    for c in exposed - kept:
                         until = max((t for u, t in w.calm.items() if t > now and c in rights[u]), default=now)
                         if until > now:
-                            keepers.append((w.spec.slots, until))
+                            keepers[c].append((slots, until))
 
     def kept_share(self, cls: int) -> float:
         """The share of the isolated workers' slots kept from class ``cls`` on average over
