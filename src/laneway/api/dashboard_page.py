@@ -112,7 +112,8 @@ function render(snap) {
     const once = w.concurrency == null ? "—" : String(w.concurrency);
     const hits = w.prefix_hits_expected == null && w.prefix_hits_reported == null ? "—"
       : pct(w.prefix_hits_expected) + " / " + pct(w.prefix_hits_reported);
-    const head = [w.isolate ? w.name + " (isolated)" : w.name, busy, bar(w.busy, w.slots), once, hits];
+    const name = w.name + (w.isolate ? " (isolated)" : "") + (w.up ? "" : " (down)");
+    const head = [name, busy, bar(w.busy, w.slots), once, hits];
     if (!w.running.length) rows.push([...head, "", "", "", "", ""]);
     w.running.forEach((r, i) => rows.push([
       ...(i ? ["", "", "", "", ""] : head),

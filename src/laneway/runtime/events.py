@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from laneway.runtime.alerts import QueueWaitAlerts
     from laneway.runtime.fleet import Fleet
     from laneway.runtime.metrics import Metrics
+    from laneway.runtime.probes import Prober
     from laneway.runtime.recovery import Recovery
     from laneway.runtime.scheduling import SchedulerPort
     from laneway.runtime.sizing import Sizing
@@ -44,6 +45,7 @@ class WorkerEvents:
     held_bytes: int
     usage: dict[str, list[int]]
     metrics: Metrics
+    prober: Prober
     alerts: QueueWaitAlerts
     recovery: Recovery
     sizing: Sizing
@@ -214,7 +216,13 @@ class WorkerEvents:
             cap = worker.capacity()
             slots[name] = (cap.slots, cap.busy)
         self.metrics.refresh(
-            counts.queued, counts.running, counts.oldest_s, slots, self._held, snap.prefix_hits
+            counts.queued,
+            counts.running,
+            counts.oldest_s,
+            slots,
+            self._held,
+            snap.prefix_hits,
+            down=self.prober.down,
         )
         if self.fleet is not None:
             fleet_view.refresh_metrics(self.fleet)

@@ -9,7 +9,7 @@ busy, checkpoint bytes held, oldest wait) are read at scrape time through
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -98,6 +98,13 @@ class Metrics:
         self.slots = Gauge("laneway_worker_slots", "Slots of each worker", ["worker"], registry=r)
         self.slots_busy = Gauge(
             "laneway_worker_slots_busy", "Busy slots of each worker", ["worker"], registry=r
+        )
+        self.worker_up = Gauge(
+            "laneway_worker_up",
+            "Whether each worker is in service (1), or taken out of placement (0): its probes "
+            "fail (its engine is down, unreachable or stalled)",
+            ["worker"],
+            registry=r,
         )
         self.concurrency = Gauge(
             "laneway_worker_concurrency",
@@ -225,6 +232,7 @@ class Metrics:
         slots: Mapping[str, tuple[int, int]],
         checkpoint_held: int,
         prefix_hits: Mapping[str, float] | None = None,
+        down: Collection[str] = (),
     ) -> None:
         for name in self.class_names:
             self.queue_depth.labels(name).set(queue_depth.get(name, 0))
@@ -233,13 +241,15 @@ class Metrics:
         for worker, (total, busy) in slots.items():
             self.slots.labels(worker).set(total)
             self.slots_busy.labels(worker).set(busy)
+            self.worker_up.labels(worker).set(0 if worker in down else 1)
         self.checkpoint_held.set(checkpoint_held)
         for worker, ratio in (prefix_hits or {}).items():
             self.prefix_hits.labels(worker).set(ratio)
 
     def forget_worker(self, worker: str) -> None:
         """A worker left (a fleet's replica): its series go."""
-        for gauge in (self.slots, self.slots_busy, self.concurrency, self.prefix_hits, self.reported_hits):
+        per_worker = (self.slots, self.slots_busy, self.worker_up, self.concurrency)
+        for gauge in (*per_worker, self.prefix_hits, self.reported_hits):
             with contextlib.suppress(KeyError):  # (a series it never had)
                 gauge.remove(worker)
 
