@@ -18,9 +18,10 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from laneway import logs
-from laneway.arguments import port, positive_int
+from laneway.arguments import port, up_to
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
 from laneway.config.urls import is_http
+from laneway.config.workers import MAX_SLOTS
 from laneway.core import ConfigError
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.logs import FORMATS, LEVELS
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             " prepared once into the cache), builtin:tiny, builtin:small or a model directory"
         ),
     )
-    p.add_argument("--slots", type=positive_int, metavar="N", help="slots of each worker (default 4)")
+    p.add_argument("--slots", type=up_to(MAX_SLOTS), metavar="N", help="slots of each worker (default 4)")
     p.add_argument("--data-dir", type=Path, metavar="DIR", help="where state is kept (default ./.laneway)")
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without API keys configured"
@@ -220,13 +221,18 @@ def startup_facts(config: ServerConfig, workers: Mapping[str, Worker]) -> None:
     for w in config.workers:
         if w.name in workers:
             where = w.url if w.type == "upstream" else w.model
+            said = [
+                "isolate (urgent work runs alone)" if w.isolate else "",
+                "forward_priority (each request's class as vLLM's priority)" if w.forward_priority else "",
+            ]
             log.info(
-                "worker %s: %s %s serving %s, %d slots",
+                "worker %s: %s %s serving %s, %d slots%s",
                 w.name,
                 w.type,
                 where,
                 w.served_name,
                 workers[w.name].capacity().slots,
+                "".join(f"; {x}" for x in said if x),
                 extra={"worker": w.name, "type": w.type, "model": w.served_name},
             )
     same_engine: dict[tuple[str, str], str] = {}

@@ -100,6 +100,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"type": "upstream", "model": "m", "url": "localhost:8001"}]}, "workers[0].url"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "ftp://h/v1"}]}, "workers[0].url"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "http://h:99999/v1"}]}, "workers[0].url"),
+        ({"workers": [{"kind": "upstream", "model": "m", "url": "http://h/v1"}]}, "workers[0].kind"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "http:///v1"}]}, "workers[0].url"),
         (
             {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "token_ids": "x"}]},
@@ -118,6 +119,17 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"type": "local", "isolate": "yes"}]}, "workers[0].isolate"),
         ({"workers": [{"type": "local", "x_top_k": 5}]}, "workers[0].x_top_k"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "http://h", "x_": 5}]}, "workers[0].x_"),
+        # (a field laneway sets in each request: x_n broke every request's count, x_stream was dropped)
+        ({"workers": [{"type": "upstream", "model": "m", "url": "http://h", "x_n": 2}]}, "workers[0].x_n"),
+        (
+            {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "x_stream": False}]},
+            "workers[0].x_stream",
+        ),
+        (
+            {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "x_priority": 1}]},
+            "workers[0].x_priority",
+        ),
+        ({"workers": [{"type": "simulated", "slots": 10**11}]}, "workers[0].slots"),
         ({"server": {"probe_interval_s": 0}}, "server.probe_interval_s"),
         ({"server": {"max_header_bytes": 100}}, "server.max_header_bytes"),
         ({"server": {"unavailable_hold_s": -1}}, "server.unavailable_hold_s"),
@@ -248,6 +260,30 @@ def test_two_workers_of_one_engine_and_model_are_warned_of(caplog: pytest.LogCap
         startup_facts(cfg, {})
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and warned[0].startswith("workers a and b send m to the same engine"), warned
+
+
+def test_a_workers_start_up_line_says_isolate_and_forward_priority(caplog: pytest.LogCaptureFixture) -> None:
+    from laneway.backends.upstream import UpstreamWorker
+    from laneway.serve import startup_facts
+
+    up = {"type": "upstream", "model": "m", "url": "http://127.0.0.1:8001/v1"}
+    cfg = parse_config(
+        {
+            "workers": [
+                {**up, "name": "a", "isolate": True, "forward_priority": True},
+                {**up, "name": "b", "model": "n"},
+            ]
+        }
+    )
+    workers = {w.name: UpstreamWorker(w.name, w.url, w.model, slots=w.slots) for w in cfg.workers}
+    with caplog.at_level(logging.INFO, logger="laneway"):
+        startup_facts(cfg, workers)  # type: ignore[arg-type]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker ")]
+    assert said == [
+        "worker a: upstream http://127.0.0.1:8001/v1 serving m, 4 slots; isolate (urgent work runs alone); "
+        "forward_priority (each request's class as vLLM's priority)",
+        "worker b: upstream http://127.0.0.1:8001/v1 serving n, 4 slots",
+    ], said
 
 
 def test_a_class_prior_of_service() -> None:

@@ -11,6 +11,26 @@ from laneway.config.schema import DEFAULT_MODEL, TOKEN_ID_DIALECTS, WORKER_TYPES
 from laneway.config.urls import is_http
 from laneway.core import ConfigError
 
+MAX_SLOTS = 100_000  # a worker's requests at once (as the simulator's --slots): past it, a typo
+
+# body fields laneway sets in each request to an upstream (or that break what it counts):
+# an ``x_`` option may not set them for every request
+MANAGED_FIELDS = frozenset(
+    {
+        "model",
+        "stream",
+        "stream_options",
+        "n",
+        "messages",
+        "prompt",
+        "input",
+        "priority",
+        "return_token_ids",
+        "continue_final_message",
+        "add_generation_prompt",
+    }
+)
+
 
 def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
     out: list[WorkerConfig] = []
@@ -21,6 +41,8 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
         if name in seen:
             raise ConfigError(f"{t.key('name')}: duplicate worker name {name!r}")
         seen.add(name)
+        if "kind" in t.data and "type" not in t.data:  # (as a fleet's or Kubernetes' word for it)
+            raise ConfigError(f"{t.key('kind')}: unknown key (a worker's kind is its type: type = ...)")
         kind = t.str("type", "local")
         if kind not in WORKER_TYPES:
             raise ConfigError(
@@ -40,12 +62,20 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
                 f"{t.key('token_ids')}: expected one of {', '.join(TOKEN_ID_DIALECTS)}, got {token_ids!r}"
             )
         served = t.label("served_name", _served_name(model, kind))
-        if t.int("min_slots", 1, low=1) > t.int("slots", 4, low=1):
-            raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({t.int('slots', 4, low=1)})")
+        slots = t.int("slots", 4, low=1, high=MAX_SLOTS)
+        if t.int("min_slots", 1, low=1) > slots:
+            raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({slots})")
         options = {}  # x_top_k = 5: "top_k": 5 in every body (the client's own top_k wins)
         for k in [k for k in t.data if k.startswith("x_")]:
             if len(k) == 2:
                 raise ConfigError(f"{t.key(k)}: name the body field after x_ (x_top_k = 5 sends top_k)")
+            if k[2:] in MANAGED_FIELDS:
+                why = {
+                    "x_priority": " (forward_priority = true sends each request's class)",
+                    "x_n": " (the client's n: laneway counts each request's tokens by it)",
+                }
+                said = f"laneway sets {k[2:]} in each request it sends{why.get(k, '')}"
+                raise ConfigError(f"{t.key(k)}: {said}")
             options[k[2:]] = t.raw(k)
         out.append(
             WorkerConfig(
@@ -53,7 +83,7 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
                 type=kind,
                 model=model,
                 served_name=served,
-                slots=t.int("slots", 4, low=1),
+                slots=slots,
                 device=t.str("device", None),
                 tokens_per_s=t.float("tokens_per_s", 50.0, positive=True, optional=True),
                 first_token_s=t.float("first_token_s", 0.0),
@@ -103,6 +133,10 @@ def _own_keys(t: Table, kind: str) -> None:
 def _check_url(key: str, url: str) -> None:
     """An upstream's base URL: http(s), a host, a port that is one, no query."""
     if not is_http(url) or urlsplit(url).query:
+        try:
+            _ = urlsplit(url).port  # (a number past 65535 raises)
+        except ValueError:
+            raise ConfigError(f"{key}: {url!r} has no valid port (1 to 65535)") from None
         raise ConfigError(
             f"{key}: expected an http:// or https:// URL such as http://127.0.0.1:8001/v1, got {url!r}"
         )
