@@ -65,6 +65,9 @@ def test_submit_wait_status_results(
     code, _, err = run(capsys, ["batch", "results", batch_id, "-o", str(dest), "--errors", str(errors)])
     assert code == 0 and err == f"12 results written to {dest}; 0 errors written to {errors}\n"
     assert errors.read_bytes() == b""  # written, empty: nothing failed
+    # one file for both would keep only the errors: refused, the results left as they were
+    line = one_line(capsys, ["batch", "results", batch_id, "-o", str(dest), "--errors", str(dest)])
+    assert line == f"laneway: error: -o and --errors both name {dest}: the errors would replace the results"
     assert sorted(json.loads(x)["custom_id"] for x in dest.read_text().splitlines()) == sorted(
         f"k{i}" for i in range(12)
     )
@@ -121,6 +124,11 @@ def test_submit_says_what_is_wrong_with_the_first_line(
         assert code == 2 and out == "" and err.count("\n") == 1, err
         assert err.startswith(f"laneway: error: {path.parent}/{expected}"), err
     assert _file_ids(cli) == before
+    # a file an editor began with a byte-order mark is taken, as the server takes it
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + jsonl([chat_line("b0"), chat_line("b1")]))
+    code, out, err = run(capsys, ["batch", "submit", str(bom), "--wait", "--poll", "0.05"])
+    assert code == 0 and "completed; 2 done, 0 failed of 2" in err, err
 
 
 def _file_ids(server: LiveServer) -> set[str]:
@@ -209,6 +217,12 @@ def test_a_missing_or_refused_api_key_names_where_a_key_is_given(
         )
         line = one_line(capsys, ["batch", "list", "--api-key", "wrong-key"])
         assert line.startswith("laneway: error: the server refused the API key (--api-key): "), line
+        # a key that cannot go in a header is named, not a traceback or "cannot reach"
+        line = one_line(capsys, ["batch", "list", "--api-key", "clé"])
+        assert line == "laneway: error: --api-key: an API key is printable ASCII (it is sent in a header)"
+        assert "--api-key: an API key" in one_line(capsys, ["batch", "list", "--api-key", "a\nb"])
+        monkeypatch.setenv("LANEWAY_API_KEY", "ключ")
+        assert "LANEWAY_API_KEY: an API key" in one_line(capsys, ["batch", "list"])
         monkeypatch.setenv("LANEWAY_API_KEY", "right-key")
         code, _, err = run(capsys, ["batch", "list"])
         assert code == 0, err

@@ -140,6 +140,15 @@ def _client(args: argparse.Namespace) -> Any:
             f"{given}: expected an http:// or https:// URL such as {DEFAULT_BASE_URL}, got {base!r}"
         )
     key = args.api_key or os.environ.get("LANEWAY_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+    if not (key.isascii() and key.isprintable()):  # (it goes in a header: HTTP takes no other)
+        given = (
+            "--api-key"
+            if args.api_key
+            else "LANEWAY_API_KEY"
+            if os.environ.get("LANEWAY_API_KEY")
+            else "OPENAI_API_KEY"
+        )
+        raise BatchCliError(f"{given}: an API key is printable ASCII (it is sent in a header)")
     return openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=60)
 
 
@@ -186,6 +195,8 @@ def _endpoint(path: Path) -> str:
     """The ``url`` of the file's first request line; what is wrong with it otherwise."""
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
+            if number == 1:  # (a byte-order mark, as the server takes the file with one)
+                raw = raw.removeprefix(b"\xef\xbb\xbf")
             if not raw.strip():
                 continue
             where = f"{path}: line {number}"
@@ -329,6 +340,8 @@ def _status(client: Any, args: argparse.Namespace) -> int:
 
 
 def _results(client: Any, args: argparse.Namespace) -> int:
+    if args.errors is not None and args.errors.resolve() == args.output.resolve():
+        raise BatchCliError(f"-o and --errors both name {args.output}: the errors would replace the results")
     batch = client.batches.retrieve(args.id)
     if batch.status not in ENDED:
         raise BatchCliError(f"batch {batch.id} is {batch.status}: results come once it has ended")
