@@ -179,6 +179,12 @@ def test_a_trace_written_with_a_byte_order_mark_is_read(
     assert s["requests"] == 1
 
 
+def test_the_fewest_mixed_requests_asked_draw_some() -> None:
+    from laneway.sim.scenarios import mixed
+
+    assert all(mixed(seed, 10).requests for seed in range(20))
+
+
 def test_mixed_requests(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "mixed", "--requests", "300", "--seed", "3", "--json"]) == 0
     (s,) = json_lines(capsys.readouterr().out)
@@ -279,6 +285,8 @@ def test_an_endless_line_is_not_read_to_its_end(capsys: pytest.CaptureFixture[st
         (["simulate", "--scenario", "mixed", "--slots", "two"], "--slots"),
         (["simulate", "--scenario", "mixed", "--slots", "9" * 20], "--slots: must be at most 100,000"),
         (["simulate", "--scenario", "mixed", "--requests", "99999999999999"], "--requests: must be at most"),
+        # (fewer drew no request at all, and the run said so as a success)
+        (["simulate", "--scenario", "mixed", "--requests", "2"], "--requests: must be at least 10"),
         (["simulate", "--trace", "t.jsonl", "--upstreams", "100000000"], "--upstreams: must be at most"),
         (["simulate", "--scenario", "mixed", "--seed", "1.5"], "--seed"),
         (["simulate", "--scenario", "mixed", "--hold-s", "-1"], "--hold-s"),

@@ -33,12 +33,14 @@ def positive_int(text: str) -> int:
     return value
 
 
-def up_to(limit: int) -> Callable[[str], int]:
-    """A whole number from 1 to ``limit``: a size past what a run can hold in memory is
-    refused in one line, not met minutes later by a ``MemoryError``."""
+def up_to(limit: int, least: int = 1, why: str = "") -> Callable[[str], int]:
+    """A whole number from ``least`` (1; ``why``: why more) to ``limit``: a size past what a
+    run can hold in memory is refused in one line, not met minutes later by a ``MemoryError``."""
 
     def bounded(text: str) -> int:
-        value = positive_int(text)
+        value = whole(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least:,}{why}, got {value:,}")
         if value > limit:
             raise argparse.ArgumentTypeError(f"must be at most {limit:,}, got {value:,}")
         return value

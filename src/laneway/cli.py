@@ -105,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--seed", type=whole, metavar="N", help="scenario seed (default 0)")
     sim.add_argument(
-        "--requests", type=up_to(MAX_REQUESTS), metavar="N", help="mixed scenario only: about N requests"
+        "--requests",
+        type=up_to(MAX_REQUESTS, 10, " (arrivals drawn at rates for about N: fewer may draw none)"),
+        metavar="N",
+        help="mixed scenario only: about N requests",
     )
     sim.add_argument(
         "--fleet",
