@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,21 @@ def test_json_server_log(tmp_path: Path) -> None:
             p3 = {"model": "sim", "prompt": "x", "max_tokens": 3, "priority": "P3"}
             r = httpx.post(server.url + "/v1/completions", json=p3, headers={"Authorization": "Bearer k"})
             assert r.status_code == code, r.text
+        # a stream its client leaves after some tokens: its line says how many it made
+        long = {"model": "sim", "prompt": "x", "max_tokens": 100_000, "priority": "P2", "stream": True}
+        with httpx.stream(
+            "POST", server.url + "/v1/completions", json=long, headers={"Authorization": "Bearer k"}
+        ) as r:
+            seen = 0
+            for line in r.iter_lines():
+                seen += line.startswith("data: ")
+                if seen == 5:
+                    break
+            assert seen == 5
+        deadline = time.monotonic() + 20
+        while '"status": "cancelled"' not in server.text():
+            assert time.monotonic() < deadline, server.text()[-2000:]
+            time.sleep(0.05)
     finally:
         server.stop()
     records = [json.loads(line) for line in server.text().splitlines() if line.strip()]  # every line JSON
@@ -48,7 +64,8 @@ def test_json_server_log(tmp_path: Path) -> None:
     assert any(m.startswith("serving sim on http://127.0.0.1:") for m in messages)
     assert any(m.startswith("worker sim0: simulated") for m in messages)  # start-up facts
     assert any(m == "tenants: team" for m in messages)
-    req, _, refused = [x for x in records if x["logger"] == "laneway.requests"]
+    req, _, refused, left = [x for x in records if x["logger"] == "laneway.requests"]
+    assert left["status"] == "cancelled" and 0 < left["completion_tokens"] < 100_000, left
     assert refused["status"] == "rejected" and refused["priority"] == "P3" and refused["tenant"] == "team"
     assert req["request_id"] == rid and req["tenant"] == "team" and req["priority"] == "P2"
     assert req["worker"] == "sim0" and req["status"] == "completed" and req["completion_tokens"] == 3

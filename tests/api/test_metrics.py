@@ -81,6 +81,33 @@ def test_a_request_refused_on_arrival_counts_as_one_ended_rejected(tmp_path: Pat
         assert value(after, sample) == value(before, sample) + 1, sample
 
 
+def test_a_request_its_engine_refused_counts_as_a_rejection_of_its_reason(tmp_path: Path) -> None:
+    """One that an upstream answered 4xx before any token ends rejected (its tenant charged
+    nothing): it is counted among the rejections too, so that those by reason add up."""
+    from laneway.testing import StandInProcess
+
+    engine = StandInProcess(tmp_path / "engine.log")
+    try:
+        cfg = parse_config(
+            {
+                "server": {"data_dir": str(tmp_path / "d")},
+                "workers": [{"name": "up", "type": "upstream", "model": "standin", "url": engine.url}],
+            }
+        )
+        with live_server(cfg) as s, httpx.Client(base_url=s.base_url, timeout=30) as c:
+            before = c.get(s.url + "/metrics").text
+            got = c.post("/completions", json={"model": "standin", "prompt": ["a", "b"], "max_tokens": 2})
+            assert got.status_code == 400, got.text
+            after = c.get(s.url + "/metrics").text
+    finally:
+        engine.stop()
+    for sample in (
+        'laneway_requests_total{class="P1",outcome="rejected"}',
+        'laneway_rejections_total{reason="engine_refused"}',
+    ):
+        assert value(after, sample) == value(before, sample) + 1, sample
+
+
 def test_time_to_first_token_is_to_a_token_not_to_a_role_sent_first(tmp_path: Path) -> None:
     """An engine that sends the role in a chunk of its own at once (the stand-in does) has
     not made a token by then: the histogram counted ~1 ms where clients saw text at 60 ms."""

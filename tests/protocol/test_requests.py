@@ -85,6 +85,7 @@ def test_what_laneway_reads_of_a_forwarded_request_is_still_checked() -> None:
         ({"stream_options": []}, "stream_options"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),  # (not streamed)
         ({"stream": False, "stream_options": {}}, "stream_options"),
+        ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
         ({"laneway": {"color": "red"}}, "laneway"),
         ({"messages": []}, "messages"),
         ({"messages": [{"content": "no role"}]}, "messages[0].role"),

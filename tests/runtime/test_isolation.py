@@ -118,4 +118,4 @@ def test_a_policy_that_cannot_keep_isolation_says_so_at_start(
         pass
     lines = [r.getMessage() for r in caplog.records if "isolate" in r.getMessage()]
     assert len(lines) == (0 if said is None else 1), lines
-    assert said is None or (said in lines[0] and "workers up0:" in lines[0]), lines
+    assert said is None or (said in lines[0] and "worker up0:" in lines[0]), lines

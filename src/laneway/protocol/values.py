@@ -11,12 +11,14 @@ from laneway.generation import CHAT
 MAX_TOKENS_LIMIT = 1 << 31  # a max_tokens beyond any context window is a mistake, not a wish
 
 
-def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+def flag(body: Mapping[str, Any], name: str, default: bool, within: str = "") -> bool:
+    """``body[name]``, true or false; ``within``: the field ``body`` is (errors name the path)."""
     value = body.get(name)
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise InvalidRequest(f"{name} must be true or false, got {value!r}", param=name)
+        path = f"{within}.{name}" if within else name
+        raise InvalidRequest(f"{path} must be true or false, got {value!r}", param=path)
     return value
 
 
@@ -56,7 +58,7 @@ def stream_options(body: Mapping[str, Any]) -> tuple[bool, bool]:
             raise InvalidRequest("stream_options must be an object", param="stream_options")
         if not stream:  # (as OpenAI and vLLM answer it)
             raise InvalidRequest("stream_options is only allowed when stream is true", param="stream_options")
-        include_usage = flag(options, "include_usage", False)
+        include_usage = flag(options, "include_usage", False, "stream_options")
     return stream, include_usage
 
 

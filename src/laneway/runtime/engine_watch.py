@@ -105,7 +105,8 @@ class EngineWatch:
         if window is not None and window.take_back:
             n = self._take_back(name, window.take_back)
             if n:
-                log.info("worker %s: %d requests waiting in its engine's queue taken back", name, n)
+                said = "1 request" if n == 1 else f"{n} requests"
+                log.info("worker %s: %s waiting in its engine's queue taken back", name, said)
 
     def started(self, name: str, worker: Worker) -> None:
         """A run is starting on worker ``name``: where it now runs more than its engine was

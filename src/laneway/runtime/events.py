@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laneway.runtime")
 
+ENGINE_REFUSED = "engine_refused"  # a rejection's reason: its upstream answered 4xx before any token
 PROGRESS_EVERY = 16  # tokens: progress is reported at 16, 48, 112, ... (each gap doubles)
 
 
@@ -153,6 +154,8 @@ class WorkerEvents:
         if not isinstance(error, RequestError):
             log.error("request %s failed on worker %s: %s", ticket.id, ticket.worker, error)
             error = GenerationFailed(f"generation failed on worker {ticket.worker}: {error}")
+        if refused:  # (counted by why, as every request that ends rejected is)
+            self.metrics.count_rejection(ENGINE_REFUSED)
         self._end(ticket, error, "rejected" if refused else "failed")
         self.kick()
 
@@ -189,7 +192,8 @@ class WorkerEvents:
             ticket.preemptions,
             outcome,
             usage.prompt_tokens if usage is not None else None,
-            usage.completion_tokens if usage is not None else None,
+            # (one that ended without usage: what it made until then, if anything)
+            usage.completion_tokens if usage is not None else ticket.tokens or None,
         )
         ticket.put(item)
 

@@ -82,7 +82,8 @@ class Recovery:
             rt.prober.hold(ticket, now)
         if ticket.tokens > 0:
             log.warning(
-                "request %s: worker %s failed after %d tokens (%s); it goes on elsewhere (%d/%d)",
+                "request %s: worker %s failed after %d tokens (%s); "
+                "queued again to go on from there (migration %d of %d)",
                 ticket.id,
                 worker,
                 ticket.tokens,

@@ -528,14 +528,12 @@ class Runtime(WorkerEvents):
 def _warn_isolation(names: list[str], config: ServerConfig) -> None:
     """``isolate`` under a policy that cannot keep it: said at start, not found out later."""
     spec = policy_spec(config.policy)
-    said = ", ".join(names)
+    said = ("workers " if len(names) > 1 else "worker ") + ", ".join(names)
     if not spec.classes:
-        log.warning(
-            "workers %s: isolate does nothing under policy %s (one queue, no classes)", said, spec.name
-        )
+        log.warning("%s: isolate does nothing under policy %s (one queue, no classes)", said, spec.name)
     elif spec.preemption is PreemptionMode.NONE:
         log.warning(
-            "workers %s: under policy %s (no preemption) isolate keeps batch work off a worker running "
+            "%s: under policy %s (no preemption) isolate keeps batch work off a worker running "
             "urgent work, but urgent work starting beside batch work does not stop it",
             said,
             spec.name,
