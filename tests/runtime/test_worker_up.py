@@ -10,7 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from laneway.testing import StandInProcess, serve_process
+from laneway.config import parse_config
+from laneway.testing import StandInProcess
+from live_server import live_server
 
 
 def up_gauge(url: str) -> float | None:
@@ -35,16 +37,12 @@ def wait(check: object, what: str) -> None:
 
 def test_a_worker_whose_engine_is_down_is_down_on_metrics_and_the_dashboard(tmp_path: Path) -> None:
     engine = StandInProcess(tmp_path / "engine.log")
-    port = engine.port
-    cfg = tmp_path / "laneway.toml"
-    cfg.write_text(
-        f'[server]\nprobe_interval_s = 0.2\n[[workers]]\nname = "eng"\ntype = "upstream"\n'
-        f'url = "{engine.url}"\nmodel = "standin"\nslots = 2\n'
+    worker = {"name": "eng", "type": "upstream", "url": engine.url, "model": "standin", "slots": 2}
+    cfg = parse_config(
+        {"server": {"data_dir": str(tmp_path / "d"), "probe_interval_s": 0.2}, "workers": [worker]}
     )
     try:
-        with serve_process(
-            "--config", str(cfg), "--data-dir", str(tmp_path / "d"), log=tmp_path / "s.log"
-        ) as s:
+        with live_server(cfg) as s:
             wait(lambda: up_gauge(s.url) == 1.0, "in service at start")
             seen = dashboard_worker(s.url)
             assert seen["up"] is True and seen["down_because"] is None, seen
@@ -53,7 +51,7 @@ def test_a_worker_whose_engine_is_down_is_down_on_metrics_and_the_dashboard(tmp_
             seen = dashboard_worker(s.url)
             assert seen["up"] is False and seen["slots"] == 2, seen
             assert isinstance(seen["down_because"], str) and seen["down_because"], seen
-            engine = StandInProcess(tmp_path / "again.log", port=port)
+            engine = StandInProcess(tmp_path / "again.log", port=engine.port)
             wait(lambda: up_gauge(s.url) == 1.0, "back in service once its engine answers")
             assert dashboard_worker(s.url)["up"] is True
     finally:
