@@ -32,6 +32,7 @@ from laneway.arguments import seconds, up_to, whole
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
+from laneway.config.workers import MAX_SLOTS
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig, WorkerSpec
 from laneway.core.inventory import Inventory
 from laneway.core.policies import compared
@@ -45,8 +46,7 @@ from laneway.sim.tables import print_summaries
 from laneway.sim.workload import load_trace
 
 TRACE_SLOTS = 8  # slots for trace replay unless --slots says otherwise
-# the largest runs `simulate` takes (each well within a few GB of memory)
-MAX_SLOTS = 100_000
+# the largest runs `simulate` takes (each well within a few GB of memory; slots as a server's worker)
 MAX_UPSTREAMS = 10_000
 MAX_REQUESTS = 1_000_000
 USAGE_ERROR = 2
