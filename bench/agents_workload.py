@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
+import argparse
 import random
 from pathlib import Path
 from typing import Any
 
 MODEL = "smollm2"
+
+
+def engine_parser(doc: str) -> argparse.ArgumentParser:
+    """A bench's parser (``doc``: its module's), with the vLLM venv and model it starts."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--vllm", required=True, metavar="VENV")
+    ap.add_argument("--model", required=True, metavar="DIR")
+    return ap
+
 
 WORDS = (  # the words the system prompts are made of
     "the of and to in is you that it he was for on are as with his they at be this have from or one had "

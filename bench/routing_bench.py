@@ -70,7 +70,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from agents_workload import MODEL, flood_bodies, prompt_tokens, workload
+from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, workload
 from laneway.testing import serve_process, vllm_process
 from upstream_bench import urgent
 
@@ -321,9 +321,7 @@ def _mean(values: list[float], which: list[bool]) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vllm", required=True, metavar="VENV")
-    ap.add_argument("--model", required=True, metavar="DIR")
+    ap = engine_parser(__doc__)
     ap.add_argument("--agents", type=int, default=60)
     ap.add_argument("--requests", type=int, default=240)
     ap.add_argument("--clients", type=int, default=4)

@@ -24,7 +24,6 @@ engine: see README, the flood rows) — there only running urgent work alone (a 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -39,7 +38,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from agents_workload import MODEL, WORDS, flood_bodies, system_prompts
+from agents_workload import MODEL, WORDS, engine_parser, flood_bodies, system_prompts
 from laneway.testing import vllm_process
 from upstream_bench import urgent
 
@@ -127,9 +126,7 @@ async def measure(url: str, clients: int, turns: int, batch: int, rounds: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vllm", required=True, metavar="VENV")
-    ap.add_argument("--model", required=True, metavar="DIR")
+    ap = engine_parser(__doc__)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--batch", type=int, default=2)
