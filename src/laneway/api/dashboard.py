@@ -104,11 +104,6 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
     reported = runtime.engines.reported_hits()
     windows = runtime.engines.saturation.windows
     isolated = {spec.id for spec in runtime.specs if spec.isolate}
-    down = {
-        name: runtime.prober.state[name].detail
-        for name in runtime.prober.down
-        if name in runtime.prober.state
-    }
     for name, worker in runtime.workers.items():
         cap = worker.capacity()
         window = windows.get(name)
@@ -119,7 +114,7 @@ def snapshot(runtime: Runtime) -> dict[str, Any]:
                 "busy": cap.busy,
                 # in service, or taken out of placement (its probes fail: why, as /readyz says)
                 "up": name not in runtime.prober.down,
-                "down_because": down.get(name),
+                "down_because": runtime.prober.why_down(name),
                 # urgent work runs there with no batch work beside it (``isolate``)
                 "isolate": name in isolated,
                 # upstreams: how many it is sent at once (its saturation gate), and the share

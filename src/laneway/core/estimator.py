@@ -303,9 +303,10 @@ class Estimator:
             if not ahead:
                 t = first
             else:  # the queue ahead takes each slot as it frees, and frees it again after its service
-                ends = sorted(abs(r.expected_end_s - now) for r in blockers)  # (overdue: as much again)
+                ends = [abs(r.expected_end_s - now) for r in blockers]  # (overdue: as much again)
                 if calm < math.inf:
-                    ends = sorted([*ends, calm])
+                    ends.append(calm)
+                ends.sort()
                 if ends:
                     ends[0] = min(ends[0], first)
                 t = start_after(available, ends, ahead, work / ahead)

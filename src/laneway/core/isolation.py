@@ -25,7 +25,8 @@ batches requests almost free (a GPU decoding), leave it off.
 
 A wait estimate of the work it keeps off counts it (:mod:`laneway.core.estimator`): the
 slots kept now, when a quiet time ends, and, for the queue ahead, the slots kept from the
-class over about the last minute (:meth:`Isolation.observe`, at each scheduling step).
+class over about the last minute (:meth:`Isolation.observe`, at each scheduling step of a
+policy that stops work).
 """
 
 from __future__ import annotations

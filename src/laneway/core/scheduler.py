@@ -585,7 +585,8 @@ class Scheduler:
         if isolation is not None:
             if isolation.started:
                 isolation.separate(self.preemptor, now, out)
-            isolation.observe(now)  # (what it keeps off, for the estimates)
+            if isolation.stops:  # (what it keeps off, for the estimates: only where it stops work)
+                isolation.observe(now)
         if self.slices.heap:
             self.slices.step(now, out)
         if self._preempting and self.lanes.total:

@@ -141,6 +141,11 @@ class Prober:
                 if ticket.job.model == model and ticket.phase is Phase.QUEUED:
                     self.hold(ticket, now)
 
+    def why_down(self, name: str) -> str | None:
+        """Why worker ``name`` is out of placement (``None``: it is in service)."""
+        st = self.state.get(name)
+        return (st.detail if st is not None else "removed") if name in self.down else None
+
     def _up(self, name: str) -> None:
         self.down.discard(name)
         self.rt.sched.set_available(name, True)
