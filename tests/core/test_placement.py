@@ -170,6 +170,68 @@ def test_less_than_half_cached_is_placed_by_load() -> None:
     assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b"]
 
 
+def _new_agent(rid: str, first_block: int, tokens: int = 1_300) -> Request:
+    """A first turn: a prompt of ``tokens`` no engine holds (its own blocks)."""
+    blocks = tuple(range(first_block, first_block + tokens // BLOCK_TOKENS))
+    return Request(rid, 1, 0.0, prompt_tokens=tokens, prefix=blocks)
+
+
+def test_two_new_prompts_at_once_go_to_two_engines_not_both_to_the_idle_one() -> None:
+    """Found with two real vLLMs: two requests ended together on one engine, their agents
+    sent their next at once, and both went to that engine (it ran none, the other two),
+    where their two 1,337-token prefills shared one core (each ~13 s to its first token,
+    6.7 s alone). A prompt still to be prefilled weighs more than a decoding request."""
+    d = two_engines("prefix")
+    d.submit(_new_agent("x0", 1000))
+    d.submit(_new_agent("x1", 2000))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a", "b"]
+    for rid in ("x0", "x1"):
+        d.sched.first_token(rid, d.now)
+    d.submit(_new_agent("y0", 3000))
+    d.submit(_new_agent("y1", 4000))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a", "b"]
+    for rid in ("y0", "y1"):
+        d.sched.first_token(rid, d.now)
+    d.finish("x1")
+    d.finish("y1")  # b runs none, a two that decode
+    d.submit(_new_agent("z0", 5000))
+    d.submit(_new_agent("z1", 6000))
+    # (by the count alone both would go to b: it would run 1 of 4 where a runs 2)
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b", "a"]
+    assert d.sched.workers["b"].prefill == 1_300 and d.sched.workers["a"].prefill == 1_300
+
+
+def test_a_prefill_counts_until_its_first_token_or_its_end_and_only_its_uncached_part() -> None:
+    d = two_engines("prefix")
+    d.submit(_new_agent("x0", 1000))
+    d.step()
+    a = d.sched.workers["a"]
+    assert a.prefill == 1_300
+    d.sched.first_token("x0", d.now)
+    d.sched.first_token("x0", d.now)  # (once is enough)
+    assert a.prefill == 0
+    d.finish("x0")
+    # its next turn: the 40 blocks held, 20 tokens past them to prefill
+    d.submit(Request("x1", 1, 0.0, prompt_tokens=1_300, prefix=tuple(range(1000, 1041))))
+    d.step()
+    assert a.prefill == 1_300 - 40 * BLOCK_TOKENS
+    d.finish("x1")  # (ended before its first token: cancelled, say)
+    assert a.prefill == 0
+    # a request stopped before its first token prefills again where it resumes
+    d2 = Driver(Scheduler([WorkerSpec("a", 1)], SchedulerConfig(placement="prefix"), "laneway"))
+    d2.submit(Request("batch", 3, 0.0, prompt_tokens=640, prefix=tuple(range(20)), est_service_s=60.0))
+    d2.step()
+    d2.submit(Request("urgent", 0, 0.0, prompt_tokens=64, prefix=(900, 901)))
+    assert [x.request_id for x in d2.step() if isinstance(x, Preempt)] == ["batch"]
+    d2.ack("batch")
+    d2.step()
+    assert d2.running == {"urgent": "a"} and d2.sched.workers["a"].prefill == 64
+    d2.sched.first_token("urgent", d2.now)
+    d2.finish("urgent")
+    d2.step()  # batch resumes: its blocks are held there now
+    assert d2.sched.workers["a"].prefill == 0 and d2.running == {"batch": "a"}
+
+
 def test_the_index_evicts_the_least_recently_used_blocks() -> None:
     index = PrefixIndex({"a": 4 * BLOCK_TOKENS})
     index.record("a", AGENT)

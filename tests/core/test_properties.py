@@ -59,7 +59,7 @@ config_st = st.builds(
 
 # An event is one integer, decoded below: one draw per event keeps generation
 # cheap (drawing nested tuples cost more than running the scheduler).
-_KINDS = ["submit"] * 8 + ["finish"] * 3 + ["ack"] * 2 + ["cancel"] + ["advance"] * 3
+_KINDS = ["submit"] * 8 + ["finish"] * 3 + ["ack"] * 2 + ["cancel"] + ["advance"] * 3 + ["first"]
 _HINTS = [None, None, 0.05, 0.2, 3.0, 30.0, 300.0]
 _TIMEOUTS = [None, None, None, 2.0, 400.0, math.inf]
 _TENANTS = [None, None, "quota", "batch"]
@@ -137,7 +137,8 @@ def run(
                 timeout_s=timeout,  # type: ignore[arg-type]
                 est_service_s=hint,  # type: ignore[arg-type]
                 depends_on=depends,
-                prefix=_PREFIXES[len(d.submitted) % len(_PREFIXES)],  # (a few prompts, often shared)
+                prefix=(prefix := _PREFIXES[len(d.submitted) % len(_PREFIXES)]),  # (a few, often shared)
+                prompt_tokens=32 * len(prefix) + 20,  # (the blocks, and some past them)
             )
             reqs[rid] = r
             rej = d.submit(r)
@@ -150,6 +151,9 @@ def run(
         elif kind == "ack":
             if d.stopping:
                 d.ack(sorted(d.stopping)[ev[1] % len(d.stopping)])  # type: ignore[operator]
+        elif kind == "first":  # a running request's first token: its prompt is prefilled
+            if d.running:
+                d.sched.first_token(sorted(d.running)[ev[1] % len(d.running)], d.now)  # type: ignore[operator]
         elif kind == "cancel":
             if d.submitted:
                 d.cancel(d.submitted[ev[1] % len(d.submitted)])  # type: ignore[operator]

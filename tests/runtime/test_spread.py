@@ -295,3 +295,34 @@ def test_an_engine_that_orders_by_priority_is_told_each_requests_class(tmp_path:
     # in turn: up0 ran the P0 and the P1 request, up1 (not told) the P3 and the P2
     assert list(engines["up0"].priorities) == [0, 1]
     assert list(engines["up1"].priorities) == [None, None]
+
+
+def test_a_prompt_counts_as_prefill_on_its_engine_until_its_first_token(tmp_path: Path) -> None:
+    """The placement weighs a prompt its engine still prefills (uncached tokens) as more
+    running requests; the server tells the core when each request's first token comes, so
+    a decoding request weighs as one again."""
+    config = load_config(agents_config(tmp_path))
+    engines = {"up0": StandIn(slots=4, ms_per_token=100), "up1": StandIn(slots=4, ms_per_token=100)}
+    workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
+    system = "You are a careful agent. " + "Read every file before you answer. " * 60
+    body = {
+        "model": "m",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "go"}],
+        "max_tokens": 30,
+        "stream": True,
+    }
+    with live_server(config, workers) as server:
+        sched = server.runtime.sched
+        with httpx.stream("POST", server.base_url + "/chat/completions", json=body, timeout=30) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            while not re.search(r'"content": ?"[^"]', next(lines)):  # (its first token: after a role)
+                pass
+            time.sleep(0.05)  # (the chunk is sent as the core hears of it: on the same loop)
+            (rid,) = sched.live_requests.reqs  # type: ignore[attr-defined]
+            req = sched.get(rid)  # type: ignore[attr-defined]
+            assert req.prefilled and req.prefill_left == 0
+            assert [w.prefill for w in sched.workers.values()] == [0, 0]  # type: ignore[attr-defined]
+            assert sum(len(w.running) for w in sched.workers.values()) == 1  # type: ignore[attr-defined]
+            for _ in lines:
+                pass

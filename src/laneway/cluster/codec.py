@@ -4,8 +4,8 @@ with its tag, and the one place that knows how each is laid out on the wire.
 - *Events*, a replica to the leader (its stream of events, in order):
   :class:`Submitted` (``s``), :class:`Finished` (``f``), :class:`Cancelled` (``c``),
   :class:`Preempted` (``p``), :class:`Requeued` (``q``), :class:`Progress` (``g``),
-  :class:`Availability` (``a``), :class:`CacheSpace` (``v``), :class:`CacheLost` (``h``),
-  :class:`SlotCap` (``x``),
+  :class:`FirstToken` (``t``), :class:`Availability` (``a``), :class:`CacheSpace` (``v``),
+  :class:`CacheLost` (``h``), :class:`SlotCap` (``x``),
   :class:`Pace` (``o``), :class:`SlotsWanted` (``w``), :class:`LoanTaken` (``u``), :class:`Census` (``K``),
   :class:`CachedOn` (``l``); of a fleet (their records in :mod:`laneway.cluster.fleet_messages`):
   ``Owns`` (``n``), ``EngineReady`` (``e``), ``EngineGone`` (``z``), ``ModelFailing`` (``b``),
@@ -222,6 +222,14 @@ class Progress(Flat):
 
 
 @dataclass(frozen=True, slots=True)
+class FirstToken(Flat):
+    """A request made its first output token (its prompt is prefilled)."""
+
+    TAG: ClassVar[str] = "t"
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Availability(Flat):
     TAG: ClassVar[str] = "a"
     worker: str
@@ -329,6 +337,7 @@ Event = (
     | Preempted
     | Requeued
     | Progress
+    | FirstToken
     | CacheSpace
     | CacheLost
     | SlotCap
@@ -417,6 +426,7 @@ _EVENTS: dict[str, Callable[[list[Any]], Event]] = {
         Preempted,
         Requeued,
         Progress,
+        FirstToken,
         Availability,
         CacheSpace,
         CacheLost,

@@ -44,6 +44,7 @@ from laneway.cluster.codec import (
     Census,
     CensusAsked,
     Finished,
+    FirstToken,
     LoanTaken,
     Pace,
     Preempted,
@@ -415,6 +416,8 @@ class Leader:
                 self.table.queued(e.request_id, sets)
             elif kind is Progress:
                 core.progress(e.request_id, e.tokens, now)
+            elif kind is FirstToken:
+                core.first_token(e.request_id, now)
             elif kind is Availability:
                 core.set_available(e.worker, e.available)
             elif kind is CacheSpace:

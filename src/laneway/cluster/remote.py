@@ -42,6 +42,7 @@ from laneway.cluster.codec import (
     CensusAsked,
     Event,
     Finished,
+    FirstToken,
     LoanGranted,
     Owns,
     Pace,
@@ -327,6 +328,10 @@ class RemoteScheduler:
     def progress(self, request_id: str, tokens: int, now: float) -> None:
         if request_id not in self.borrower.running:
             self._emit(Progress(request_id, tokens))
+
+    def first_token(self, request_id: str, now: float) -> None:
+        if request_id not in self.borrower.running:
+            self._emit(FirstToken(request_id))
 
     def set_available(self, worker_id: str, available: bool) -> None:
         if available:

@@ -53,6 +53,14 @@ class Occupancy:
         self.exposed_running = tuple(self.running[v] for v in exposed)
 
     # ------------------------------------------------------------------ slots
+    def prefilled(self, req: Request) -> None:
+        """``req`` made its first token: its prompt is prefilled (its worker's pending
+        prefill no longer counts it)."""
+        req.prefilled = True
+        if req.prefill_left and req.worker is not None:
+            self.workers[req.worker].prefill -= req.prefill_left
+        req.prefill_left = 0
+
     def start(self, req: Request, w: WorkerState, now: float) -> None:
         """``req`` runs on ``w`` (whose slot the placement took) from ``now``."""
         self.changes += 1
@@ -63,6 +71,7 @@ class Occupancy:
         req.expected_end_s = now + left
         req.worker = w.id
         w.running[req.id] = req
+        w.prefill += req.prefill_left
         self.free -= 1
         self.running[cls][req.id] = req
         self._count(req, cls, 1)
@@ -74,6 +83,9 @@ class Occupancy:
         cls = req.cls
         self.changes += 1
         del w.running[rid]
+        if req.prefill_left:
+            w.prefill -= req.prefill_left
+            req.prefill_left = 0
         if w.cap_debt and req.claimed_for is None:  # its cap was lowered: the slot is withheld
             # (a slot freed for a claimant, by a preemption, goes to it all the same)
             w.cap_debt -= 1
@@ -206,6 +218,7 @@ class Occupancy:
             )
             assert w.held >= 0, f"worker {w.id} holds {w.held}"
             assert w.capped >= 0 and w.cap_debt >= 0 and w.usable >= 1, f"worker {w.id} cap"
+            assert w.prefill == sum(r.prefill_left for r in w.running.values()), f"worker {w.id} prefill"
             for rid in w.running:
                 assert rid not in on_workers, f"{rid} on two workers"
                 on_workers[rid] = w.id

@@ -97,6 +97,8 @@ class Request:
     queued_total_s: float = 0.0  # time spent queued over all visits
     run_s: float = 0.0  # service received before the current run
     tokens_done: int = 0  # output tokens generated before the current run
+    prefilled: bool = False  # its first output token came (its prompt was prefilled)
+    prefill_left: int = 0  # prompt tokens its worker likely still prefills (prefix placement)
     checkpoint_bytes: int = 0
     preemptions: int = 0
     lost_s: float = 0.0  # slot time its preemptions cost so far (save + restore, or re-prefill)

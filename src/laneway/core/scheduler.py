@@ -417,6 +417,13 @@ class Scheduler:
         if req.lost_s:
             self.occupancy.changes += 1  # (its size bounds its preemptions: victim searches look again)
 
+    def first_token(self, request_id: str, now: float) -> None:
+        """A running request made its first output token: its prompt is prefilled (the
+        prefix placement stops counting it as prefill its worker still has to do)."""
+        req = self.live_requests.reqs.get(request_id)
+        if req is not None and not req.prefilled:
+            self.occupancy.prefilled(req)
+
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
         """Whether a new class-``cls`` request of ``tenant`` would be refused by its
         entitlements or quotas now: ``(reason, message, retry_after_s)``, or ``None``.

@@ -34,7 +34,7 @@ class WorkerSpec:
 
 
 class WorkerState:
-    __slots__ = ("calm", "cap_debt", "capped", "free", "held", "id", "running", "spec")
+    __slots__ = ("calm", "cap_debt", "capped", "free", "held", "id", "prefill", "running", "spec")
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
@@ -42,6 +42,9 @@ class WorkerState:
         self.running: dict[str, Request] = {}
         self.free = spec.slots
         self.held = 0  # slots in use outside this scheduler (Scheduler.hold)
+        # prompt tokens its running requests likely still prefill: the sum of their
+        # ``prefill_left`` (the prefix placement counts them until their first token)
+        self.prefill = 0
         # slots its concurrency cap withholds (Scheduler.set_slots), and how many more it
         # withholds as running requests end
         self.capped = 0

@@ -81,6 +81,7 @@ class WorkerEvents:
             ticket.first_token_s = self.now()
         if not ticket.token_timed and event.tokens > 0:  # (not a chunk of a role alone)
             self._first_token(ticket)
+            self.sched.first_token(ticket.id, self.now())  # (its prompt is prefilled)
         tokens = ticket.tokens = event.tokens
         if tokens >= 2 * ticket.reported + PROGRESS_EVERY:  # now and then: the pace revises its size
             ticket.reported = tokens

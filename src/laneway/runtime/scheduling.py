@@ -61,6 +61,10 @@ class SchedulerPort(Protocol):
 
     def progress(self, request_id: str, tokens: int, now: float) -> None: ...
 
+    def first_token(self, request_id: str, now: float) -> None:
+        """It made its first output token (its prompt is prefilled)."""
+        ...
+
     def set_available(self, worker_id: str, available: bool) -> None: ...
 
     def set_slots(self, worker_id: str, n: int) -> None:

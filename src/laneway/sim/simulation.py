@@ -45,8 +45,8 @@ from laneway.core.policies import policy as policy_spec
 from laneway.sim.engines import Engines
 from laneway.sim.workload import SimRequest
 
-# event order at one instant: slots free first, then arrivals, then timers
-_FINISH, _STOPPED, _LOADED, _ARRIVAL, _WAKE = 0, 1, 2, 3, 4
+# event order at one instant: slots free first (and first tokens), then arrivals, then timers
+_FINISH, _STOPPED, _LOADED, _FIRST, _ARRIVAL, _WAKE = 0, 1, 2, 3, 4, 5
 _MAX_STEPS_AT_ONE_INSTANT = 100_000
 ESTIMATE_ALL = 200_000  # a livelock guard: the clock must move on
 
@@ -251,6 +251,9 @@ class Simulation:
                 run, token = payload  # type: ignore[misc]
                 if token != run.token:
                     continue  # a run that was preempted: stale
+                if kind == _FIRST:  # its prefill ended on its engine
+                    sched.first_token(run.req.id, now)
+                    continue
                 if self.gpu is not None:
                     self._ran(run, now)
                 busy += now - run.run_start_s
@@ -357,16 +360,20 @@ class Simulation:
             ready = self._adapter_ready.get((decision.worker_id, req.model))  # type: ignore[arg-type]
             if ready is not None and ready > now:
                 overhead = ready - now
-        if self.engines is not None and math.isnan(out.ttft_s):  # its first token to come: prefill
+        engines = self.engines
+        prefill = engines is not None and math.isnan(out.ttft_s)
+        first_at = now
+        if engines is not None and prefill:  # its first token to come: prefill
             spec = out.spec
             prompt = spec.prompt_tokens or costs.default_prompt_tokens
             worker = decision.worker_id
-            first, out.cached_tokens = self.engines.start(worker, spec.prefix, prompt, now, req.id)
+            first, out.cached_tokens = engines.start(worker, spec.prefix, prompt, now, req.id)
             # its prefill as the engine runs it, in place of the one from the speed model (a
             # given duration_s is taken as its generation alone)
             modelled = prompt / costs.prefill_tokens_s if spec.duration_s is None else 0.0
             out.remaining_s += first - modelled
             out.ttft_s = now - spec.arrival_s + first
+            first_at = now + first
         elif decision.resume is not None:
             held = costs.tokens_held(req.prompt_tokens, req.tokens_done)
             overhead += (
@@ -379,6 +386,8 @@ class Simulation:
         if self.gpu is not None:
             out.gpus = self.gpu.replicas[decision.worker_id].gpus
         self._push(now + overhead + out.remaining_s, _FINISH, (out, out.token))
+        if prefill:  # (the core hears of its first token)
+            self._push(first_at, _FIRST, (out, out.token))
 
     def preempt(self, decision: Preempt, now: float) -> None:
         out = self._outcomes[decision.request_id]
@@ -412,6 +421,8 @@ class Simulation:
             other.token += 1
             ends = other.run_start_s + other.overhead_s + other.remaining_s
             self._push(ends, _FINISH, (other, other.token))
+            if not other.req.prefilled:
+                self._push(max(now, other.spec.arrival_s + other.ttft_s), _FIRST, (other, other.token))
         out.remaining_s = service_time(out.spec, self.costs)
         out.ttft_s = math.nan
         out.cached_tokens = 0
