@@ -28,20 +28,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from laneway.arguments import positive_int, up_to
+from laneway.batch.input_file import BatchCliError, endpoint_of, request_lines
 from laneway.batch.window import window_seconds
 from laneway.config.urls import is_http
 from laneway.core import ClassTable
-from laneway.protocol import json_input
-from laneway.protocol.json_input import BadJSON
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 ENDED = ("completed", "failed", "expired", "cancelled")
 MAX_LINES = 50_000  # what a batch takes (OpenAI's limit; laneway's [batches] max_lines by default)
 UNREACHABLE_S = 300.0  # --wait waits this long for a server that went away (a restart) before giving up
-
-
-class BatchCliError(Exception):
-    """Reported as one line, exit status 2."""
 
 
 def _priority(text: str) -> str:
@@ -191,46 +186,10 @@ def _message(exc: Any) -> str:
     return str(exc.message)
 
 
-def _endpoint(path: Path) -> str:
-    """The ``url`` of the file's first request line; what is wrong with it otherwise."""
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if number == 1:  # (a byte-order mark, as the server takes the file with one)
-                raw = raw.removeprefix(b"\xef\xbb\xbf")
-            if not raw.strip():
-                continue
-            where = f"{path}: line {number}"
-            try:
-                obj = json_input.loads(raw, where)
-            except BadJSON as exc:
-                raise BatchCliError(exc.message if exc.param is None else f"{where}: {exc.message}") from None
-            if not isinstance(obj, dict):
-                raise BatchCliError(f"{where} is not a JSON object")
-            url = obj.get("url")
-            if url is None:
-                raise BatchCliError(f"{where} has no url; pass --endpoint")
-            if not isinstance(url, str) or not url:
-                raise BatchCliError(f"{where}: url must be a non-empty string, got {url!r}")
-            return url
-    raise BatchCliError(f"{path}: the file is empty (no request lines)")
-
-
 def _submit(client: Any, args: argparse.Namespace) -> int:
     path: Path = args.file
-    if not path.is_file():
-        if path.is_dir():
-            what = "a directory, not a JSONL file"
-        else:
-            what = "not a regular file" if path.exists() else "no such file"
-        raise BatchCliError(f"{path}: {what}")
-    endpoint = args.endpoint or _endpoint(path)
-    with path.open("rb") as f:
-        lines = sum(1 for raw in f if raw.strip())
-    if lines > args.max_lines:
-        raise BatchCliError(
-            f"{path} has {lines:,} request lines; a batch takes at most {args.max_lines:,} "
-            "(split the file; --max-lines N for a server that takes more)"
-        )
+    request_lines(path, args.max_lines)
+    endpoint = args.endpoint or endpoint_of(path)
     with path.open("rb") as f:
         uploaded = client.files.create(file=(path.name, f), purpose="batch")
     metadata = {"priority": args.priority} if args.priority else None
