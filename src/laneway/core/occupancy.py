@@ -58,8 +58,7 @@ class Occupancy:
         prefill no longer counts it)."""
         req.prefilled = True
         if req.prefill_left and req.worker is not None:
-            self.workers[req.worker].prefill -= req.prefill_left
-        req.prefill_left = 0
+            _prefill_done(req, self.workers[req.worker])
 
     def start(self, req: Request, w: WorkerState, now: float) -> None:
         """``req`` runs on ``w`` (whose slot the placement took) from ``now``."""
@@ -84,8 +83,7 @@ class Occupancy:
         self.changes += 1
         del w.running[rid]
         if req.prefill_left:
-            w.prefill -= req.prefill_left
-            req.prefill_left = 0
+            _prefill_done(req, w)
         if w.cap_debt and req.claimed_for is None:  # its cap was lowered: the slot is withheld
             # (a slot freed for a claimant, by a preemption, goes to it all the same)
             w.cap_debt -= 1
@@ -227,6 +225,12 @@ class Occupancy:
         assert len(on_workers) == sum(len(d) for d in self.running)
         assert self.fixed == [sum(not r.preemptible for r in d.values()) for d in self.running]
         return on_workers
+
+
+def _prefill_done(req: Request, w: WorkerState) -> None:
+    """``req``'s prompt no longer counts as prefill ahead on ``w``."""
+    w.prefill -= req.prefill_left
+    req.prefill_left = 0
 
 
 def worker_states(specs: Sequence[WorkerSpec]) -> dict[str, WorkerState]:

@@ -384,11 +384,8 @@ PREFILL_TOKENS_A_SLOT = 256
 
 def _prefill_load(w: WorkerState) -> float:
     """:func:`_load` with the prompts its requests still prefill counted as more of them."""
-    usable = w.usable
-    if usable <= 0:
-        return math.inf
-    load = 1.0 - w.free / usable
-    return load + w.prefill / (PREFILL_TOKENS_A_SLOT * usable) if w.prefill else load
+    load = _load(w)
+    return load + w.prefill / (PREFILL_TOKENS_A_SLOT * w.usable) if w.prefill else load
 
 
 class LeastLoaded:
