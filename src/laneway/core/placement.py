@@ -229,10 +229,11 @@ class SlotPlacement:
         if not free:
             return None
         index = self.index
+        matched = -1  # (how many of its prompt's blocks the chosen worker holds, where known)
         if self.spread == "round-robin":
             got = choose(req, self._in_turn(), self.filters, self.scorers, now)
         elif index is not None and req.prefix and len(free) > 1 and not self.scorers:
-            got = self._by_prefix(req, index, now)
+            got, matched = self._by_prefix(req, index, now)
         elif self._open and (self._single or len(free) == 1):
             got = free[0]
         else:
@@ -244,17 +245,20 @@ class SlotPlacement:
             self._turn = self._index[w.id] + 1
         if index is not None and req.prefix:
             if not req.prefilled:  # what it likely prefills there, until its first token
-                cached = index.matched(w.id, req.prefix) * index.block_tokens
-                req.prefill_left = max(req.prompt_tokens - cached, 0)
+                if matched < 0:
+                    matched = index.matched(w.id, req.prefix)
+                req.prefill_left = max(req.prompt_tokens - matched * index.block_tokens, 0)
             index.record(w.id, req.prefix)
         self.take(w)
         return w
 
-    def _by_prefix(self, req: Request, index: PrefixIndex, now: float) -> WorkerState | None:
+    def _by_prefix(self, req: Request, index: PrefixIndex, now: float) -> tuple[WorkerState | None, int]:
         """The least loaded candidate, or the one holding most of the prompt if that is at
-        least half of it and it is not much busier."""
+        least half of it and it is not much busier; with how many of the prompt's blocks
+        the one chosen holds."""
         least: WorkerState | None = None
         least_key: tuple[float, ...] = (math.inf,)
+        least_blocks = 0
         iso = self.isolation
         best: WorkerState | None = None
         best_blocks = 0
@@ -270,18 +274,20 @@ class SlotPlacement:
                 key: tuple[float, ...] = (_prefill_load(w), index.held(w.id) / index.capacity(w.id))
                 if iso is not None:  # (urgent work: what it would stop there counts as free)
                     key = (iso.score(req, w, now), iso.kind(req, w, now), *key)
-                if key < least_key:
-                    least, least_key = w, key
                 m = index.matched(w.id, blocks)
+                if key < least_key:
+                    least, least_key, least_blocks = w, key, m
                 if m > best_blocks:
                     best, best_blocks = w, m
         if best is None or least is None or best is least or 2 * best_blocks < len(blocks):
-            return least
+            return least, least_blocks
         if iso is None:
             busy, least_busy = best.usable - best.free, least.usable - least.free
         else:
             busy, least_busy = iso.busy(req, best), iso.busy(req, least)
-        return best if self._prefers(req, busy, least_busy, best) else least
+        if self._prefers(req, busy, least_busy, best):
+            return best, best_blocks
+        return least, least_blocks
 
     def holder_of(self, req: Request) -> str | None:
         w = self._holder(req)

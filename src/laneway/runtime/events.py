@@ -80,21 +80,22 @@ class WorkerEvents:
         if math.isnan(ticket.first_token_s):  # (its answer began: a chunk was sent)
             ticket.first_token_s = self.now()
         if not ticket.token_timed and event.tokens > 0:  # (not a chunk of a role alone)
-            self._first_token(ticket)
-            self.sched.first_token(ticket.id, self.now())  # (its prompt is prefilled)
+            self.sched.first_token(ticket.id, self._first_token(ticket))  # (its prompt is prefilled)
         tokens = ticket.tokens = event.tokens
         if tokens >= 2 * ticket.reported + PROGRESS_EVERY:  # now and then: the pace revises its size
             ticket.reported = tokens
             self.sched.progress(ticket.id, tokens, self.now())
         ticket.put(event)
 
-    def _first_token(self, ticket: Ticket) -> None:
-        """Its first token came (or its whole answer, with none before): its time to it."""
+    def _first_token(self, ticket: Ticket) -> float:
+        """Its first token came (or its whole answer, with none before): its time to it.
+        Returns the time now."""
         ticket.token_timed = True
         now = self.now()
         if math.isnan(ticket.first_token_s):
             ticket.first_token_s = now
         self.metrics.first_token[ticket.class_name].observe(now - ticket.arrival_s)
+        return now
 
     def _done(self, ticket: Ticket, event: Done) -> None:
         if event.finish_reason == "cancelled":  # not asked by us: the worker gave up on it
