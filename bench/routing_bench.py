@@ -88,6 +88,7 @@ class Engines:
         self.urls = urls
         self.samples: list[list[float]] = [[] for _ in urls]
         self.held: list[list[float]] = [[] for _ in urls]
+        self.at: list[float] = []  # (when each sample was taken: perf_counter)
 
     def root(self, i: int) -> str:
         return self.urls[i].removesuffix("/v1")
@@ -121,9 +122,13 @@ class Engines:
                     got = {int(k): float(v) for k, v in busy.findall(text)}
                     for i in range(len(self.urls)):
                         self.held[i].append(got.get(i, 0.0))
+                got_all = []
                 for i in range(len(self.urls)):
                     text = (await client.get(self.root(i) + "/metrics", timeout=5)).text
-                    self.samples[i].append(sum(float(v) for v in pattern.findall(text)))
+                    got_all.append(sum(float(v) for v in pattern.findall(text)))
+                for i, v in enumerate(got_all):
+                    self.samples[i].append(v)
+                self.at.append(time.perf_counter())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.25)
 
@@ -288,6 +293,12 @@ async def run(
     ]
     ordered = sorted(ttfts)
     later = [not f for f in first]
+    first_end = max((e for e, f in zip(ends, first, strict=True) if f), default=0.0)
+    # after the first turns: the share of samples each engine ran 0, 1, 2, 3, 4 or more
+    late = [[x for x, at in zip(s, eng.at, strict=False) if at - t0 >= first_end] for s in eng.samples]
+    running_later = [
+        [sum(1 for x in s if min(int(x), 4) == k) / len(s) if s else 0.0 for k in range(5)] for s in late
+    ]
     return {
         "mode": mode,
         "requests": len(bodies),
@@ -303,7 +314,8 @@ async def run(
         "latency_mean_first_s": _mean(latencies, first),
         "latency_mean_later_s": _mean(latencies, later),
         # when the last first turn ended: from then on every request may find its prompt cached
-        "first_turns_end_s": max((e for e, f in zip(ends, first, strict=True) if f), default=0.0),
+        "first_turns_end_s": first_end,
+        "running_later": running_later,
         "flood": len(flood),
         "flood_makespan_s": flood_makespan,
         "prefix_hit_rate": hits,
@@ -383,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                 eng.reset()
                 eng.samples = [[] for _ in eng.urls]
                 eng.held = [[] for _ in eng.urls]
+                eng.at = []
                 err.print(f"[dim]{mode}: {len(bodies)} requests from {args.clients} clients…[/]")
                 flood = [] if mode == "laneway (idle)" else batch
                 if mode.startswith("laneway"):
@@ -404,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
                         else ""
                     )
                     + (f", {r['preempted']} preempted" if r["preempted"] else "")
+                    + ", after the first turns the engines ran 0/1/2/3/4+ "
+                    + " and ".join("/".join(f"{x:.0%}" for x in e) for e in r["running_later"])
+                    + f" of the time, latency mean later {r['latency_mean_later_s'] or 0:.2f} s"
                     + (
                         f", engines idle with laneway's work on them {' / '.join(f'{x:.0%}' for x in held)}"
                         if held[0] is not None

@@ -132,15 +132,49 @@ def test_a_worker_whose_cache_is_lost_is_expected_to_hold_nothing() -> None:
         d.sched.cache_lost("nobody")
 
 
-def test_affinity_gives_way_to_a_much_less_loaded_worker() -> None:
-    """The worker holding the prompt may run up to half its slots more than the least
-    loaded one; past that an interactive request goes where it starts soonest."""
+def _turn(rid: str, prompt: tuple[int, ...]) -> Request:
+    """An agent's turn (P1) whose prompt is its blocks, no more."""
+    return Request(rid, 1, 0.0, prompt_tokens=len(prompt) * BLOCK_TOKENS, prefix=prompt)
+
+
+def _turns_on_a(d: Driver, prompt: tuple[int, ...], n: int) -> None:
+    """``n`` turns of one agent, one after another: each on ``a``, past its prefill."""
+    for i in range(n):
+        d.submit(_turn(f"t{i}", prompt))
+        assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a"]
+        d.sched.first_token(f"t{i}", d.now)
+
+
+def test_affinity_weighs_the_prefill_it_saves_against_the_requests_it_runs_beside() -> None:
+    """The worker holding the prompt runs 3 requests, the other none: a long prompt's next
+    turn still goes where it is cached (its 1,280 tokens to prefill elsewhere weigh as 5
+    running requests), a short one's to the idle worker (128 tokens weigh half of one).
+    Found with two vLLMs and 1,337-token prompts: a turn sent to the idle engine paid its
+    whole prefill (~5 s) where beside 3 decoding requests it had its first token in ~0.3 s."""
+    long_prompt = tuple(range(100, 140))  # 40 blocks: 1,280 tokens
     d = two_engines("prefix")
-    for i in range(3):
-        d.submit(with_prefix(f"a{i}", AGENT, priority=1))
-    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a", "a", "a"]
-    d.submit(with_prefix("late", AGENT, priority=1))  # a runs 3, b none: 3 more than b, over 4 // 2
+    _turns_on_a(d, long_prompt, 3)
+    d.submit(_turn("next", (*long_prompt, 999)))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a"]
+
+    d = two_engines("prefix")
+    _turns_on_a(d, AGENT, 1)  # 1 vs none: 1 + 0 against 128 / 256 tokens of prefill
+    d.submit(_turn("next", AGENT))
     assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b"]
+
+    # a prompt still prefilling there counts: a long one that a runs 2 of, one not yet
+    # past its prefill, goes to the idle worker (2 + 5 against 5)
+    d = two_engines("prefix")
+    _turns_on_a(d, long_prompt, 1)
+    d.submit(_turn("other", tuple(range(500, 540))))
+    d.submit(_turn("pinned", tuple(range(600, 640))))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b", "a"]
+    d.finish("other")  # b idle; a runs t0 (decoding) and "pinned" (prefilling, 1,280 tokens)
+    d.submit(_turn("next", long_prompt))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b"]
+    d.sched.first_token("pinned", d.now)  # (past its prefill: a runs 2 that decode, b one to prefill)
+    d.submit(_turn("after", long_prompt))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a"]
 
 
 def test_batch_work_goes_where_its_prompt_is_while_that_worker_has_a_slot() -> None:
@@ -333,8 +367,9 @@ def test_a_stop_not_done_within_a_second_is_waited_for_no_longer() -> None:
 
 
 def test_urgent_work_starts_on_a_much_less_loaded_worker_rather_than_stop_batch_work() -> None:
-    """With a slot freed the agent's worker would run 3, b runs none: more than half its
-    slots more, so placement would not choose it; nothing is stopped."""
+    """With a slot freed the agent's worker would run 3, b runs none: its short prompt
+    (128 tokens) saves less than 3 running requests cost, so placement would not choose
+    it; nothing is stopped."""
     d = flooded(free_on_b=4)
     d.submit(with_prefix("turn2", (*AGENT, 15), priority=0))
     out = d.step()

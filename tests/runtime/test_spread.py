@@ -132,7 +132,8 @@ def test_an_agents_turn_stops_batch_work_on_the_engine_holding_its_prompt(tmp_pa
     config = load_config(agents_config(tmp_path))
     engines = {"up0": StandIn(slots=4, ms_per_token=5), "up1": StandIn(slots=4, ms_per_token=5)}
     workers = {w.name: build_upstream(w, connect=InProcess(engines[w.name])) for w in config.workers}
-    system = "You are agent A. " + "Agent A knows this well. " * 30
+    # (a long prompt, ~750 tokens: its prefill elsewhere costs more than a batch request stopped)
+    system = "You are agent A. " + "Agent A knows this well. " * 120
 
     def body(user: str, priority: str, tokens: int) -> dict[str, object]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]

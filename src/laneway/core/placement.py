@@ -173,8 +173,10 @@ class SlotPlacement:
     new prompts go to two engines, not both to the idle one to share its compute), and
     among equals the one whose prefix cache is the least full; unless a worker likely
     holds at least half of the request's prompt in its prefix cache
-    (:class:`~laneway.core.prefix_cache.PrefixIndex`) and runs at most half its slots more
-    than the least loaded: then the one that holds the most. Work of
+    (:class:`~laneway.core.prefix_cache.PrefixIndex`) and the request would share its
+    engine there with no more than on the least loaded (the requests each runs and the
+    prompts each would prefill, its own uncached part included: :meth:`_ahead`): then the
+    one that holds the most. Work of
     a class that ``patient`` marks (throughput-bound: by default the preemptible ones, the
     batch classes) weighs affinity more: it goes where its prompt is while that worker has
     a free slot.
@@ -285,7 +287,8 @@ class SlotPlacement:
             busy, least_busy = best.usable - best.free, least.usable - least.free
         else:
             busy, least_busy = iso.busy(req, best), iso.busy(req, least)
-        if self._prefers(req, busy, least_busy, best):
+        ahead = self._ahead(req, index, best, busy, best_blocks)
+        if self._prefers(req, ahead, self._ahead(req, index, least, least_busy, least_blocks)):
             return best, best_blocks
         return least, least_blocks
 
@@ -305,9 +308,14 @@ class SlotPlacement:
         if best is None or best.free > 0 or best.usable <= 0 or best.cap_debt > 0:
             return None
         least = choose(req, self._free, self.filters, (_LOAD,), now)
-        if least is None:
+        index = self.index
+        if least is None or index is None:
             return None
-        return best if self._prefers(req, best.usable - 1, least.usable - least.free, best) else None
+        blocks = req.prefix
+        ahead = self._ahead(req, index, best, best.usable - 1, index.matched(best.id, blocks))
+        least_busy = least.usable - least.free
+        least_ahead = self._ahead(req, index, least, least_busy, index.matched(least.id, blocks))
+        return best if self._prefers(req, ahead, least_ahead) else None
 
     def _holder(self, req: Request) -> WorkerState | None:
         """The worker in service for ``req`` likely to hold most of its prompt, if at
@@ -327,12 +335,24 @@ class SlotPlacement:
                 best, best_blocks = w, m
         return best if 2 * best_blocks >= len(blocks) else None
 
-    def _prefers(self, req: Request, busy: int, least_busy: int, best: WorkerState) -> bool:
-        """Whether ``req`` goes to ``best``, holding its prompt and running ``busy``
-        requests, rather than the least loaded candidate running ``least_busy``: a
-        throughput-bound request always, else if that is at most half its slots more."""
+    @staticmethod
+    def _ahead(req: Request, index: PrefixIndex, w: WorkerState, busy: int, matched: int) -> float:
+        """What ``req`` would share ``w`` with, in running requests: the ``busy`` ones
+        there, and the prompts it would prefill there (those of its requests not yet
+        prefilled, and the part of its own not likely cached: ``matched`` blocks are) as
+        one more for every :data:`PREFILL_TOKENS_A_SLOT` tokens."""
+        block = index.block_tokens
+        own = max(max(req.prompt_tokens, len(req.prefix) * block) - matched * block, 0)
+        return busy + (w.prefill + own) / PREFILL_TOKENS_A_SLOT
+
+    def _prefers(self, req: Request, ahead: float, least_ahead: float) -> bool:
+        """Whether ``req`` goes to the worker holding most of its prompt, where it would
+        share the engine with ``ahead`` running requests (:meth:`_ahead`), rather than to
+        the least loaded candidate, with ``least_ahead``: a throughput-bound request
+        always, else if it shares no more there (a prefill its cache saves weighs as the
+        requests it would run beside)."""
         patient = req.preemptible and req.cls < len(self.patient) and self.patient[req.cls]
-        return patient or busy - least_busy <= max(1, best.spec.slots // 2)
+        return patient or ahead <= least_ahead
 
     def _in_turn(self) -> list[WorkerState]:
         """The candidates in round-robin order: from the one after the last chosen."""
