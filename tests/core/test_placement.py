@@ -162,19 +162,14 @@ def test_affinity_weighs_the_prefill_it_saves_against_the_requests_it_runs_besid
     d.submit(_turn("next", AGENT))
     assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b"]
 
-    # a prompt still prefilling there counts: a long one that a runs 2 of, one not yet
-    # past its prefill, goes to the idle worker (2 + 5 against 5)
-    d = two_engines("prefix")
-    _turns_on_a(d, long_prompt, 1)
-    d.submit(_turn("other", tuple(range(500, 540))))
-    d.submit(_turn("pinned", tuple(range(600, 640))))
-    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b", "a"]
-    d.finish("other")  # b idle; a runs t0 (decoding) and "pinned" (prefilling, 1,280 tokens)
-    d.submit(_turn("next", long_prompt))
-    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["b"]
-    d.sched.first_token("pinned", d.now)  # (past its prefill: a runs 2 that decode, b one to prefill)
-    d.submit(_turn("after", long_prompt))
-    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a"]
+    # the edge: a runs 3, b none; a prompt of 768 tokens saves 3 running requests' worth
+    # (a tie goes where it is cached), one of 640 tokens 2.5 (it goes to b)
+    for blocks, went in ((24, "a"), (20, "b")):
+        d = two_engines("prefix")
+        prompt = tuple(range(200, 200 + blocks))
+        _turns_on_a(d, prompt, 3)
+        d.submit(_turn("next", prompt))
+        assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == [went]
 
 
 def test_batch_work_goes_where_its_prompt_is_while_that_worker_has_a_slot() -> None:
