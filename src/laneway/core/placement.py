@@ -255,8 +255,8 @@ class SlotPlacement:
 
     def _by_prefix(self, req: Request, index: PrefixIndex, now: float) -> tuple[WorkerState | None, int]:
         """The least loaded candidate, or the one holding most of the prompt if that is at
-        least half of it and it is not much busier; with how many of the prompt's blocks
-        the one chosen holds."""
+        least half of it and the request costs no more there (:meth:`_prefers`); with how
+        many of the prompt's blocks the one chosen holds."""
         least: WorkerState | None = None
         least_key: tuple[float, ...] = (math.inf,)
         least_blocks = 0
@@ -340,8 +340,8 @@ class SlotPlacement:
         and the part of its prompt not likely cached there (``matched`` blocks are) as one
         more for every :data:`PREFILL_TOKENS_A_SLOT` tokens. (Prompts others still prefill
         there are not counted: they pass in seconds, where a miss copies the prompt into
-        a second cache, evicting others' — in the simulator counting them cost 1 point of
-        hit rate and 2-5 % of the agents' mean time to first token.)"""
+        a second cache, evicting others' — in the simulator counting them cost about a
+        point of hit rate and 3-6 % of the agents' mean time to first token.)"""
         block = index.block_tokens
         own = max(max(req.prompt_tokens, len(req.prefix) * block) - matched * block, 0)
         return busy + own / PREFILL_TOKENS_A_SLOT
