@@ -292,7 +292,7 @@ class SlotPlacement:
         return least, least_blocks
 
     def holder_of(self, req: Request) -> str | None:
-        w = self._holder(req)
+        w, _ = self._holder(req)
         return w.id if w is not None else None
 
     def would_take(self, req: Request, now: float) -> WorkerState | None:
@@ -302,7 +302,7 @@ class SlotPlacement:
         is (that worker has a free slot, no other has, or it is not worth it)."""
         if self.isolation is not None or len(self._free) == 0:
             return None
-        best = self._holder(req)
+        best, best_blocks = self._holder(req)
         # (a worker whose cap withholds the slots its requests leave would not free one)
         if best is None or best.free > 0 or best.usable <= 0 or best.cap_debt > 0:
             return None
@@ -310,19 +310,18 @@ class SlotPlacement:
         index = self.index
         if least is None or index is None:
             return None
-        blocks = req.prefix
-        ahead = self._ahead(req, index, best.usable - 1, index.matched(best.id, blocks))
+        ahead = self._ahead(req, index, best.usable - 1, best_blocks)
         least_busy = least.usable - least.free
-        least_ahead = self._ahead(req, index, least_busy, index.matched(least.id, blocks))
+        least_ahead = self._ahead(req, index, least_busy, index.matched(least.id, req.prefix))
         return best if self._prefers(req, ahead, least_ahead) else None
 
-    def _holder(self, req: Request) -> WorkerState | None:
+    def _holder(self, req: Request) -> tuple[WorkerState | None, int]:
         """The worker in service for ``req`` likely to hold most of its prompt, if at
-        least half of it."""
+        least half of it, and how many of the prompt's blocks it holds."""
         index = self.index
         blocks = req.prefix
         if index is None or not blocks:
-            return None
+            return None, 0
         best: WorkerState | None = None
         best_blocks = 0
         for w in self.workers:
@@ -332,7 +331,7 @@ class SlotPlacement:
             m = index.matched(w.id, blocks)
             if m > best_blocks:
                 best, best_blocks = w, m
-        return best if 2 * best_blocks >= len(blocks) else None
+        return (best, best_blocks) if 2 * best_blocks >= len(blocks) else (None, 0)
 
     @staticmethod
     def _ahead(req: Request, index: PrefixIndex, busy: int, matched: int) -> float:
