@@ -132,9 +132,11 @@ def test_a_worker_whose_cache_is_lost_is_expected_to_hold_nothing() -> None:
         d.sched.cache_lost("nobody")
 
 
-def _turn(rid: str, prompt: tuple[int, ...]) -> Request:
-    """An agent's turn (P1) whose prompt is its blocks, no more."""
-    return Request(rid, 1, 0.0, prompt_tokens=len(prompt) * BLOCK_TOKENS, prefix=prompt)
+def _turn(rid: str, prompt: tuple[int, ...], tokens: int | None = None) -> Request:
+    """An agent's turn (P1) whose prompt is these blocks (``tokens`` tokens: by default
+    its blocks, no more)."""
+    tokens = len(prompt) * BLOCK_TOKENS if tokens is None else tokens
+    return Request(rid, 1, 0.0, prompt_tokens=tokens, prefix=prompt)
 
 
 def _turns_on_a(d: Driver, prompt: tuple[int, ...], n: int) -> None:
@@ -201,8 +203,7 @@ def test_less_than_half_cached_is_placed_by_load() -> None:
 
 def _new_agent(rid: str, first_block: int, tokens: int = 1_300) -> Request:
     """A first turn: a prompt of ``tokens`` no engine holds (its own blocks)."""
-    blocks = tuple(range(first_block, first_block + tokens // BLOCK_TOKENS))
-    return Request(rid, 1, 0.0, prompt_tokens=tokens, prefix=blocks)
+    return _turn(rid, tuple(range(first_block, first_block + tokens // BLOCK_TOKENS)), tokens)
 
 
 def test_two_new_prompts_at_once_go_to_two_engines_not_both_to_the_idle_one() -> None:

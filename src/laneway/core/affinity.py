@@ -1,7 +1,8 @@
 """Urgent work stops batch work where its prompt is cached, rather than start elsewhere.
 
-With placement by prefix (:mod:`laneway.core.placement`), a request goes where its
-prompt is likely cached if that worker has a free slot and is not much busier. Under a
+With placement by prefix (:mod:`laneway.core.prefix_spread`), a request goes where its
+prompt is likely cached if that worker has a free slot and the prefill its cache saves
+outweighs the requests it would run beside there. Under a
 batch flood the worker holding an agent's prompt is often full of batch work while
 another has a slot: the agent's next turn then starts there, pays the whole prefill
 again (seconds on a CPU engine, against a fraction of one where the prompt is cached),

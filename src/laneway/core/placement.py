@@ -26,13 +26,14 @@ own load — is one filter or scorer added to a placement's list.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from laneway.core.prefix_cache import PrefixIndex
+from laneway.core.prefix_spread import PrefixSpread
 from laneway.core.request import Request
+from laneway.core.slot_load import LEAST_LOADED
 from laneway.core.workers import WorkerState
 
 if TYPE_CHECKING:
@@ -167,20 +168,13 @@ class SlotPlacement:
 
     ``spread`` orders the candidates: ``least-loaded`` takes the one running the smallest
     share of its slots, the one idle longest among equals (configuration order at start);
-    ``prefix`` (the configuration's default) the same, a request whose prompt its worker
-    still prefills (until its first token: the tokens not found cached there) counting as
-    one more running request for every :data:`PREFILL_TOKENS_A_SLOT` tokens of it (so two
-    new prompts go to two engines, not both to the idle one to share its compute), and
-    among equals the one whose prefix cache is the least full; unless a worker likely
-    holds at least half of the request's prompt in its prefix cache
-    (:class:`~laneway.core.prefix_cache.PrefixIndex`) and costs no more there than on the
-    least loaded (the requests each runs, and the part of its prompt each would prefill:
-    :meth:`_ahead`): then the one that holds the most. Work of
-    a class that ``patient`` marks (throughput-bound: by default the preemptible ones, the
-    batch classes) weighs affinity more: it goes where its prompt is while that worker has
-    a free slot.
-    ``round-robin`` takes them in turn (configuration order, the one after the last
-    chosen first), whatever they run. Scorers, where given, rank before it.
+    ``prefix`` (the configuration's default) the same, with the prompts workers still
+    prefill counted as more running requests, unless a worker likely holds at least half
+    of the request's prompt in its prefix cache and the request costs no more there
+    (:class:`~laneway.core.prefix_spread.PrefixSpread`; work of a class that ``patient``
+    marks goes where its prompt is while that worker has a free slot); ``round-robin``
+    takes them in turn (configuration order, the one after the last chosen first),
+    whatever they run. Scorers, where given, rank before it.
 
     Only workers with a free slot are candidates: affinity never makes a request wait
     while another worker could start it."""
@@ -202,18 +196,19 @@ class SlotPlacement:
         self.filters = tuple(filters)
         self.scorers = tuple(scorers)
         self.spread = spread
-        self.patient = tuple(patient)  # per class rank: whether it weighs affinity more
         # workers that run urgent work alone: a filter, and how loaded a worker is to urgent work
         self.isolation = isolation
         if isolation is not None:
             self.filters = (*self.filters, isolation)
         by_isolation: tuple[Scorer, ...] = (isolation, _Kind(isolation)) if isolation is not None else ()
-        self._load_scorers = (*self.scorers, *by_isolation, _LOAD)
+        self._load_scorers = (*self.scorers, *by_isolation, LEAST_LOADED)
         self._turn = 0  # round-robin: where the next turn starts in self.workers
-        # prefix: what each worker's prefix cache likely holds
-        self.index: PrefixIndex | None = (
-            PrefixIndex({w.id: w.spec.kv_tokens for w in self.workers}) if spread == "prefix" else None
-        )
+        # prefix: what each worker's prefix cache likely holds, and placement by it
+        self.by_prefix: PrefixSpread | None = None
+        self.index: PrefixIndex | None = None
+        if spread == "prefix":
+            self.index = PrefixIndex({w.id: w.spec.kv_tokens for w in self.workers})
+            self.by_prefix = PrefixSpread(self.index, self.filters, patient, isolation)
         self._index = {w.id: i for i, w in enumerate(self.workers)}
         # workers with a free slot, the one idle longest first
         self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
@@ -229,12 +224,12 @@ class SlotPlacement:
         free = self._free
         if not free:
             return None
-        index = self.index
+        by_prefix = self.by_prefix
         matched = -1  # (how many of its prompt's blocks the chosen worker holds, where known)
         if self.spread == "round-robin":
             got = choose(req, self._in_turn(), self.filters, self.scorers, now)
-        elif index is not None and req.prefix and len(free) > 1 and not self.scorers:
-            got, matched = self._by_prefix(req, index, now)
+        elif by_prefix is not None and req.prefix and len(free) > 1 and not self.scorers:
+            got, matched = by_prefix.choose(req, free, now)
         elif self._open and (self._single or len(free) == 1):
             got = free[0]
         else:
@@ -244,6 +239,7 @@ class SlotPlacement:
         w = got
         if self.spread == "round-robin":
             self._turn = self._index[w.id] + 1
+        index = self.index
         if index is not None and req.prefix:
             if not req.prefilled:  # what it likely prefills there, until its first token
                 if matched < 0:
@@ -253,46 +249,10 @@ class SlotPlacement:
         self.take(w)
         return w
 
-    def _by_prefix(self, req: Request, index: PrefixIndex, now: float) -> tuple[WorkerState | None, int]:
-        """The least loaded candidate, or the one holding most of the prompt if that is at
-        least half of it and the request costs no more there (:meth:`_prefers`); with how
-        many of the prompt's blocks the one chosen holds."""
-        least: WorkerState | None = None
-        least_key: tuple[float, ...] = (math.inf,)
-        least_blocks = 0
-        iso = self.isolation
-        best: WorkerState | None = None
-        best_blocks = 0
-        blocks = req.prefix
-        for w in self._free:
-            for f in self.filters:
-                if not f.fits(req, w, now):
-                    break
-            else:
-                # least loaded, a prompt it still prefills weighing as more running requests;
-                # among equals the one whose cache is fullest the least (so that prompts new
-                # to all spread over the caches), then the one idle longest
-                key: tuple[float, ...] = (_prefill_load(w), index.held(w.id) / index.capacity(w.id))
-                if iso is not None:  # (urgent work: what it would stop there counts as free)
-                    key = (iso.score(req, w, now), iso.kind(req, w, now), *key)
-                m = index.matched(w.id, blocks)
-                if key < least_key:
-                    least, least_key, least_blocks = w, key, m
-                if m > best_blocks:
-                    best, best_blocks = w, m
-        if best is None or least is None or best is least or 2 * best_blocks < len(blocks):
-            return least, least_blocks
-        if iso is None:
-            busy, least_busy = best.usable - best.free, least.usable - least.free
-        else:
-            busy, least_busy = iso.busy(req, best), iso.busy(req, least)
-        ahead = self._ahead(req, index, busy, best_blocks)
-        if self._prefers(req, ahead, self._ahead(req, index, least_busy, least_blocks)):
-            return best, best_blocks
-        return least, least_blocks
-
     def holder_of(self, req: Request) -> str | None:
-        w, _ = self._holder(req)
+        if self.by_prefix is None:
+            return None
+        w, _ = self.by_prefix.holder(req, self.workers, self.down)
         return w.id if w is not None else None
 
     def would_take(self, req: Request, now: float) -> WorkerState | None:
@@ -300,59 +260,17 @@ class SlotPlacement:
         with one freed while another worker has one (where urgent work stops batch work
         for its cache: :mod:`laneway.core.affinity`); ``None``: placement goes on as it
         is (that worker has a free slot, no other has, or it is not worth it)."""
-        if self.isolation is not None or len(self._free) == 0:
+        by_prefix = self.by_prefix
+        if by_prefix is None or self.isolation is not None or len(self._free) == 0:
             return None
-        best, best_blocks = self._holder(req)
+        best, best_blocks = by_prefix.holder(req, self.workers, self.down)
         # (a worker whose cap withholds the slots its requests leave would not free one)
         if best is None or best.free > 0 or best.usable <= 0 or best.cap_debt > 0:
             return None
-        least = choose(req, self._free, self.filters, (_LOAD,), now)
-        index = self.index
-        if least is None or index is None:
+        least = choose(req, self._free, self.filters, (LEAST_LOADED,), now)
+        if least is None:
             return None
-        ahead = self._ahead(req, index, best.usable - 1, best_blocks)
-        least_busy = least.usable - least.free
-        least_ahead = self._ahead(req, index, least_busy, index.matched(least.id, req.prefix))
-        return best if self._prefers(req, ahead, least_ahead) else None
-
-    def _holder(self, req: Request) -> tuple[WorkerState | None, int]:
-        """The worker in service for ``req`` likely to hold most of its prompt, if at
-        least half of it, and how many of the prompt's blocks it holds."""
-        index = self.index
-        blocks = req.prefix
-        if index is None or not blocks:
-            return None, 0
-        best: WorkerState | None = None
-        best_blocks = 0
-        for w in self.workers:
-            spec = w.spec
-            if w.id in self.down or not spec.serves(req.model) or not spec.admits(req.cls):
-                continue
-            m = index.matched(w.id, blocks)
-            if m > best_blocks:
-                best, best_blocks = w, m
-        return (best, best_blocks) if 2 * best_blocks >= len(blocks) else (None, 0)
-
-    @staticmethod
-    def _ahead(req: Request, index: PrefixIndex, busy: int, matched: int) -> float:
-        """What ``req`` would cost on a worker, in running requests: the ``busy`` ones there,
-        and the part of its prompt not likely cached there (``matched`` blocks are) as one
-        more for every :data:`PREFILL_TOKENS_A_SLOT` tokens. (Prompts others still prefill
-        there are not counted: they pass in seconds, where a miss copies the prompt into
-        a second cache, evicting others' — in the simulator counting them cost about a
-        point of hit rate and 3-6 % of the agents' mean time to first token.)"""
-        block = index.block_tokens
-        own = max(max(req.prompt_tokens, len(req.prefix) * block) - matched * block, 0)
-        return busy + own / PREFILL_TOKENS_A_SLOT
-
-    def _prefers(self, req: Request, ahead: float, least_ahead: float) -> bool:
-        """Whether ``req`` goes to the worker holding most of its prompt, where it would
-        cost ``ahead`` running requests (:meth:`_ahead`), rather than to the least loaded
-        candidate, where ``least_ahead``: a throughput-bound request always, else if it
-        costs no more there (the prefill its cache saves weighs as the requests it would
-        run beside)."""
-        patient = req.preemptible and req.cls < len(self.patient) and self.patient[req.cls]
-        return patient or ahead <= least_ahead
+        return best if by_prefix.worth_a_stop(req, best, best_blocks, least) else None
 
     def _in_turn(self) -> list[WorkerState]:
         """The candidates in round-robin order: from the one after the last chosen."""
@@ -392,36 +310,6 @@ class SlotPlacement:
             self.down.add(worker.id)
             if worker in self._free:
                 self._free.remove(worker)
-
-
-def _load(w: WorkerState) -> float:
-    """The share of the slots it may use that a worker runs (held slots count)."""
-    usable = w.usable
-    return 1.0 - w.free / usable if usable > 0 else 1.0
-
-
-# A request whose prompt its worker still prefills weighs one more running request there
-# for every PREFILL_TOKENS_A_SLOT tokens of it left to prefill: a prefill is compute-bound
-# and shares the engine with a new one, where a decoding request costs it little
-# (measured on vLLM's CPU engines of SmolLM2: a 1,337-token prefill took 13 s beside
-# another where alone it took 6.7 s; beside a decoding request 1.14-1.22x).
-PREFILL_TOKENS_A_SLOT = 256
-
-
-def _prefill_load(w: WorkerState) -> float:
-    """:func:`_load` with the prompts its requests still prefill counted as more of them."""
-    load = _load(w)
-    return load + w.prefill / (PREFILL_TOKENS_A_SLOT * w.usable) if w.prefill else load
-
-
-class LeastLoaded:
-    """The share of its usable slots a worker runs (held slots count): the lowest wins."""
-
-    def score(self, req: Request, w: WorkerState, now: float) -> float:
-        return _load(w)
-
-
-_LOAD = LeastLoaded()
 
 
 class _Kind:
