@@ -68,10 +68,10 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.table import Table
 
 from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, workload
 from laneway.testing import serve_process, vllm_process
+from routing_report import progress_line, table
 from upstream_bench import urgent
 
 HOST = "127.0.0.1"
@@ -406,70 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.append(asyncio.run(run(mode, bodies, eng, via, args.clients, flood)))
                 else:
                     results.append(asyncio.run(run(mode, bodies, eng, None, args.clients, flood)))
-                r = results[-1]
-                held = r["idle_with_work_fraction"]
-                err.print(
-                    f"[dim]  makespan {r['makespan_s']:.1f} s, TTFT p50 {r['ttft_p50_s']:.2f} s, "
-                    f"prefix hits {' / '.join(f'{x:.0%}' for x in r['prefix_hit_rate'])}"
-                    + (
-                        f" (laneway expected {' / '.join(f'{x:.0%}' for x in r['expected_hit_rate'])})"
-                        if r["expected_hit_rate"]
-                        else ""
-                    )
-                    + (f", {r['preempted']} preempted" if r["preempted"] else "")
-                    + ", after the first turns the engines ran 0/1/2/3/4+ "
-                    + " and ".join("/".join(f"{x:.0%}" for x in e) for e in r["running_later"])
-                    + f" of the time, latency mean later {r['latency_mean_later_s'] or 0:.2f} s"
-                    + (
-                        f", engines idle with laneway's work on them {' / '.join(f'{x:.0%}' for x in held)}"
-                        if held[0] is not None
-                        else ""
-                    )
-                    + "[/]"
-                )
-    flooded = f", beside {args.flood} batch requests of {args.flood_tokens} tokens" if batch else ""
-    flooded += ", the engines ordering by priority" if args.priority else ""
-    kv = f"KV {args.kv_tokens:,} tokens each" if args.kv_tokens else "vLLM's own KV size"
-    t = Table(
-        title=f"{args.requests} streamed chats of {args.agents} agents ({total:,} prompt tokens, "
-        f"{args.order}) over two vLLM engines ({kv}){flooded}"
-    )
-    t.add_column("mode", no_wrap=True)
-    for c in (
-        "TTFT p50 s",
-        "TTFT p99 s",
-        "TTFT mean s",
-        "TTFT mean s, first turns / later",
-        "then to the end, mean s",
-        "makespan s",
-        "after the first turns s",
-        "prefix hits (engines)",
-        "laneway expected",
-        "ran nothing (engines)",
-    ):
-        t.add_column(c, justify="right")
-    if batch:
-        t.add_column("flood makespan s", justify="right")
-    for r in results:
-        row = [
-            r["mode"],
-            f"{r['ttft_p50_s']:.2f}",
-            f"{r['ttft_p99_s']:.2f}",
-            f"{r['ttft_mean_s']:.2f}",
-            " / ".join(
-                "-" if x is None else f"{x:.2f}" for x in (r["ttft_mean_first_s"], r["ttft_mean_later_s"])
-            ),
-            f"{r['rest_mean_s']:.2f}",
-            f"{r['makespan_s']:.1f}",
-            f"{r['makespan_s'] - r['first_turns_end_s']:.1f}",
-            " / ".join(f"{x:.0%}" for x in r["prefix_hit_rate"]),
-            " / ".join(f"{x:.0%}" for x in r["expected_hit_rate"]) if r["expected_hit_rate"] else "-",
-            " / ".join(f"{x:.0%}" for x in r["idle_fraction"]),
-        ]
-        if batch:
-            row.append("-" if r["flood_makespan_s"] is None else f"{r['flood_makespan_s']:.1f}")
-        t.add_row(*row)
-    Console().print(t)
+                err.print(f"[dim]  {progress_line(results[-1])}[/]")
+    Console().print(table(args, total, bool(batch), results))
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args), "runs": results}, indent=2, default=str))
     return 0
