@@ -373,6 +373,47 @@ def test_urgent_work_starts_on_a_much_less_loaded_worker_rather_than_stop_batch_
     assert [(x.request_id, x.worker_id) for x in out if isinstance(x, Dispatch)] == [("turn2", "b")]
 
 
+def test_a_stop_is_weighed_against_the_worker_placement_would_take_now() -> None:
+    """The worker a turn would start on at once is the least loaded as placement ranks it
+    (a prompt still prefilled there weighs as more running requests), not the one running
+    the fewest: b runs 1 request still prefilling 1,300 tokens, c 2 decoding. The turn's
+    384-token prompt, held on a full of batch work, would cost 3 + 0 running requests on a
+    with a slot freed, 2 + 1.5 on c, where it would start (on b 1 + 1.5, where it would
+    not): a batch request on a is stopped for it."""
+    d = Driver(
+        Scheduler(
+            [WorkerSpec("a", 4), WorkerSpec("b", 4), WorkerSpec("c", 4)],
+            SchedulerConfig(placement="prefix"),
+            "laneway",
+        )
+    )
+    agent = tuple(range(11, 23))  # 12 blocks: 384 tokens
+    d.submit(_turn("turn1", agent))
+    assert [x.worker_id for x in d.step() if isinstance(x, Dispatch)] == ["a"]
+    d.finish("turn1")
+    for i in range(4):  # (batch work goes where its prompt is: a, while it has a slot)
+        d.submit(Request(f"p{i}", 3, 0.0, prefix=agent, est_service_s=60.0))
+    long_prompt = tuple(range(300, 340))
+    d.submit(Request("long", 3, 0.0, prompt_tokens=1_300, prefix=long_prompt, est_service_s=60.0))
+    d.submit(Request("q0", 3, 0.0, prefix=(500,), est_service_s=60.0))
+    d.submit(Request("q1", 3, 0.0, prefix=(501,), est_service_s=60.0))
+    got = [(x.request_id, x.worker_id) for x in d.step() if isinstance(x, Dispatch)]
+    assert got == [
+        ("p0", "a"),
+        ("p1", "a"),
+        ("p2", "a"),
+        ("p3", "a"),
+        ("long", "b"),
+        ("q0", "c"),
+        ("q1", "c"),
+    ]
+    assert d.sched.workers["b"].prefill == 1_300 and d.sched.workers["c"].prefill == 0
+    d.submit(Request("turn2", 0, 0.0, prompt_tokens=384, prefix=agent))  # (P0: it may stop P3)
+    out = d.step()
+    assert [x.worker_id for x in out if isinstance(x, Preempt)] == ["a"]
+    assert not [x for x in out if isinstance(x, Dispatch)]  # (it waits for that slot)
+
+
 def test_no_stop_on_a_worker_whose_cap_would_withhold_the_slot() -> None:
     """The saturation gate capped the agent's worker below what it runs: a slot a stop
     frees there is withheld, so nothing is stopped and the turn starts where a slot is."""

@@ -263,14 +263,7 @@ class SlotPlacement:
         by_prefix = self.by_prefix
         if by_prefix is None or self.isolation is not None or len(self._free) == 0:
             return None
-        best, best_blocks = by_prefix.holder(req, self.workers, self.down)
-        # (a worker whose cap withholds the slots its requests leave would not free one)
-        if best is None or best.free > 0 or best.usable <= 0 or best.cap_debt > 0:
-            return None
-        least = choose(req, self._free, self.filters, (LEAST_LOADED,), now)
-        if least is None:
-            return None
-        return best if by_prefix.worth_a_stop(req, best, best_blocks, least) else None
+        return by_prefix.stop_for(req, self.workers, self._free, self.down, now)
 
     def _in_turn(self) -> list[WorkerState]:
         """The candidates in round-robin order: from the one after the last chosen."""

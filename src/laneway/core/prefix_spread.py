@@ -107,13 +107,35 @@ class PrefixSpread:
                 best, best_blocks = w, m
         return (best, best_blocks) if 2 * best_blocks >= len(blocks) else (None, 0)
 
-    def worth_a_stop(self, req: Request, holder: WorkerState, blocks: int, least: WorkerState) -> bool:
-        """Whether ``req`` should have a slot freed on the full ``holder`` of ``blocks`` of
-        its prompt rather than start on ``least``, the least loaded worker with a free slot:
-        whether it would go there with that slot freed."""
+    def stop_for(
+        self,
+        req: Request,
+        workers: Sequence[WorkerState],
+        free: Iterable[WorkerState],
+        down: set[str],
+        now: float,
+    ) -> WorkerState | None:
+        """The full worker holding ``req``'s prompt if :meth:`choose` would take it with a
+        slot freed there rather than the worker it takes from ``free`` now (the least
+        loaded, as :meth:`choose` ranks them); ``None``: no such worker, or not worth a
+        stop."""
+        holder, blocks = self.holder(req, workers, down)
+        # (a worker whose cap withholds the slots its requests leave would not free one)
+        if holder is None or holder.free > 0 or holder.usable <= 0 or holder.cap_debt > 0:
+            return None
+        index = self.index
+        least: WorkerState | None = None
+        least_key: tuple[float, ...] = (math.inf,)
+        for w in free:
+            if all(f.fits(req, w, now) for f in self.filters):
+                key = (prefill_load(w), index.held(w.id) / index.capacity(w.id))
+                if key < least_key:
+                    least, least_key = w, key
+        if least is None:
+            return None
         ahead = self.ahead(req, holder.usable - 1, blocks)
-        least_ahead = self.ahead(req, least.usable - least.free, self.index.matched(least.id, req.prefix))
-        return self.prefers(req, ahead, least_ahead)
+        least_ahead = self.ahead(req, least.usable - least.free, index.matched(least.id, req.prefix))
+        return holder if self.prefers(req, ahead, least_ahead) else None
 
     def ahead(self, req: Request, busy: int, matched: int) -> float:
         """What ``req`` would cost on a worker, in running requests: the ``busy`` ones there,
