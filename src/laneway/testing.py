@@ -306,6 +306,17 @@ def vllm_process(
         server.stop()
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process as Ctrl-C does, through its ``finally`` blocks and
+    context managers, so that the servers and engines it started are stopped too (a
+    benchmark killed by ``timeout`` or its job's end would leave them running)."""
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def terminate(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL if it has not gone within 10 s."""
     if proc.poll() is None:
