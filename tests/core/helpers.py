@@ -57,9 +57,9 @@ class Driver:
         self._check()
         return out
 
-    def finish(self, rid: str, *, failed: bool = False, tokens: int | None = None) -> None:
+    def finish(self, rid: str, *, failed: bool = False) -> None:
         assert rid in self.running, rid
-        self.sched.finished(rid, self.now, failed=failed, tokens=tokens)
+        self.sched.finished(rid, self.now, failed=failed)
         del self.running[rid]
         self.stopping.pop(rid, None)
         self._end(rid, "failed" if failed else "finished")

@@ -274,36 +274,6 @@ def test_the_index_evicts_the_least_recently_used_blocks() -> None:
     assert index.matched("a", AGENT) == 0
 
 
-def test_a_reply_takes_its_engines_cache_space_and_its_prompt_stays_the_freshest() -> None:
-    """An engine caches what a request made as well as its prompt, and frees both at its
-    end, the reply first: a flood of long answers evicts the prompts sent before it. Found
-    under a batch flood (256-token answers) over two vLLMs: laneway's index, counting
-    prompts alone, expected hits the engines no longer had."""
-    index = PrefixIndex({"a": 8 * BLOCK_TOKENS})
-    index.record("a", AGENT)  # (4 blocks)
-    index.record("a", OTHER)  # (4 more: full)
-    index.ended("a", AGENT, 2 * BLOCK_TOKENS + 5)  # 2 whole blocks of reply: OTHER's oldest 2 go
-    assert index.held("a") == 8
-    assert index.matched("a", AGENT) == 4 and index.matched("a", OTHER) == 2
-    index.ended("a", AGENT, 4 * BLOCK_TOKENS)  # OTHER gone, the old reply's blocks next
-    assert index.matched("a", OTHER) == 0 and index.matched("a", AGENT) == 4
-    assert index.held("a") == 8
-
-
-def test_a_request_that_ended_leaves_its_reply_in_its_workers_cache() -> None:
-    d = Driver(
-        Scheduler([WorkerSpec("a", 2, kv_tokens=8 * BLOCK_TOKENS)], SchedulerConfig(placement="prefix"))
-    )
-    d.submit(with_prefix("r0", OTHER))
-    d.submit(with_prefix("r1", AGENT))
-    d.step()
-    d.finish("r1", tokens=4 * BLOCK_TOKENS)
-    index = d.sched.placement.index  # type: ignore[attr-defined]
-    assert index.matched("a", OTHER) == 0 and index.matched("a", AGENT) == 4
-    d.finish("r0", failed=True, tokens=4 * BLOCK_TOKENS)  # (failed: nothing kept)
-    assert index.matched("a", AGENT) == 4 and index.held("a") == 8
-
-
 def test_a_worker_of_declared_kv_space_holds_that_many_blocks() -> None:
     sched = Scheduler([WorkerSpec("a", 4, kv_tokens=10 * BLOCK_TOKENS), WorkerSpec("b", 4)])
     index = sched.placement.index  # type: ignore[attr-defined]

@@ -36,7 +36,6 @@ class PrefixIndex:
         # what placement expected: blocks matched and blocks sent, a worker (its hit rate)
         self.matched_blocks: dict[str, int] = dict.fromkeys(kv_tokens, 0)
         self.sent_blocks: dict[str, int] = dict.fromkeys(kv_tokens, 0)
-        self._replies = 0  # reply blocks recorded: each named by a number no hash is (-1, -2, ...)
 
     def __contains__(self, worker: object) -> bool:
         return worker in self._blocks
@@ -80,24 +79,6 @@ class PrefixIndex:
         held = self._blocks[worker]
         self.matched_blocks[worker] = self.matched_blocks.get(worker, 0) + self.matched(worker, blocks)
         self.sent_blocks[worker] = self.sent_blocks.get(worker, 0) + len(blocks)
-        for b in reversed(blocks):
-            if b in held:
-                held.move_to_end(b)
-            else:
-                held[b] = None
-        self._evict(worker)
-
-    def ended(self, worker: str, blocks: Sequence[int], made: int) -> None:
-        """A request whose prompt is ``blocks`` ended on ``worker`` having made ``made``
-        tokens: its engine keeps its prompt and its reply cached (a whole block of the
-        reply each ``block_tokens`` tokens), the most recently used, freed tail first as
-        vLLM frees them — the reply's blocks evicted before the prompt's. A reply's blocks
-        are never matched (laneway hashes prompts, not replies); they take the space they
-        take on the engine, where a flood of long answers evicts the prompts before it."""
-        held = self._blocks[worker]
-        for _ in range(made // self.block_tokens):
-            self._replies += 1
-            held[-self._replies] = None
         for b in reversed(blocks):
             if b in held:
                 held.move_to_end(b)

@@ -308,15 +308,6 @@ class Scheduler:
             req.preemptions -= 1
             self.counters.preemptions[req.cls] -= 1
         service = req.run_s + (now - req.started_s)
-        if tokens and req.prefix and not failed:  # (its engine caches its prompt and reply)
-            placement = self.occupancy.placement
-            worker = req.worker
-            if (
-                isinstance(placement, SlotPlacement)
-                and placement.index is not None
-                and worker in placement.index
-            ):
-                placement.index.ended(worker, req.prefix, tokens)  # type: ignore[arg-type]
         if self.isolation is not None and not failed:
             self.isolation.ended(req, self.occupancy.workers[req.worker], now)  # type: ignore[index]
         self.occupancy.release(req)  # self._release(req), inline: the hot path
