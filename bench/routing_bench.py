@@ -70,7 +70,7 @@ import httpx
 from rich.console import Console
 
 from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, workload
-from laneway.testing import serve_process, vllm_process
+from laneway.testing import exit_on_sigterm, serve_process, vllm_process
 from routing_report import progress_line, table
 from upstream_bench import urgent
 
@@ -414,4 +414,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # (the engines it started stop with it)
     sys.exit(main())

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents_workload import MODEL, WORDS, engine_parser, flood_bodies, system_prompts
-from laneway.testing import vllm_process
+from laneway.testing import exit_on_sigterm, vllm_process
 from upstream_bench import urgent
 
 CASES = ("alone", "beside decodes", "beside prefills")
@@ -161,4 +161,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # (the engines it started stop with it)
     raise SystemExit(main())

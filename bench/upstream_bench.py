@@ -74,7 +74,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway_bench import Connection, _load, _run_fast, added, post_bytes, wrk
-from laneway.testing import serve_process, standin_process, vllm_process
+from laneway.testing import exit_on_sigterm, serve_process, standin_process, vllm_process
 
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 900.0
@@ -651,4 +651,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # (the engines it started stop with it)
     sys.exit(main())
