@@ -62,16 +62,8 @@ class PrefixSpread:
         best_blocks = 0
         blocks = req.prefix
         for w in free:
-            for f in self.filters:
-                if not f.fits(req, w, now):
-                    break
-            else:
-                # least loaded, a prompt it still prefills weighing as more running requests;
-                # among equals the one whose cache is fullest the least (so that prompts new
-                # to all spread over the caches), then the one idle longest
-                key: tuple[float, ...] = (prefill_load(w), index.held(w.id) / index.capacity(w.id))
-                if iso is not None:  # (urgent work: what it would stop there counts as free)
-                    key = (iso.score(req, w, now), iso.kind(req, w, now), *key)
+            if self._fits(req, w, now):
+                key = self._load_key(req, w, now)
                 m = index.matched(w.id, blocks)
                 if key < least_key:
                     least, least_key, least_blocks = w, key, m
@@ -123,19 +115,26 @@ class PrefixSpread:
         # (a worker whose cap withholds the slots its requests leave would not free one)
         if holder is None or holder.free > 0 or holder.usable <= 0 or holder.cap_debt > 0:
             return None
-        index = self.index
-        least: WorkerState | None = None
-        least_key: tuple[float, ...] = (math.inf,)
-        for w in free:
-            if all(f.fits(req, w, now) for f in self.filters):
-                key = (prefill_load(w), index.held(w.id) / index.capacity(w.id))
-                if key < least_key:
-                    least, least_key = w, key
+        fit = [w for w in free if self._fits(req, w, now)]
+        least = min(fit, key=lambda w: self._load_key(req, w, now), default=None)  # (as choose ranks)
         if least is None:
             return None
         ahead = self.ahead(req, holder.usable - 1, blocks)
-        least_ahead = self.ahead(req, least.usable - least.free, index.matched(least.id, req.prefix))
+        least_ahead = self.ahead(req, least.usable - least.free, self.index.matched(least.id, req.prefix))
         return holder if self.prefers(req, ahead, least_ahead) else None
+
+    def _fits(self, req: Request, w: WorkerState, now: float) -> bool:
+        return all(f.fits(req, w, now) for f in self.filters)
+
+    def _load_key(self, req: Request, w: WorkerState, now: float) -> tuple[float, ...]:
+        """How loaded ``w`` is to ``req``, the lowest first: the share of its slots it runs,
+        a prompt it still prefills weighing as more running requests; among equals the one
+        whose cache is the least full (so that prompts new to all spread over the caches).
+        On isolated workers what urgent work would stop there counts as free."""
+        index = self.index
+        key: tuple[float, ...] = (prefill_load(w), index.held(w.id) / index.capacity(w.id))
+        iso = self.isolation
+        return key if iso is None else (iso.score(req, w, now), iso.kind(req, w, now), *key)
 
     def ahead(self, req: Request, busy: int, matched: int) -> float:
         """What ``req`` would cost on a worker, in running requests: the ``busy`` ones there,
