@@ -52,11 +52,9 @@ agents go first.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
-import os
 import re
 import statistics
 import sys
@@ -70,92 +68,14 @@ import httpx
 from rich.console import Console
 
 from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, workload
-from laneway.testing import exit_on_sigterm, serve_process, vllm_process
+from laneway.testing import VLLM_MAX_MODEL_LEN, exit_on_sigterm, serve_process
+from routing_engines import Engines, engines
 from routing_report import progress_line, table
 from upstream_bench import urgent
 
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 600.0
-BLOCK = 128  # tokens a KV block of vLLM's CPU build holds
 err = Console(stderr=True)
-
-
-# --------------------------------------------------------------------------- the engines
-class Engines:
-    """The two engines: their URLs, metrics and the sampler of their running counts."""
-
-    def __init__(self, urls: list[str]) -> None:
-        self.urls = urls
-        self.samples: list[list[float]] = [[] for _ in urls]
-        self.held: list[list[float]] = [[] for _ in urls]
-        self.at: list[float] = []  # (when each sample was taken: perf_counter)
-
-    def root(self, i: int) -> str:
-        return self.urls[i].removesuffix("/v1")
-
-    def reset(self) -> None:
-        for i in range(len(self.urls)):
-            r = httpx.post(self.root(i) + "/reset_prefix_cache", timeout=30)
-            r.raise_for_status()
-
-    def counters(self) -> list[dict[str, float]]:
-        out = []
-        for i in range(len(self.urls)):
-            text = httpx.get(self.root(i) + "/metrics", timeout=30).text
-            row = {}
-            for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
-                row[name] = sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
-            out.append(row)
-        return out
-
-    async def sample(self, client: httpx.AsyncClient, stop: asyncio.Event, via: str | None) -> None:
-        """Every 0.25 s: what each engine runs (and, through laneway, what laneway has sent it:
-        ``self.held``, so that an engine idle with laneway's work on it shows)."""
-        pattern = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
-        busy = re.compile(r'^laneway_worker_slots_busy\{worker="up(\d+)"\} (\S+)$', re.M)
-        for _ in range(100_000):
-            if stop.is_set():
-                return
-            with contextlib.suppress(httpx.HTTPError):
-                if via is not None:
-                    text = (await client.get(via.removesuffix("/v1") + "/metrics", timeout=5)).text
-                    got = {int(k): float(v) for k, v in busy.findall(text)}
-                    for i in range(len(self.urls)):
-                        self.held[i].append(got.get(i, 0.0))
-                got_all = []
-                for i in range(len(self.urls)):
-                    text = (await client.get(self.root(i) + "/metrics", timeout=5)).text
-                    got_all.append(sum(float(v) for v in pattern.findall(text)))
-                for i, v in enumerate(got_all):
-                    self.samples[i].append(v)
-                self.at.append(time.perf_counter())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.25)
-
-
-@contextlib.contextmanager
-def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
-    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # (for /reset_prefix_cache)
-    extra: tuple[str, ...] = (
-        "--served-model-name",
-        MODEL,
-        "--max-num-seqs",
-        str(args.slots),
-        "--enable-prefix-caching",
-    )
-    if args.kv_tokens:  # (vLLM's CPU build: blocks of 128 tokens)
-        extra += ("--block-size", str(BLOCK), "--num-gpu-blocks-override", str(-(-args.kv_tokens // BLOCK)))
-    if args.priority:
-        extra += ("--scheduling-policy", "priority")
-    with contextlib.ExitStack() as stack:
-        urls = []
-        for i in range(2):
-            err.print(f"[dim]starting vLLM {i} on core {i}…[/]")
-            v = stack.enter_context(
-                vllm_process(Path(args.vllm), Path(args.model), tmp / f"vllm{i}.log", *extra, cpus=str(i))
-            )
-            urls.append(v.url)
-        yield Engines(urls)
 
 
 @contextlib.contextmanager
@@ -376,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     total = prompt_tokens(Path(args.model), bodies)
     if not args.kv_tokens and args.kv_share > 0:
         args.kv_tokens = round(total * args.kv_share)
+    if args.kv_tokens and args.kv_tokens < VLLM_MAX_MODEL_LEN:  # (vLLM would not start)
+        ap.error(
+            f"each engine's KV cache would hold {args.kv_tokens:,} tokens, under its longest request "
+            f"({VLLM_MAX_MODEL_LEN:,}): more --agents or --prompt-words, a larger --kv-share or --kv-tokens, "
+            "or --kv-share 0 (vLLM's own size)"
+        )
     err.print(
         f"[dim]the agents' system prompts: {total:,} tokens together; each engine's KV cache: "
         + (f"{args.kv_tokens:,} tokens[/]" if args.kv_tokens else "vLLM's own size[/]")

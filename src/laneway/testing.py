@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 START_TIMEOUT_S = 60.0
+VLLM_MAX_MODEL_LEN = 2048  # (vllm_process's engines: a KV cache must hold one such request)
 URL = re.compile(r"on (http://127\.0\.0\.1:\d+) ")
 
 
@@ -219,7 +220,7 @@ class VllmProcess:
             "--dtype",
             "float32",
             "--max-model-len",
-            "2048",
+            str(VLLM_MAX_MODEL_LEN),
             "--max-num-seqs",
             "4",
             "--enforce-eager",
