@@ -152,3 +152,8 @@ class Driver:
     def _check(self) -> None:
         if self.check:
             self.sched.check_invariants()
+
+
+def two_engines(placement: str = "least-loaded", slots: int = 4) -> Driver:
+    cfg = SchedulerConfig(placement=placement)
+    return Driver(Scheduler([WorkerSpec("a", slots), WorkerSpec("b", slots)], cfg))
