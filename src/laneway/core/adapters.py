@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from laneway.core.decisions import Decision, LoadAdapter, UnloadAdapter
 from laneway.core.inventory import Inventory, ModelSpec
 from laneway.core.placement import Filter, Scorer, choose
-from laneway.core.replicas import LeastLoaded, Replica
+from laneway.core.replicas import MostFreeSlots, Replica
 from laneway.core.request import Request
 from laneway.core.workers import WorkerState
 
@@ -80,7 +80,7 @@ class Adapters:
         self.loads = 0
         self.unloads = 0
         self.filters: tuple[Filter, ...] = (*filters, AdapterRoom(replicas, self.resident))
-        self.scorers: tuple[Scorer, ...] = (AdapterResident(self.resident), LeastLoaded())
+        self.scorers: tuple[Scorer, ...] = (AdapterResident(self.resident), MostFreeSlots())
 
     def spec(self, model: str | None) -> ModelSpec | None:
         """``model``'s spec if it is an adapter (``None`` for a base or an unknown model)."""

@@ -47,7 +47,7 @@ from laneway.core.errors import ConfigError
 from laneway.core.gpu_room import GpuRoom
 from laneway.core.inventory import GpuSpec, Inventory, ModelSpec
 from laneway.core.placement import AdmitsClass, Filter, Scorer, choose
-from laneway.core.replicas import HasFreeSlot, InService, LeastLoaded, NotDraining, Replica, classes_of
+from laneway.core.replicas import HasFreeSlot, InService, MostFreeSlots, NotDraining, Replica, classes_of
 from laneway.core.request import Request
 from laneway.core.vram import EPS as _EPS
 from laneway.core.vram import VramBook
@@ -78,7 +78,7 @@ class GpuPlacement:
             InService(self.down),
             NotDraining(self.replicas),
         )
-        self.scorers: tuple[Scorer, ...] = (LeastLoaded(),)
+        self.scorers: tuple[Scorer, ...] = (MostFreeSlots(),)
         self.adapters = Adapters(inventory, self.replicas, self.filters)  # LoRA adapters in replicas
         # preloads are placed best-fit next to each other, in naive mode too (its
         # "first idle GPU, evict what is there" would evict the preloads before)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from laneway.core.prefix_cache import PrefixIndex
 from laneway.core.prefix_spread import PrefixSpread
 from laneway.core.request import Request
-from laneway.core.slot_load import LEAST_LOADED
+from laneway.core.slot_load import SLOT_SHARE
 from laneway.core.workers import WorkerState
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class SlotPlacement:
         if isolation is not None:
             self.filters = (*self.filters, isolation)
         by_isolation: tuple[Scorer, ...] = (isolation, _Kind(isolation)) if isolation is not None else ()
-        self._load_scorers = (*self.scorers, *by_isolation, LEAST_LOADED)
+        self._load_scorers = (*self.scorers, *by_isolation, SLOT_SHARE)
         self._turn = 0  # round-robin: where the next turn starts in self.workers
         # prefix: what each worker's prefix cache likely holds, and placement by it
         self.by_prefix: PrefixSpread | None = None

@@ -99,7 +99,7 @@ class NotDraining:
         return "every replica drains"
 
 
-class LeastLoaded:
+class MostFreeSlots:
     """The replica with the most free slots."""
 
     def score(self, req: Request, w: WorkerState, now: float) -> float:

@@ -26,11 +26,11 @@ def prefill_load(w: WorkerState) -> float:
     return share + w.prefill / (PREFILL_TOKENS_A_SLOT * w.usable) if w.prefill else share
 
 
-class LeastLoaded:
+class SlotShare:
     """The share of its usable slots a worker runs (held slots count): the lowest wins."""
 
     def score(self, req: Request, w: WorkerState, now: float) -> float:
         return load(w)
 
 
-LEAST_LOADED = LeastLoaded()
+SLOT_SHARE = SlotShare()
