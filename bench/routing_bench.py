@@ -185,10 +185,22 @@ async def run(
         await sampler
         preempted = None
         expected: list[float] | None = None
+        queued: float | None = None
         if via is not None:  # (what laneway stopped to make room: each resume is another prefill)
             text = (await client.get(via.removesuffix("/v1") + "/metrics", timeout=5)).text
             found = re.findall(r"^laneway_preemptions_total\{[^}]*\} (\S+)$", text, re.M)
             preempted = round(sum(float(v) for v in found))
+            # how long the agents waited in laneway's queues (the flood is P3): the rest of
+            # their time to first token is the path and the engine's
+            waits = {
+                (cls, part): float(v)
+                for part, cls, v in re.findall(
+                    r'^laneway_queue_wait_seconds_(sum|count)\{class="([^"]+)"\} (\S+)$', text, re.M
+                )
+            }
+            n = sum(v for (cls, part), v in waits.items() if part == "count" and cls != "P3")
+            if n:
+                queued = sum(v for (cls, part), v in waits.items() if part == "sum" and cls != "P3") / n
             # what laneway's index expected of each engine's cache (its prompts' blocks it
             # placed where it took them to be held), beside what the engines report
             ratios = dict(
@@ -244,6 +256,7 @@ async def run(
         "idle_with_work_fraction": idle_held,
         "per_engine": per_engine if via is None else None,
         "preempted": preempted,
+        "agents_queued_mean_s": queued,
     }
 
 

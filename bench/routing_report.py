@@ -21,6 +21,11 @@ def progress_line(r: dict[str, Any]) -> str:
         f"prefix hits {_shares(r['prefix_hit_rate'])}"
         + (f" (laneway expected {_shares(r['expected_hit_rate'])})" if r["expected_hit_rate"] else "")
         + (f", {r['preempted']} preempted" if r["preempted"] else "")
+        + (
+            f", the agents queued in laneway {r['agents_queued_mean_s'] * 1000:.1f} ms on average"
+            if r.get("agents_queued_mean_s") is not None
+            else ""
+        )
         + ", after the first turns the engines ran 0/1/2/3/4+ "
         + " and ".join("/".join(f"{x:.0%}" for x in e) for e in r["running_later"])
         + f" of the time, latency mean later {r['latency_mean_later_s'] or 0:.2f} s"
