@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-from laneway.core.estimator import first_end_median, start_after, wait_estimate
 from laneway.core.measures import (
     SPREAD_AFTER,
     SPREAD_WINDOW,
@@ -16,6 +15,7 @@ from laneway.core.measures import (
     ServiceStats,
     SizeSpread,
 )
+from laneway.core.wait_formulas import first_end_median, start_after, wait_estimate
 
 from .helpers import Driver, req, sched
 
