@@ -38,7 +38,10 @@ each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) b
 laneway, the rate laneway's index expected of it (the share of the prompt blocks it sent each
 engine that it took to be held there: how far a precise source, such as vLLM's KV-cache
 events, could improve on the estimate), and how often it ran nothing (its
-``vllm:num_requests_running`` sampled every 0.25 s).
+``vllm:num_requests_running`` sampled every 0.25 s); through laneway also how long the
+agents waited in laneway's queues, and how many of the requests laneway had on an engine
+it did not run yet, on average (in its own queue: ``vllm:num_requests_waiting``; or on their
+way in or out of its API server: sent and not yet run, or done and not yet answered).
 
 With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
@@ -223,6 +226,13 @@ async def run(
         sum(1 for x, h in zip(s, hs, strict=False) if x == 0 and h > 0) / len(s) if s and hs else None
         for s, hs in zip(eng.samples, eng.held, strict=True)
     ]
+    # through laneway: of the requests laneway had on an engine, on average, how many it
+    # did not run yet: in its own queue, or on their way (sent, not yet seen by it)
+    unrun = [
+        statistics.fmean(max(h - x, 0.0) for x, h in zip(s, hs, strict=False)) if s and hs else None
+        for s, hs in zip(eng.samples, eng.held, strict=True)
+    ]
+    queued_in_engine = [statistics.fmean(w) if w and via is not None else None for w in eng.waiting]
     ordered = sorted(ttfts)
     later = [not f for f in first]
     first_end = max((e for e, f in zip(ends, first, strict=True) if f), default=0.0)
@@ -257,6 +267,8 @@ async def run(
         "per_engine": per_engine if via is None else None,
         "preempted": preempted,
         "agents_queued_mean_s": queued,
+        "held_not_run_mean": unrun,
+        "engine_waiting_mean": queued_in_engine,
     }
 
 
@@ -334,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 eng.reset()
                 eng.samples = [[] for _ in eng.urls]
                 eng.held = [[] for _ in eng.urls]
+                eng.waiting = [[] for _ in eng.urls]
                 eng.at = []
                 err.print(f"[dim]{mode}: {len(bodies)} requests from {args.clients} clients…[/]")
                 flood = [] if mode == "laneway (idle)" else batch

@@ -29,6 +29,7 @@ class Engines:
         self.urls = urls
         self.samples: list[list[float]] = [[] for _ in urls]
         self.held: list[list[float]] = [[] for _ in urls]
+        self.waiting: list[list[float]] = [[] for _ in urls]  # (in the engine's own queue)
         self.at: list[float] = []  # (when each sample was taken: perf_counter)
 
     def root(self, i: int) -> str:
@@ -53,6 +54,7 @@ class Engines:
         """Every 0.25 s: what each engine runs (and, through laneway, what laneway has sent it:
         ``self.held``, so that an engine idle with laneway's work on it shows)."""
         pattern = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
+        waiting = re.compile(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", re.M)
         busy = re.compile(r'^laneway_worker_slots_busy\{worker="up(\d+)"\} (\S+)$', re.M)
         for _ in range(100_000):
             if stop.is_set():
@@ -66,9 +68,11 @@ class Engines:
                 got_all = []
                 for i in range(len(self.urls)):
                     text = (await client.get(self.root(i) + "/metrics", timeout=5)).text
-                    got_all.append(sum(float(v) for v in pattern.findall(text)))
-                for i, v in enumerate(got_all):
+                    running = sum(float(v) for v in pattern.findall(text))
+                    got_all.append((running, sum(float(v) for v in waiting.findall(text))))
+                for i, (v, w) in enumerate(got_all):
                     self.samples[i].append(v)
+                    self.waiting[i].append(w)
                 self.at.append(time.perf_counter())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.25)
