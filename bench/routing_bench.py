@@ -38,10 +38,11 @@ each engine's prefix-cache hit rate (its own ``vllm:prefix_cache_*`` counters) b
 laneway, the rate laneway's index expected of it (the share of the prompt blocks it sent each
 engine that it took to be held there: how far a precise source, such as vLLM's KV-cache
 events, could improve on the estimate), and how often it ran nothing (its
-``vllm:num_requests_running`` sampled every 0.25 s); through laneway also how long the
-agents waited in laneway's queues, and how many of the requests laneway had on an engine
-it did not run yet, on average (in its own queue: ``vllm:num_requests_waiting``; or on their
-way in or out of its API server: sent and not yet run, or done and not yet answered).
+``vllm:num_requests_running`` sampled every 0.25 s), how often it ran nothing with work
+sent to it, and how many of the requests sent to it (by laneway, or straight by the
+clients) it did not run, on average (in its own queue: ``vllm:num_requests_waiting``; or on
+their way in or out of its API server: sent and not yet run, or done and not yet
+answered); through laneway also how long the agents waited in laneway's queues.
 
 With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
@@ -175,7 +176,7 @@ async def run(
                         in_flight[e] -= 1
 
         stop = asyncio.Event()
-        sampler = asyncio.create_task(eng.sample(client, stop, via))
+        sampler = asyncio.create_task(eng.sample(client, stop, via, in_flight))
         before = eng.counters()
         t0 = time.perf_counter()
         jobs = [asyncio.create_task(batch_job(i, b)) for i, b in enumerate(flood)]
@@ -221,18 +222,18 @@ async def run(
         h = a["vllm:prefix_cache_hits_total"] - b["vllm:prefix_cache_hits_total"]
         hits.append(h / q if q else float("nan"))
     idle = [sum(1 for x in s if x == 0) / len(s) if s else float("nan") for s in eng.samples]
-    # through laneway: how often an engine ran nothing while laneway had work on it
+    # how often an engine ran nothing with work sent to it (by laneway, or the clients)
     idle_held = [
         sum(1 for x, h in zip(s, hs, strict=False) if x == 0 and h > 0) / len(s) if s and hs else None
         for s, hs in zip(eng.samples, eng.held, strict=True)
     ]
-    # through laneway: of the requests laneway had on an engine, on average, how many it
-    # did not run yet: in its own queue, or on their way (sent, not yet seen by it)
+    # of the requests sent to an engine, on average, how many it did not run: in its own
+    # queue, or on their way (sent and not yet run, or done and not yet answered)
     unrun = [
         statistics.fmean(max(h - x, 0.0) for x, h in zip(s, hs, strict=False)) if s and hs else None
         for s, hs in zip(eng.samples, eng.held, strict=True)
     ]
-    queued_in_engine = [statistics.fmean(w) if w and via is not None else None for w in eng.waiting]
+    queued_in_engine = [statistics.fmean(w) if w else None for w in eng.waiting]
     ordered = sorted(ttfts)
     later = [not f for f in first]
     first_end = max((e for e, f in zip(ends, first, strict=True) if f), default=0.0)

@@ -50,9 +50,12 @@ class Engines:
             out.append(row)
         return out
 
-    async def sample(self, client: httpx.AsyncClient, stop: asyncio.Event, via: str | None) -> None:
-        """Every 0.25 s: what each engine runs (and, through laneway, what laneway has sent it:
-        ``self.held``, so that an engine idle with laneway's work on it shows)."""
+    async def sample(
+        self, client: httpx.AsyncClient, stop: asyncio.Event, via: str | None, in_flight: list[int]
+    ) -> None:
+        """Every 0.25 s: what each engine runs, and what was sent it (``self.held``: through
+        laneway what laneway has there, else the client's ``in_flight``), so that work sent
+        and not run shows."""
         pattern = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
         waiting = re.compile(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", re.M)
         busy = re.compile(r'^laneway_worker_slots_busy\{worker="up(\d+)"\} (\S+)$', re.M)
@@ -65,6 +68,9 @@ class Engines:
                     got = {int(k): float(v) for k, v in busy.findall(text)}
                     for i in range(len(self.urls)):
                         self.held[i].append(got.get(i, 0.0))
+                else:
+                    for i in range(len(self.urls)):
+                        self.held[i].append(float(in_flight[i]))
                 got_all = []
                 for i in range(len(self.urls)):
                     text = (await client.get(self.root(i) + "/metrics", timeout=5)).text

@@ -29,9 +29,9 @@ def progress_line(r: dict[str, Any]) -> str:
         + ", after the first turns the engines ran 0/1/2/3/4+ "
         + " and ".join("/".join(f"{x:.0%}" for x in e) for e in r["running_later"])
         + f" of the time, latency mean later {r['latency_mean_later_s'] or 0:.2f} s"
-        + (f", engines idle with laneway's work on them {_shares(held)}" if held[0] is not None else "")
+        + (f", engines idle with work sent to them {_shares(held)}" if held[0] is not None else "")
         + (
-            ", of laneway's requests on each engine not yet run "
+            ", of the requests sent to each engine not run "
             + " / ".join(f"{x:.2f}" for x in r["held_not_run_mean"])
             + " on average ("
             + " / ".join(f"{x:.2f}" for x in r["engine_waiting_mean"])
