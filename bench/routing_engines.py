@@ -66,17 +66,17 @@ class Engines:
                 if via is not None:
                     text = (await client.get(via.removesuffix("/v1") + "/metrics", timeout=5)).text
                     got = {int(k): float(v) for k, v in busy.findall(text)}
-                    for i in range(len(self.urls)):
-                        self.held[i].append(got.get(i, 0.0))
+                    sent = [got.get(i, 0.0) for i in range(len(self.urls))]
                 else:
-                    for i in range(len(self.urls)):
-                        self.held[i].append(float(in_flight[i]))
+                    sent = [float(n) for n in in_flight]
                 got_all = []
                 for i in range(len(self.urls)):
                     text = (await client.get(self.root(i) + "/metrics", timeout=5)).text
                     running = sum(float(v) for v in pattern.findall(text))
                     got_all.append((running, sum(float(v) for v in waiting.findall(text))))
+                # (all of a sample or none of it: the lists stay aligned if a scrape fails)
                 for i, (v, w) in enumerate(got_all):
+                    self.held[i].append(sent[i])
                     self.samples[i].append(v)
                     self.waiting[i].append(w)
                 self.at.append(time.perf_counter())
