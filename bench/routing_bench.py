@@ -42,7 +42,11 @@ events, could improve on the estimate), and how often it ran nothing (its
 sent to it, and how many of the requests sent to it (by laneway, or straight by the
 clients) it did not run, on average (in its own queue: ``vllm:num_requests_waiting``; or on
 their way in or out of its API server: sent and not yet run, or done and not yet
-answered); through laneway also how long the agents waited in laneway's queues.
+answered); through laneway also how long the agents waited in laneway's queues. How many
+turns the engine had at least half of the prompt cached for, by its own account (each
+answer's ``usage.prompt_tokens_details.cached_tokens``: the engines run with
+``--enable-prompt-tokens-details``, and laneway passes the upstream's usage on), with the
+TTFT p50 of those and of the others.
 
 With ``--flood N``, N batch requests (a document of their own each, ``--flood-tokens``
 tokens out) are sent at once when the agents start: through laneway as P3, the agents as
@@ -75,7 +79,6 @@ from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, w
 from laneway.testing import VLLM_MAX_MODEL_LEN, exit_on_sigterm, serve_process
 from routing_engines import Engines, engines
 from routing_report import progress_line, table
-from upstream_bench import urgent
 
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 600.0
@@ -109,6 +112,33 @@ def gateway(
 
 
 # --------------------------------------------------------------------------- one run
+async def turn(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any]
+) -> tuple[float, float, float | None]:
+    """One streamed chat: (time to its first text, to its end, the share of its prompt the
+    engine had cached: its usage's ``prompt_tokens_details.cached_tokens``, ``None`` where
+    it says none), in seconds."""
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = None
+    cached: float | None = None
+    async with client.stream("POST", url + "/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            if first is None and '"content":"' in line and '"content":""' not in line:
+                first = time.perf_counter() - t0
+            if '"usage":{' in line:
+                usage = json.loads(line[6:]).get("usage") or {}
+                details = usage.get("prompt_tokens_details") or {}
+                if usage.get("prompt_tokens") and isinstance(details.get("cached_tokens"), int):
+                    cached = details["cached_tokens"] / usage["prompt_tokens"]
+    total = time.perf_counter() - t0
+    return (first if first is not None else total), total, cached
+
+
 async def run(
     mode: str,
     bodies: list[dict[str, Any]],
@@ -126,6 +156,7 @@ async def run(
     ttfts: list[float] = [0.0] * len(bodies)
     latencies: list[float] = [0.0] * len(bodies)
     ends: list[float] = [0.0] * len(bodies)
+    cached: list[float | None] = [None] * len(bodies)  # (the share of its prompt the engine had)
     # (an agent's first turn: its system prompt in no engine's cache whatever the placement)
     first: list[bool] = []
     seen: set[str] = set()
@@ -169,7 +200,7 @@ async def run(
                     in_flight[e] += 1
                     per_engine[e] += 1
                 try:
-                    ttfts[i], latencies[i] = await urgent(client, url, body)  # (first text, end)
+                    ttfts[i], latencies[i], cached[i] = await turn(client, url, body)
                     ends[i] = time.perf_counter() - t0
                 finally:
                     if e >= 0:
@@ -234,6 +265,9 @@ async def run(
         for s, hs in zip(eng.samples, eng.held, strict=True)
     ]
     queued_in_engine = [statistics.fmean(w) if w else None for w in eng.waiting]
+    # the turns whose prompt the engine had at least half cached, by its own usage, and the others
+    hit = [c is not None and c >= 0.5 for c in cached]
+    said = any(c is not None for c in cached)
     ordered = sorted(ttfts)
     later = [not f for f in first]
     first_end = max((e for e, f in zip(ends, first, strict=True) if f), default=0.0)
@@ -270,7 +304,15 @@ async def run(
         "agents_queued_mean_s": queued,
         "held_not_run_mean": unrun,
         "engine_waiting_mean": queued_in_engine,
+        "turns_cached": sum(hit) if said else None,
+        "ttft_p50_cached_s": _p50(ttfts, hit) if said else None,
+        "ttft_p50_uncached_s": _p50(ttfts, [not h for h in hit]) if said else None,
     }
+
+
+def _p50(values: list[float], which: list[bool]) -> float | None:
+    picked = [v for v, w in zip(values, which, strict=True) if w]
+    return statistics.median(picked) if picked else None
 
 
 def _mean(values: list[float], which: list[bool]) -> float | None:

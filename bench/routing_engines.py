@@ -93,6 +93,7 @@ def engines(args: argparse.Namespace, tmp: Path) -> Iterator[Engines]:
         "--max-num-seqs",
         str(args.slots),
         "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",  # (each answer's usage says how much of its prompt was cached)
     )
     if args.kv_tokens:  # (vLLM's CPU build: blocks of 128 tokens)
         extra += ("--block-size", str(BLOCK), "--num-gpu-blocks-override", str(-(-args.kv_tokens // BLOCK)))

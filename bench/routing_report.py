@@ -12,6 +12,10 @@ def _shares(values: list[float]) -> str:
     return " / ".join(f"{x:.0%}" for x in values)
 
 
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} s"
+
+
 def progress_line(r: dict[str, Any]) -> str:
     """One mode's result in a line: makespan, TTFT p50, prefix hits (and what laneway
     expected), how often each engine ran 0/1/2/3/4+ requests after the first turns."""
@@ -21,6 +25,12 @@ def progress_line(r: dict[str, Any]) -> str:
         f"prefix hits {_shares(r['prefix_hit_rate'])}"
         + (f" (laneway expected {_shares(r['expected_hit_rate'])})" if r["expected_hit_rate"] else "")
         + (f", {r['preempted']} preempted" if r["preempted"] else "")
+        + (
+            f", {r['turns_cached']} of {r['requests']} turns cached by the engine's own account"
+            f" (TTFT p50 {_s(r['ttft_p50_cached_s'])}, the others {_s(r['ttft_p50_uncached_s'])})"
+            if r.get("turns_cached") is not None
+            else ""
+        )
         + (
             f", the agents queued in laneway {r['agents_queued_mean_s'] * 1000:.1f} ms on average"
             if r.get("agents_queued_mean_s") is not None
