@@ -79,6 +79,7 @@ from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, w
 from laneway.testing import VLLM_MAX_MODEL_LEN, exit_on_sigterm, serve_process
 from routing_engines import Engines, engines
 from routing_report import progress_line, table
+from upstream_bench import has_text
 
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 600.0
@@ -126,11 +127,9 @@ async def turn(
         if resp.status_code != 200:
             raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
         async for line in resp.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            if first is None and '"content":"' in line and '"content":""' not in line:
+            if first is None and has_text(line):
                 first = time.perf_counter() - t0
-            if '"usage":{' in line:
+            if line.startswith("data: {") and '"usage":{' in line:
                 usage = json.loads(line[6:]).get("usage") or {}
                 details = usage.get("prompt_tokens_details") or {}
                 if usage.get("prompt_tokens") and isinstance(details.get("cached_tokens"), int):

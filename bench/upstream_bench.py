@@ -119,6 +119,11 @@ def chat(model: str, tokens: int, text: str, priority: str | None, stream: bool)
     return body
 
 
+def has_text(line: str) -> bool:
+    """Whether a line of a chat stream is a chunk with text in it (not a role alone)."""
+    return line.startswith("data: {") and '"content":"' in line and '"content":""' not in line
+
+
 async def urgent(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[float, float]:
     """(time to first text, whole latency) of one streamed request, in seconds."""
     t0 = time.perf_counter()
@@ -127,12 +132,7 @@ async def urgent(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> t
         if resp.status_code != 200:
             raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
         async for line in resp.aiter_lines():
-            if (
-                first is None
-                and line.startswith("data: {")
-                and '"content":"' in line
-                and '"content":""' not in line
-            ):
+            if first is None and has_text(line):
                 first = time.perf_counter() - t0
     total = time.perf_counter() - t0
     return (first if first is not None else total), total
