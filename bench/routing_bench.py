@@ -79,7 +79,7 @@ from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, w
 from laneway.testing import VLLM_MAX_MODEL_LEN, exit_on_sigterm, serve_process
 from routing_engines import Engines, engines
 from routing_report import progress_line, table
-from upstream_bench import has_text
+from upstream_bench import streamed
 
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 600.0
@@ -120,22 +120,12 @@ async def turn(
     engine had cached: its usage's ``prompt_tokens_details.cached_tokens``, ``None`` where
     it says none), in seconds."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    first = None
-    cached: float | None = None
-    async with client.stream("POST", url + "/chat/completions", json=body) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
-        async for line in resp.aiter_lines():
-            if first is None and has_text(line):
-                first = time.perf_counter() - t0
-            if line.startswith("data: {") and '"usage":{' in line:
-                usage = json.loads(line[6:]).get("usage") or {}
-                details = usage.get("prompt_tokens_details") or {}
-                if usage.get("prompt_tokens") and isinstance(details.get("cached_tokens"), int):
-                    cached = details["cached_tokens"] / usage["prompt_tokens"]
-    total = time.perf_counter() - t0
-    return (first if first is not None else total), total, cached
+    first, total, usage = await streamed(client, url, body)
+    details = (usage or {}).get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    if not usage or not usage.get("prompt_tokens") or not isinstance(cached, int):
+        return first, total, None
+    return first, total, cached / usage["prompt_tokens"]
 
 
 async def run(
