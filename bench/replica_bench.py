@@ -59,9 +59,10 @@ from redis import Redis
 from rich.console import Console
 from rich.table import Table
 
+from chat_stream import urgent
 from gateway_bench import _load, _run_fast, post_bytes, wrk
 from laneway.testing import RedisProcess, ServeProcess, standin_process
-from upstream_bench import added_latency, chat, urgent
+from upstream_bench import added_latency, chat
 
 HOST = "127.0.0.1"
 err = Console(stderr=True)

@@ -76,10 +76,10 @@ import httpx
 from rich.console import Console
 
 from agents_workload import MODEL, engine_parser, flood_bodies, prompt_tokens, workload
+from chat_stream import turn
 from laneway.testing import VLLM_MAX_MODEL_LEN, exit_on_sigterm, serve_process
 from routing_engines import Engines, engines
 from routing_report import progress_line, table
-from upstream_bench import streamed
 
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 600.0
@@ -113,21 +113,6 @@ def gateway(
 
 
 # --------------------------------------------------------------------------- one run
-async def turn(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any]
-) -> tuple[float, float, float | None]:
-    """One streamed chat: (time to its first text, to its end, the share of its prompt the
-    engine had cached: its usage's ``prompt_tokens_details.cached_tokens``, ``None`` where
-    it says none), in seconds."""
-    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    first, total, usage = await streamed(client, url, body)
-    details = (usage or {}).get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens")
-    if not usage or not usage.get("prompt_tokens") or not isinstance(cached, int):
-        return first, total, None
-    return first, total, cached / usage["prompt_tokens"]
-
-
 async def run(
     mode: str,
     bodies: list[dict[str, Any]],

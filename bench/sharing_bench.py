@@ -39,8 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 from agents_workload import MODEL, WORDS, engine_parser, flood_bodies, system_prompts
+from chat_stream import urgent
 from laneway.testing import exit_on_sigterm, vllm_process
-from upstream_bench import urgent
 
 CASES = ("alone", "beside decodes", "beside prefills")
 TIMEOUT_S = 300.0

@@ -73,6 +73,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from chat_stream import urgent
 from gateway_bench import Connection, _load, _run_fast, added, post_bytes, wrk
 from laneway.testing import exit_on_sigterm, serve_process, standin_process, vllm_process
 
@@ -117,37 +118,6 @@ def chat(model: str, tokens: int, text: str, priority: str | None, stream: bool)
     if stream:
         body["stream"] = True
     return body
-
-
-def has_text(line: str) -> bool:
-    """Whether a line of a chat stream is a chunk with text in it (not a role alone)."""
-    return line.startswith("data: {") and '"content":"' in line and '"content":""' not in line
-
-
-async def streamed(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any]
-) -> tuple[float, float, dict[str, Any] | None]:
-    """(time to first text, whole latency, in seconds; the last usage object it sent) of
-    one streamed chat request."""
-    t0 = time.perf_counter()
-    first = None
-    usage: dict[str, Any] | None = None
-    async with client.stream("POST", url + "/chat/completions", json=body) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
-        async for line in resp.aiter_lines():
-            if first is None and has_text(line):
-                first = time.perf_counter() - t0
-            if line.startswith("data: {") and '"usage":{' in line:
-                usage = json.loads(line[6:]).get("usage") or usage
-    total = time.perf_counter() - t0
-    return (first if first is not None else total), total, usage
-
-
-async def urgent(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[float, float]:
-    """(time to first text, whole latency) of one streamed request, in seconds."""
-    first, total, _ = await streamed(client, url, body)
-    return first, total
 
 
 async def idle_urgent(
