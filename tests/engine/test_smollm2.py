@@ -38,6 +38,15 @@ def test_it_is_a_real_model_that_knows_the_capital_of_france(smollm2: LoadedMode
     assert "Paris" in done.text, done.text
 
 
+def test_an_empty_prompt_starts_from_the_models_first_token(smollm2: LoadedModel, tmp_path: Path) -> None:
+    """(its tokenizer encodes "" to no token at all: a prefill of nothing would fail)"""
+    engine = Engine(smollm2, slots=1, data_dir=tmp_path)
+    start = smollm2.tokenizer._tok.bos_token_id
+    assert engine.tokenize(Job("e", "builtin:smollm2", greedy(3), prompt="")) == [start]
+    done = alone(engine, Job("e", "builtin:smollm2", greedy(3), prompt=""))
+    assert done.usage.prompt_tokens == 1 and done.usage.completion_tokens == 3
+
+
 @pytest.mark.parametrize("mode", ["checkpoint", "recompute"])
 def test_it_is_preempted_in_a_busy_batch_and_resumes_to_the_same_text(
     smollm2: LoadedModel, tmp_path: Path, mode: str
@@ -97,7 +106,11 @@ def test_served_it_answers_the_official_client(smollm2: LoadedModel, tmp_path: P
         counted = client.responses.input_tokens.count(
             model="builtin:smollm2", input="And of Italy?", previous_response_id=first.id
         )
+        # an empty prompt (no token in this tokenizer): the model starts from its begin-of-sequence token
+        empty = client.completions.create(model="builtin:smollm2", prompt="", max_tokens=3, temperature=0)
         text = s.text()
+    assert empty.usage is not None and empty.usage.prompt_tokens == 1
+    assert empty.choices[0].finish_reason in ("length", "stop")
     assert second.usage is not None and counted.input_tokens == second.usage.input_tokens
     assert "Paris" in first.output_text and "Rome" in second.output_text, (
         first.output_text,

@@ -83,9 +83,14 @@ class HFTokenizer:
         eos = tok.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self.suppressed_ids: tuple[int, ...] = ()
+        # where a text of no tokens starts (an empty prompt): the model's begin-of-sequence
+        # token, else its first end-of-sequence one (a document boundary), as an OpenAI
+        # model starts an empty prompt from its <|endoftext|>
+        bos = tok.bos_token_id
+        self._start = [bos] if isinstance(bos, int) else sorted(self.eos_ids)[:1]
 
     def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=True))
+        return list(self._tok.encode(text, add_special_tokens=True)) or list(self._start)
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
