@@ -114,3 +114,21 @@ def test_input_tokens_and_compaction_of_an_upstreams_model_are_the_upstreams(tmp
                 )
                 assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
                 assert len(asked) == n
+
+
+def test_an_upstreams_response_carries_the_name_its_client_used(tmp_path: Path) -> None:
+    """(the upstream serves ``m``; laneway serves it as ``mine``: whole, streamed, read back)"""
+    asked: list[tuple[str, dict[str, Any]]] = []
+    with serving(fake_upstream(asked)) as url:
+        worker = upstream("u", url, model="m", served_name="mine")
+        cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path)
+        with live_server(cfg) as s:
+            c = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=60)
+            with c:
+                whole = c.responses.create(model="mine", input="four five")
+                assert asked[-1][0] == "responses" and asked[-1][1]["model"] == "m"
+                assert (whole.model, whole.output_text) == ("mine", "ok")
+                events = list(c.responses.create(model="mine", input="six", stream=True))
+                carried = [e.response.model for e in events if hasattr(e, "response")]  # type: ignore[union-attr]
+                assert carried and set(carried) == {"mine"}
+                assert c.responses.retrieve(whole.id).model == "mine"

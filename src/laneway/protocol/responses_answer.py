@@ -16,9 +16,10 @@ from laneway.protocol.responses_api import MESSAGE_PREFIX, TEXT_FORMAT, Response
 
 
 def own(req: ResponsesRequest, response: dict[str, Any]) -> dict[str, Any]:
-    """An upstream's response object (or one an event of its carries) under laneway's id and
-    the conversation as the client asked it."""
+    """An upstream's response object (or one an event of its carries) under laneway's id, the
+    client's model name and the conversation as the client asked it."""
     response["id"] = req.id
+    response["model"] = req.model
     response["previous_response_id"] = req.previous_response_id
     return response
 
