@@ -89,6 +89,7 @@ def test_what_laneway_reads_of_a_forwarded_request_is_still_checked() -> None:
         ({"laneway": {"color": "red"}}, "laneway"),
         ({"messages": []}, "messages"),
         ({"messages": [{"content": "no role"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "hi", "name": 5}]}, "messages[0].name"),
     ):
         with pytest.raises(InvalidRequest) as info:
             forwarded(**extra)

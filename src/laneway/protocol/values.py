@@ -72,4 +72,8 @@ def message_list(value: object) -> list[dict[str, Any]]:
             )
         if not isinstance(m.get("role"), str):
             raise InvalidRequest(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
+        if m.get("name") is not None and not isinstance(m["name"], str):  # (as OpenAI refuses it)
+            raise InvalidRequest(
+                f"messages[{i}].name must be a string, got {m['name']!r}", param=f"messages[{i}].name"
+            )
     return value
