@@ -170,6 +170,14 @@ def test_job_needs_exactly_one_of_prompt_and_messages() -> None:
         Job("j", "m", prompt="a", messages=({"role": "user", "content": "b"},))
 
 
+def test_a_prompt_of_no_token_at_all_is_refused(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(a tokenizer with no special token to start an empty text from: a 400, not a failed prefill)"""
+    monkeypatch.setattr(engine.model.tokenizer, "encode", lambda text: [])
+    with pytest.raises(InvalidRequest) as err:
+        engine.prompt_ids(Job("j", "builtin:tiny", prompt=""))
+    assert err.value.param == "prompt" and "no token" in str(err.value)
+
+
 def test_chat_messages_use_the_template(engine: Engine) -> None:
     msgs = (
         {"role": "system", "content": "be brief"},

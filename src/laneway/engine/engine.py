@@ -169,7 +169,9 @@ class Engine:
         else:
             ids = tok.chat_prompt(job.messages or (), job.continue_final)
         if not ids:  # (a tokenizer of no special token to start from)
-            raise InvalidRequest(f"the prompt is no token at all for model {self.model.name}", param="prompt")
+            raise InvalidRequest(
+                f"the prompt encodes to no token for model {self.model.name}", param="prompt"
+            )
         return ids
 
     def prompt_ids(self, job: Job) -> list[int]:
