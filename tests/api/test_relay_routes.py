@@ -1,17 +1,26 @@
 """What the pass-through route answers when there is nothing to pass through: an unknown
-route stays a 404 (405 where laneway serves the path with other methods), whatever the body."""
+route stays a 404 (405 where laneway serves the path with other methods), whatever the body;
+and a body meant for an upstream's model that the strict reader refuses: a 400 naming it."""
 
 from __future__ import annotations
 
-import httpx
+from dataclasses import replace
+from pathlib import Path
 
-from live_server import LiveServer
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from laneway.config import ServerConfig
+from live_server import LiveServer, live_server, serving, upstream
 
 
 def test_nothing_is_passed_through_without_an_upstreams_model(sim_server: LiveServer) -> None:
     url = sim_server.url
     cases = [
-        ("POST", "/v1/messages", {"model": "sim", "max_tokens": 5, "messages": []}, 404),  # a built-in model
+        ("POST", "/v1/messages", {"model": "sim", "max_tokens": 5, "messages": []}, 404),  # laneway's own
         ("POST", "/v1/messages", {"model": "nobody", "messages": []}, 404),
         ("POST", "/v1/rerank", {"query": "no model"}, 404),
         ("POST", "/v1/rerank", b"not json", 404),
@@ -29,3 +38,36 @@ def test_nothing_is_passed_through_without_an_upstreams_model(sim_server: LiveSe
         assert r.status_code == status, (method, path, r.text)
         error = r.json()["error"]
         assert error["type"] == "invalid_request_error" and path.split("?")[0] in error["message"], error
+    # a model laneway serves itself: the 404 says why this path is not one of its
+    said = httpx.post(url + "/v1/messages", json={"model": "sim", "messages": []}, timeout=30).json()
+    assert "upstream workers only" in said["error"]["message"], said
+
+
+def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path) -> None:
+    """(a number past a float's range, an unpaired surrogate: 400 on the field, not an unknown
+    route; the upstream is sent nothing)"""
+    sent: list[object] = []
+
+    async def messages(request: Request) -> Response:
+        sent.append(await request.json())
+        return JSONResponse({"type": "message", "content": [{"type": "text", "text": "ok"}]})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    routes = [Route("/v1/models", models, methods=["GET"]), Route("/v1/messages", messages, methods=["POST"])]
+    app = Starlette(routes=routes)
+    with serving(app) as url:
+        cfg = replace(ServerConfig(), workers=(upstream("u", url),), data_dir=tmp_path)
+        with live_server(cfg) as s:
+            ask = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]'
+            ok = httpx.post(f"{s.url}/v1/messages", content=ask + b"}", timeout=30)
+            assert ok.status_code == 200 and ok.json()["content"][0]["text"] == "ok", ok.text
+            for extra, param in ((b', "temperature": 1e400}', "temperature"), (b', "x": "\\ud800"}', "x")):
+                r = httpx.post(f"{s.url}/v1/messages", content=ask + extra, timeout=30)
+                assert r.status_code == 400, r.text
+                assert r.json()["error"]["param"] == param, r.text
+            assert len(sent) == 1
+            # a body with no model laneway could read stays an unknown route
+            r = httpx.post(f"{s.url}/v1/messages", content=b"not json", timeout=30)
+            assert r.status_code == 404

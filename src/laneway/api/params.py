@@ -25,6 +25,20 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 
 async def read_json_sized(request: Request, limit: int) -> tuple[dict[str, Any], int]:
     """:func:`read_json`, and the body's size in bytes."""
+    raw = await read_body(request, limit)
+    return json_object(raw), len(raw)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """``raw`` read by the strict reader as a JSON object (400 if it is not one)."""
+    body = json_input.loads(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body's bytes: 413 past ``limit`` bytes, 415 compressed."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the request body is {declared} bytes; the limit is {limit}")
@@ -41,10 +55,7 @@ async def read_json_sized(request: Request, limit: int) -> tuple[dict[str, Any],
         if size > limit:
             raise PayloadTooLarge(f"the request body is over the limit of {limit} bytes")
         chunks.append(chunk)
-    body = json_input.loads(b"".join(chunks))
-    if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return body, size
+    return b"".join(chunks)
 
 
 def authenticate(request: Request, config: ServerConfig) -> TenantConfig | None:

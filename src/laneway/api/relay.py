@@ -11,6 +11,7 @@ serves with other methods).
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -22,10 +23,10 @@ from starlette.responses import Response
 from starlette.routing import Match
 
 from laneway.api.completions import first_event, submit
-from laneway.api.params import authenticate, read_json_sized
+from laneway.api.params import authenticate, json_object, read_body
 from laneway.api.streaming import EventStream
 from laneway.config.schema import TenantConfig
-from laneway.errors import RequestError
+from laneway.errors import NotFound, RequestError
 from laneway.generation import Delta, Done
 from laneway.protocol.relayed import relay_job
 from laneway.protocol.responses import event_sse
@@ -65,15 +66,47 @@ async def relay_here(request: Request) -> Response:
     config = runtime.config
     tenant = authenticate(request, config)
     try:
-        body, size = await read_json_sized(request, config.max_body_bytes)
+        raw = await read_body(request, config.max_body_bytes)
     except RequestError:  # (not a request for an upstream: no such route)
         raise HTTPException(404) from None
-    model = body.get("model")
-    model = config.aliases.get(model, model) if isinstance(model, str) else None
-    served = runtime.support.get(model) if model is not None else None
-    if model is None or served is None or not served.passthrough:
+    try:
+        body = json_object(raw)
+    except RequestError:
+        if _passthrough_model(_loosely(raw), runtime) is not None:
+            raise  # (meant for an upstream's model: what is wrong with it, as on any route)
+        raise HTTPException(404) from None
+    model = _passthrough_model(body, runtime)
+    if model is None:
+        named = body.get("model")
+        if isinstance(named, str) and config.aliases.get(named, named) in runtime.support:
+            raise NotFound(  # (a model laneway serves itself: why this path is not one of its)
+                f"no such route: POST /v1/{endpoint} (laneway passes it on to upstream workers "
+                f"only; model {named!r} is served by laneway's own engine)"
+            )
         raise HTTPException(404)
-    return await passed_on(request, runtime, tenant, model, endpoint, body, size)
+    return await passed_on(request, runtime, tenant, model, endpoint, body, len(raw))
+
+
+def _passthrough_model(body: object, runtime: Runtime) -> str | None:
+    """The upstream model (its alias resolved) that ``body`` names, if it names one that
+    is passed through to upstream workers."""
+    if not isinstance(body, dict):
+        return None
+    model = body.get("model")
+    if not isinstance(model, str):
+        return None
+    model = runtime.config.aliases.get(model, model)
+    served = runtime.support.get(model)
+    return model if served is not None and served.passthrough else None
+
+
+def _loosely(raw: bytes) -> object:
+    """``raw`` as a lenient JSON reader takes it (numbers past a float's range, NaN), or
+    ``None``: only to see which model a body the strict reader refused names."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 async def passed_on(
