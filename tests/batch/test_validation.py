@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -10,7 +11,9 @@ import openai
 import pytest
 
 from batch_util import chat_line, client, jsonl, lines_of, submit, wait
+from laneway.batch.validate import validate_input
 from laneway.batch.window import window_seconds
+from laneway.config import ServerConfig
 from live_server import LiveServer
 
 
@@ -51,6 +54,16 @@ def test_bad_lines_fail_the_batch_naming_each(batch_server: LiveServer) -> None:
         (5, "model"),
     ]
     assert b.request_counts.total == 0
+
+
+def test_a_line_longer_than_a_request_body_may_be_fails_naming_the_limit() -> None:
+    config = replace(ServerConfig(), max_body_bytes=4096)
+    big = chat_line("big", max_tokens=3)
+    big["body"]["messages"][0]["content"] = "x" * 4096
+    out = validate_input(jsonl([big]), "/v1/chat/completions", config, {})
+    [error] = out.errors
+    assert (error["line"], error["code"]) == (1, "line_too_large")
+    assert "the limit is 4096 ([server] max_body_bytes" in error["message"], error
 
 
 def test_too_many_lines_and_empty_files_fail(batch_server: LiveServer) -> None:

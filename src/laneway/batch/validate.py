@@ -74,7 +74,8 @@ def validate_input(
             out.bad(
                 number,
                 "line_too_large",
-                f"the line is {len(raw)} bytes; the limit is {config.max_body_bytes}",
+                f"the line is {len(raw)} bytes; the limit is {config.max_body_bytes} "
+                "([server] max_body_bytes, as for a request's body)",
             )
             continue
         try:
