@@ -30,8 +30,12 @@ def test_fleet_table_names_the_fleet_and_why_requests_were_rejected(
 ) -> None:
     trace, fleet = EXAMPLES / "gpu-trace.jsonl", EXAMPLES / "fleet.toml"
     assert main(["simulate", "--trace", str(trace), "--fleet", str(fleet), "--policy", "naive,laneway"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out.splitlines()[0].rstrip() == "scenario trace: 5 requests, 8 GPUs in 2 nodes, 3 models"
+    # (a model the fleet does not serve is said, not left to pass as a rejection: a typo shows)
+    assert err == (
+        f"laneway: {trace}: the fleet serves no model 'huge-405b' (1 request): refused as unplaceable\n"
+    )
     assert "slots" not in out
     # the 405B model fits nowhere (both policies); naive lets a P0 chat request time out
     table = out.split("Rejections by reason", 1)[1]
