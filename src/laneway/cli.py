@@ -20,7 +20,7 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -43,7 +43,7 @@ from laneway.sim.report import details, summarize
 from laneway.sim.scenarios import SCENARIOS, Scenario, scenario
 from laneway.sim.simulation import SimResult, simulate
 from laneway.sim.tables import print_summaries
-from laneway.sim.workload import SimRequest, load_trace
+from laneway.sim.workload import load_trace, unserved
 
 TRACE_SLOTS = 8  # slots for trace replay unless --slots says otherwise
 # the largest runs `simulate` takes (each well within a few GB of memory; slots as a server's worker)
@@ -230,7 +230,9 @@ def _workload(args: argparse.Namespace) -> Scenario:
                 raise UsageError("argument --slots: not with --fleet (the fleet sets the capacity)")
             fleet = load_fleet(args.fleet)
             requests = load_trace(args.trace, ClassTable(), models=tuple(fleet.models))
-            _note_unknown_models(requests, fleet.models, args.trace)
+            note = unserved(requests, fleet.models)
+            if note is not None:
+                print(f"laneway: {args.trace}: {note}", file=sys.stderr)
             return Scenario("trace", requests, len(fleet.gpus), f"trace {args.trace} on {args.fleet}", fleet)
         requests = load_trace(args.trace, ClassTable())
         return Scenario("trace", requests, args.slots or TRACE_SLOTS, f"trace {args.trace}")
@@ -400,16 +402,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _note_unknown_models(requests: Sequence[SimRequest], served: Collection[str], trace: str) -> None:
-    """Say on stderr which models of a trace the fleet does not serve: their requests are
-    refused as the server refuses them (``unplaceable``), and a name mistyped would
-    otherwise pass as a rejection in the table."""
-    unknown: dict[str, int] = {}
-    for r in requests:
-        if r.model is not None and r.model not in served:
-            unknown[r.model] = unknown.get(r.model, 0) + 1
-    if unknown:
-        named = ", ".join(f"{m!r} ({n} request{'s' if n > 1 else ''})" for m, n in sorted(unknown.items()))
-        print(f"laneway: {trace}: the fleet serves no model {named}: refused as unplaceable", file=sys.stderr)

@@ -29,6 +29,7 @@ from laneway.config.schema import TenantConfig
 from laneway.errors import NotFound, RequestError
 from laneway.generation import Delta, Done
 from laneway.protocol.relayed import relay_job
+from laneway.protocol.requests import Support, model_of
 from laneway.protocol.responses import event_sse
 from laneway.runtime import Runtime, Ticket
 
@@ -72,32 +73,31 @@ async def relay_here(request: Request) -> Response:
     try:
         body = json_object(raw)
     except RequestError:
-        if _passthrough_model(_loosely(raw), runtime) is not None:
+        found = _served(_loosely(raw), runtime)
+        if found is not None and found[1].passthrough:
             raise  # (meant for an upstream's model: what is wrong with it, as on any route)
         raise HTTPException(404) from None
-    model = _passthrough_model(body, runtime)
-    if model is None:
-        named = body.get("model")
-        if isinstance(named, str) and config.aliases.get(named, named) in runtime.support:
-            raise NotFound(  # (a model laneway serves itself: why this path is not one of its)
-                f"no such route: POST /v1/{endpoint} (laneway passes it on to upstream workers "
-                f"only; model {named!r} is served by laneway's own engine)"
-            )
+    found = _served(body, runtime)
+    if found is None:
         raise HTTPException(404)
+    model, served = found
+    if not served.passthrough:  # (a model laneway serves itself: why this path is not one of its)
+        raise NotFound(
+            f"no such route: POST /v1/{endpoint} (laneway passes it on to upstream workers "
+            f"only; model {body['model']!r} is served by laneway's own engine)"
+        )
     return await passed_on(request, runtime, tenant, model, endpoint, body, len(raw))
 
 
-def _passthrough_model(body: object, runtime: Runtime) -> str | None:
-    """The upstream model (its alias resolved) that ``body`` names, if it names one that
-    is passed through to upstream workers."""
+def _served(body: object, runtime: Runtime) -> tuple[str, Support] | None:
+    """The model ``body`` names (its alias resolved) and what serves it; ``None``: it names
+    none laneway serves."""
     if not isinstance(body, dict):
         return None
-    model = body.get("model")
-    if not isinstance(model, str):
+    try:
+        return model_of(body, runtime.support, runtime.config.aliases)
+    except RequestError:
         return None
-    model = runtime.config.aliases.get(model, model)
-    served = runtime.support.get(model)
-    return model if served is not None and served.passthrough else None
 
 
 def _loosely(raw: bytes) -> object:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
@@ -293,3 +293,17 @@ def to_jsonl(requests: Iterable[SimRequest], classes: ClassTable) -> str:
                 obj[key] = list(getattr(r, key))
         lines.append(json.dumps(obj))
     return "\n".join(lines) + "\n"
+
+
+def unserved(requests: Sequence[SimRequest], models: Collection[str]) -> str | None:
+    """Which models of a trace a fleet serving ``models`` does not serve, said in a line
+    (``None``: none): their requests are refused as the server refuses them
+    (``unplaceable``), and a name mistyped would otherwise pass as a rejection."""
+    unknown: dict[str, int] = {}
+    for r in requests:
+        if r.model is not None and r.model not in models:
+            unknown[r.model] = unknown.get(r.model, 0) + 1
+    if not unknown:
+        return None
+    named = ", ".join(f"{m!r} ({n} request{'s' if n > 1 else ''})" for m, n in sorted(unknown.items()))
+    return f"the fleet serves no model {named}: refused as unplaceable"
