@@ -62,7 +62,8 @@ from rich.table import Table
 from chat_stream import urgent
 from gateway_bench import _load, _run_fast, post_bytes, wrk
 from laneway.testing import RedisProcess, ServeProcess, standin_process
-from upstream_bench import added_latency, chat
+from upstream_bench import chat
+from upstream_overhead import added_latency
 
 HOST = "127.0.0.1"
 err = Console(stderr=True)
