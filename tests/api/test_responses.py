@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 
+from laneway.api import stored_responses
 from laneway.backends.simulated import SimulatedWorker
 from laneway.config import ServerConfig, hash_key, parse_config
 from laneway.errors import BackendError
@@ -204,11 +205,58 @@ def _stream_stored_as_it_goes(server: LiveServer) -> None:
             lines = r.iter_lines()
             rid = _created(lines)
             c.responses.delete(rid)  # deleted while it streams: it stays deleted
-            last = [line for line in lines if line.startswith("data: ")][-1]
-        final = json.loads(last[6:])["response"]
+            events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+        final = events[-1]["response"]
         assert final["status"] in ("completed", "incomplete") and final["store"] is False, final
+        assert "error" not in [e["type"] for e in events]  # (a deletion, not a store outage)
         with pytest.raises(openai.NotFoundError):
             c.responses.retrieve(rid)
+
+
+def test_a_response_streaming_holds_a_lease_and_one_a_stopped_server_left_reads_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server killed mid-stream (``kill -9``) cannot store how its response ended: the
+    record it left in progress holds a lease that its stream renewed; once that ran out, it
+    reads as failed, and cannot be continued."""
+    monkeypatch.setattr(stored_responses, "LEASE_S", 0.4)
+    monkeypatch.setattr(stored_responses, "RENEW_S", 0.1)
+    body = {"model": "sim", "input": "Tell a story", "max_output_tokens": 30, "stream": True}
+    with (
+        live_server(sim_config(tmp_path, tokens_per_s=20)) as server,  # (30 tokens: 1.5 s)
+        client(server) as c,
+        httpx.Client(base_url=server.base_url) as http,
+    ):
+        with http.stream("POST", "/responses", json=body) as r:
+            lines = r.iter_lines()
+            rid = _created(lines)
+            time.sleep(0.8)  # (twice its lease: renewed meanwhile)
+            assert c.responses.retrieve(rid).status == "in_progress"
+            for _ in lines:
+                pass
+        assert _status(c, rid, "incomplete") == "incomplete"
+        # its server stops writing once the response is stored in progress (as if killed then)
+        put = stored_responses.Kept._put
+        begun: set[int] = set()
+
+        async def first_only(kept: stored_responses.Kept, *args: Any, **kw: Any) -> bool:
+            if id(kept) in begun:
+                return True
+            begun.add(id(kept))
+            return await put(kept, *args, **kw)
+
+        monkeypatch.setattr(stored_responses.Kept, "_put", first_only)
+        with http.stream("POST", "/responses", json=body) as r:
+            lines = r.iter_lines()
+            rid = _created(lines)
+            for _ in lines:
+                pass
+        time.sleep(0.5)  # (its lease, not renewed, ran out)
+        got = c.responses.retrieve(rid)
+        assert got.status == "failed" and got.error is not None and got.error.code == "server_error", got
+        assert "stopped before the response was done" in got.error.message
+        with pytest.raises(openai.BadRequestError, match="is failed"):
+            c.responses.create(model="sim", input="and then?", previous_response_id=rid)
 
 
 def test_stored_responses_are_read_listed_and_deleted(server: LiveServer) -> None:

@@ -12,7 +12,6 @@ for replicas) under its tenant: only that tenant's key reads, continues
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 import time
@@ -28,32 +27,24 @@ from laneway.api.files import tenant_of
 from laneway.api.objects import after_param, limit_param, order_param, page
 from laneway.api.params import authenticate, read_json_sized
 from laneway.api.relay import passed_on
+from laneway.api.stored_responses import Kept, record_of
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
 from laneway.generation import CHAT, Delta, Done, Job
 from laneway.protocol.requests import model_of, parse_request
-from laneway.protocol.responses import event_sse, extension
+from laneway.protocol.responses import event_sse
 from laneway.protocol.responses_answer import Answer, failure_code, own
 from laneway.protocol.responses_api import (
     ResponsesRequest,
     chat_body,
-    context_after,
     forwarded_job,
     read_responses,
 )
 from laneway.runtime import Runtime, Ticket
-from laneway.store import Store, StoreUnavailable
+from laneway.store import Store
 
 log = logging.getLogger("laneway.api")
 MAX_ITEMS_PAGE = 100
-
-
-async def _record(store: Store, response_id: str, owner: str, param: str | None = None) -> dict[str, Any]:
-    raw = await store.get_response(response_id, owner)
-    if raw is None:
-        raise NotFound(f"no response with id {response_id!r}", param=param)
-    record: dict[str, Any] = json.loads(raw)
-    return record
 
 
 async def _context(store: Store, req: ResponsesRequest, owner: str) -> list[dict[str, Any]]:
@@ -61,7 +52,7 @@ async def _context(store: Store, req: ResponsesRequest, owner: str) -> list[dict
     if req.previous_response_id is None:
         return []
     try:
-        previous = await _record(store, req.previous_response_id, owner)
+        previous = await record_of(store, req.previous_response_id, owner)
     except NotFound:
         raise InvalidRequest(
             f"previous response with id {req.previous_response_id!r} not found",
@@ -147,78 +138,6 @@ async def create(request: Request) -> Response:
     return EventStream(_events(kept, answer, ticket, first), gone)
 
 
-class Kept:
-    """Where a finished response is stored (``store`` asked): its tenant, its conversation."""
-
-    def __init__(
-        self,
-        store: Store,
-        owner: str,
-        req: ResponsesRequest,
-        context: list[dict[str, Any]],
-        *,
-        forwarded: bool,
-    ) -> None:
-        self.store, self.owner, self.req, self.context = store, owner, req, context
-        self.forwarded = forwarded  # answered by an upstream's Responses API (its own objects)
-        self.begun = False  # a stream's response is stored in progress (it can be retrieved so)
-        self.cancelled = False  # its client went away
-
-    async def begin(self, answer: Answer) -> None:
-        """A stream began: its response is stored ``in_progress`` (as OpenAI shows one), with
-        no conversation to continue yet."""
-        if self.req.store:
-            self.begun = await self._put(answer.response("in_progress"), None)
-
-    async def unfinished(self, answer: Answer, status: str, error: dict[str, str] | None, text: str) -> None:
-        """A stream that began ended without its answer (``failed``, ``cancelled``): its stored
-        response says so, and cannot be continued."""
-        if self.begun and await self._still_there():
-            await self._put(answer.response(status, text=text or None, error=error), None)
-
-    async def final(self, answer: Answer, done: Done, ticket: Ticket) -> dict[str, Any]:
-        """The finished response (the upstream's own, or one made from ``done``), stored."""
-        final = answer.finished(done, extension(ticket), forwarded=self.forwarded, now=int(time.time()))
-        final["store"] = self.req.store  # (as it is kept: read back, it says so too)
-        final["store"] = await self._keep(final)
-        return final
-
-    async def _keep(self, final: dict[str, Any]) -> bool:
-        """Whether it is stored. A store that cannot be reached does not cost the client its
-        answer: it is sent, marked ``store: false``."""
-        req = self.req
-        if not req.store or (self.begun and not await self._still_there()):
-            return False
-        output = final.get("output")
-        return await self._put(
-            final, context_after(req, self.context, output if isinstance(output, list) else [])
-        )
-
-    async def _still_there(self) -> bool:
-        """Whether the response stored in progress is still stored (its client may have
-        deleted it meanwhile: it stays deleted)."""
-        try:
-            return await self.store.get_response(self.req.id, self.owner) is not None
-        except StoreUnavailable:
-            return True
-
-    async def _put(self, response: dict[str, Any], context: list[dict[str, Any]] | None) -> bool:
-        req = self.req
-        record = {"response": response, "input_items": list(req.input_items), "context": context}
-        created = response.get("created_at")
-        try:
-            await self.store.put_response(
-                req.id,
-                self.owner,
-                int(created) if isinstance(created, int | float) else int(time.time()),
-                json.dumps(record, ensure_ascii=False),
-            )
-        except StoreUnavailable as exc:
-            log.warning("response %s not stored: %s", req.id, exc)
-            return False
-        return True
-
-
 async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Done) -> AsyncIterator[bytes]:
     """The stream: an upstream's own events (laneway's id on its response objects), or
     events made from the engine's text; the last with the stored, finished response."""
@@ -257,7 +176,7 @@ async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Don
             await kept.unfinished(answer, "cancelled", None, text)
     assert type(item) is Done
     final = await kept.final(answer, item, ticket)
-    if kept.req.store and not final["store"]:
+    if kept.req.store and not final["store"] and not kept.deleted:  # (not a deletion: an outage)
         yield answer.event(
             "error", code="store_unavailable", message="the response could not be stored", param="store"
         )
@@ -293,7 +212,7 @@ async def retrieve(request: Request) -> Response:
         raise InvalidRequest(
             f"include is not served here (got {include[0]!r}): a stored response is its text", param="include"
         )
-    record = await _record(request.app.state.store, request.path_params["response_id"], owner)
+    record = await record_of(request.app.state.store, request.path_params["response_id"], owner)
     return JSON(record["response"])
 
 
@@ -307,7 +226,7 @@ async def delete(request: Request) -> Response:
 
 async def input_items(request: Request) -> Response:
     owner = tenant_of(request, request.app.state.runtime.config)
-    record = await _record(request.app.state.store, request.path_params["response_id"], owner)
+    record = await record_of(request.app.state.store, request.path_params["response_id"], owner)
     query = request.query_params
     limit = limit_param(query, MAX_ITEMS_PAGE)
     order = order_param(query)
