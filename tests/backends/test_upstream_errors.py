@@ -9,7 +9,7 @@ import json
 import pytest
 
 from laneway.backends.upstream_errors import describe_body, error_from, relay_error
-from laneway.errors import ModelNotFound, NotFound
+from laneway.errors import InvalidRequest, ModelNotFound, NotFound
 
 VLLM_NO_MODEL = {
     "error": {"message": "The model `x` does not exist.", "type": "NotFoundError", "param": "model"}
@@ -22,6 +22,17 @@ def test_a_404_about_the_model_is_model_not_found(answer: dict[str, object]) -> 
     got = error_from(404, json.dumps(answer).encode(), "up", b"application/json", "embeddings")
     assert isinstance(got, ModelNotFound) and got.code == "model_not_found"
     assert str(got) == "upstream up: The model `x` does not exist."
+
+
+def test_the_field_an_upstreams_400_names_is_the_clients() -> None:
+    answer = {
+        "error": {"message": "tools are not served here", "type": "invalid_request_error", "param": "tools"}
+    }
+    got = error_from(400, json.dumps(answer).encode(), "up", b"application/json", "chat/completions")
+    assert isinstance(got, InvalidRequest) and got.param == "tools"
+    assert error_from(404, json.dumps(VLLM_NO_MODEL).encode(), "up").param == "model"  # type: ignore[attr-defined]
+    odd = {"error": {"message": "no", "param": 7}}  # (not a field's name: none)
+    assert error_from(400, json.dumps(odd).encode(), "up").param is None  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -23,15 +23,17 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", pa
     else:
         message = f"HTTP {status}, " + describe_body(raw, content_type)
     text = f"upstream {name}: {message}"
+    # (the field the upstream names: the client's, which it was sent as asked)
+    param = err.get("param") if isinstance(err, dict) and isinstance(err.get("param"), str) else None
     if status == 404:
-        about_model = (isinstance(err, dict) and err.get("param") == "model") or "model" in message.lower()
+        about_model = param == "model" or "model" in message.lower()
         if about_model or not path:
-            return ModelNotFound(text)
+            return ModelNotFound(text, param=param)
         return NotFound(f"upstream {name} does not serve POST /{path} (HTTP 404: {message})")
     if status == 413:
-        return PayloadTooLarge(text)
+        return PayloadTooLarge(text, param=param)
     if 400 <= status < 500 and status not in (401, 403, 408, 429):
-        return InvalidRequest(text)
+        return InvalidRequest(text, param=param)
     # busy (429), or unreachable behind a proxy (502-504): the worker's, tried elsewhere; else
     # (a 500) the request's own: it fails, as the engine would fail it again
     fault = status in (429, 502, 503, 504) or status < 400
