@@ -41,6 +41,7 @@ def fake_upstream(asked: list[tuple[str, dict[str, Any]]]) -> Starlette:
             "object": "response",
             "status": "completed",
             "model": "m",
+            "store": body.get("store", True),  # (as it was asked: laneway asks for false)
             "output": [
                 {
                     "type": "message",
@@ -129,6 +130,8 @@ def test_an_upstreams_response_carries_the_name_its_client_used(tmp_path: Path) 
                 assert asked[-1][0] == "responses" and asked[-1][1]["model"] == "m"
                 assert (whole.model, whole.output_text) == ("mine", "ok")
                 events = list(c.responses.create(model="mine", input="six", stream=True))
-                carried = [e.response.model for e in events if hasattr(e, "response")]  # type: ignore[union-attr]
-                assert carried and set(carried) == {"mine"}
+                carried = [e.response for e in events if hasattr(e, "response")]  # type: ignore[union-attr]
+                assert carried and {r.model for r in carried} == {"mine"}
+                assert asked[-1][1]["store"] is False  # (laneway stores it, as the client asked)
+                assert {r.store for r in carried} == {True}
                 assert c.responses.retrieve(whole.id).model == "mine"

@@ -17,10 +17,12 @@ from laneway.protocol.responses_api import MESSAGE_PREFIX, TEXT_FORMAT, Response
 
 def own(req: ResponsesRequest, response: dict[str, Any]) -> dict[str, Any]:
     """An upstream's response object (or one an event of its carries) under laneway's id, the
-    client's model name and the conversation as the client asked it."""
+    client's model name, the conversation and storage as the client asked them (laneway
+    stores it, not the upstream: asked not to)."""
     response["id"] = req.id
     response["model"] = req.model
     response["previous_response_id"] = req.previous_response_id
+    response["store"] = req.store
     return response
 
 
@@ -28,7 +30,7 @@ def forwarded_final(
     req: ResponsesRequest, response: dict[str, Any], ext: dict[str, Any], stored: bool
 ) -> dict[str, Any]:
     """An upstream's response object as laneway answers it: laneway's id (the one stored), the
-    conversation and storage as the client asked them, the ``laneway`` object."""
+    conversation as the client asked it, whether it is stored, the ``laneway`` object."""
     own(req, response)
     response["store"] = stored
     response["laneway"] = ext
