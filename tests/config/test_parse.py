@@ -102,6 +102,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"type": "upstream", "model": "m", "url": "http://h:99999/v1"}]}, "workers[0].url"),
         ({"workers": [{"kind": "upstream", "model": "m", "url": "http://h/v1"}]}, "workers[0].kind"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "http:///v1"}]}, "workers[0].url"),
+        ({"workers": [{"type": "upstream", "model": "m", "url": "http://u:p@h/v1"}]}, "workers[0].url"),
         (
             {"workers": [{"type": "upstream", "model": "m", "url": "http://h", "token_ids": "x"}]},
             "workers[0].token_ids",

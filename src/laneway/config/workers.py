@@ -131,7 +131,7 @@ def _own_keys(t: Table, kind: str) -> None:
 
 
 def _check_url(key: str, url: str) -> None:
-    """An upstream's base URL: http(s), a host, a port that is one, no query."""
+    """An upstream's base URL: http(s), a host, a port that is one, no query, no user."""
     if not is_http(url) or urlsplit(url).query:
         try:
             _ = urlsplit(url).port  # (a number past 65535 raises)
@@ -139,6 +139,11 @@ def _check_url(key: str, url: str) -> None:
             raise ConfigError(f"{key}: {url!r} has no valid port (1 to 65535)") from None
         raise ConfigError(
             f"{key}: expected an http:// or https:// URL such as http://127.0.0.1:8001/v1, got {url!r}"
+        )
+    if "@" in urlsplit(url).netloc:  # (it would show in /readyz, errors and logs)
+        raise ConfigError(
+            f"{key}: a user or password in the URL is not taken (it would be shown wherever the URL "
+            "is: /readyz, errors, logs); give the engine's key by api_key_env"
         )
 
 
