@@ -72,6 +72,13 @@ def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     )
     line = error_line(capsys, ["serve", "--config", str(up), "--port", "0"])
     assert f"{up}: workers.w0.api_key_env: environment variable LANEWAY_TEST_UNSET_KEY is not set" in line
+    local = tmp_path / "local.toml"
+    local.write_text("[[workers]]\nmodel = 'builtin:tiny'\ndevice = 'tpu'\n")
+    line = error_line(capsys, ["serve", "--config", str(local), "--port", "0"])
+    assert f"{local}: workers.w0.device: unknown device 'tpu'" in line
+    local.write_text("[[workers]]\nmodel = 'builtin:huge'\n")
+    line = error_line(capsys, ["serve", "--config", str(local), "--port", "0"])
+    assert f"{local}: workers.w0.model: unknown built-in model 'builtin:huge'" in line
 
 
 def test_a_damaged_store_is_one_line_at_start(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

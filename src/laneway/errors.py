@@ -49,6 +49,10 @@ class ModelLoadError(LanewayError):
     """A model directory exists but could not be loaded; the message says why."""
 
 
+class DeviceUnavailable(ModelLoadError):
+    """The device a model was to be loaded on is not one, or not on this machine."""
+
+
 class BackendError(LanewayError):
     """A worker failed while running a request (the engine broke, an upstream erred)."""
 

@@ -12,6 +12,7 @@ from laneway.backends.base import Worker
 from laneway.backends.simulated import SimulatedWorker
 from laneway.config.schema import WorkerConfig
 from laneway.core import ConfigError
+from laneway.errors import DeviceUnavailable, ModelLoadError, ModelNotFound
 
 if TYPE_CHECKING:
     from laneway.backends.http import Connect
@@ -40,9 +41,14 @@ async def build_worker(cfg: WorkerConfig, data_dir: Path) -> Worker:
                 "pip install 'laneway[engine]' (a gateway in front of upstream engines needs neither)"
             ) from None
 
-        return await LocalWorker.create(
-            cfg.name, cfg.model, cfg.slots, device=cfg.device, data_dir=data_dir / cfg.name
-        )
+        try:
+            return await LocalWorker.create(
+                cfg.name, cfg.model, cfg.slots, device=cfg.device, data_dir=data_dir / cfg.name
+            )
+        except (ModelNotFound, ModelLoadError) as exc:  # (the key of the configuration at fault)
+            key = "device" if isinstance(exc, DeviceUnavailable) else "model"
+            said = exc.message if isinstance(exc, ModelNotFound) else str(exc)
+            raise ConfigError(f"workers.{cfg.name}.{key}: {said}") from None
     if cfg.type == "upstream":
         return build_upstream(cfg)
     raise ConfigError(f"workers.{cfg.name}.type: unknown worker type {cfg.type!r}")

@@ -18,7 +18,7 @@ import torch
 
 from laneway.engine.prepared import PREPARED, PrepareError, prepared
 from laneway.engine.tokenizer import BOS_ID, BYTE_VOCAB, EOS_ID, PAD_ID, ByteTokenizer, HFTokenizer, Tokenizer
-from laneway.errors import ModelLoadError, ModelNotFound
+from laneway.errors import DeviceUnavailable, ModelLoadError, ModelNotFound
 
 log = logging.getLogger("laneway.engine")
 
@@ -51,9 +51,9 @@ def resolve_device(device: str | None) -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError as exc:
-        raise ModelLoadError(f"unknown device {device!r}") from exc
+        raise DeviceUnavailable(f"unknown device {device!r}") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device 'cuda' asked for, but no CUDA GPU is available")
+        raise DeviceUnavailable("device 'cuda' asked for, but no CUDA GPU is available")
     return dev
 
 
