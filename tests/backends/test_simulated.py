@@ -52,6 +52,28 @@ def test_paced_and_stop_after() -> None:
     asyncio.run(main())
 
 
+def test_stop_strings_end_the_text_just_before_the_first() -> None:
+    async def main() -> None:
+        w = SimulatedWorker("s", slots=1, tokens_per_s=None)
+        whole = (await collect(w, job("whole", 30)))[-1]
+        assert isinstance(whole, Done)
+        words = whole.text.split(" ")
+        stop = f"{words[3][1:]} {words[4][:2]}"  # (across two words: held back until it is one)
+        at = whole.text.index(stop)
+        params = SamplingParams(max_tokens=30, stop=("never here", stop))
+        events = await collect(w, Job("cut", "sim", params, prompt="hello"))
+        done = events[-1]
+        assert isinstance(done, Done) and done.finish_reason == "stop" and done.text == whole.text[:at]
+        assert "".join(e.text for e in events if isinstance(e, Delta)) == done.text
+        assert done.usage.completion_tokens == 5  # (the words made, the one the stop ends in too)
+        missed = await collect(
+            w, Job("none", "sim", SamplingParams(max_tokens=30, stop=("zz",)), prompt="hello")
+        )
+        assert missed[-1].text == whole.text and missed[-1].finish_reason == "length"  # type: ignore[union-attr]
+
+    asyncio.run(main())
+
+
 def test_preempt_and_resume_continue_the_text() -> None:
     async def main() -> None:
         w = SimulatedWorker("s", slots=1, tokens_per_s=500.0)

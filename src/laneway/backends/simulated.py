@@ -7,7 +7,8 @@ same observable behaviour as a real engine: a fixed number of slots, one
 cancellation. The text is a deterministic function of the prompt, so a job
 preempted and resumed writes what it would have written in one go.
 
-``tokens_per_s=None`` produces tokens as fast as the event loop allows;
+``stop`` strings end the text just before the first of them (a tail that could begin one
+is held back meanwhile). ``tokens_per_s=None`` produces tokens as fast as the event loop allows;
 ``output_tokens`` fixes the length (else ``max_tokens``); ``stop_after`` ends
 a job with ``finish_reason="stop"`` after that many tokens when ``max_tokens``
 allows them.
@@ -51,7 +52,8 @@ class _Run:
     done: int  # tokens generated so far
     target: int  # tokens it will generate in all
     finish: str  # finish reason once target is reached
-    text: str = ""
+    text: str = ""  # what it sent
+    raw: str = ""  # what it made (with stop strings: a tail that could begin one is held back)
     task: asyncio.Task[None] | None = None
     stop_mode: str | None = None  # set by preempt
 
@@ -182,14 +184,35 @@ class SimulatedWorker:
         step = None if self.tokens_per_s is None else 1.0 / self.tokens_per_s
         if self.first_token_s and run.done == 0:
             await asyncio.sleep(self.first_token_s)
+        stops = run.job.params.stop
+        hold = max((len(s) for s in stops), default=1) - 1
         while run.done < run.target:
             await asyncio.sleep(step or 0)
             piece = word(run.seed, run.done)
             run.done += 1
+            if not stops:
+                run.text += piece
+                run.sink(Delta(run.job.id, piece, run.done))
+                continue
+            run.raw += piece
+            cut = min(
+                (i for s in stops if (i := run.raw.find(s, max(len(run.text) - hold, 0))) >= 0), default=-1
+            )
+            if cut >= 0:  # (a stop string: the text ends just before it)
+                run.raw, run.finish = run.raw[:cut], "stop"
+                break
+            self._send(run, len(run.raw) - hold)
+        if self._runs.pop(run.job.id, None) is run:
+            self._send(run, len(run.raw))
+            run.sink(Done(run.job.id, run.finish, Usage(run.prompt_tokens, run.done), run.text))
+
+    @staticmethod
+    def _send(run: _Run, upto: int) -> None:
+        """Send what it made up to ``upto`` characters (with stop strings)."""
+        if upto > len(run.text):
+            piece = run.raw[len(run.text) : upto]
             run.text += piece
             run.sink(Delta(run.job.id, piece, run.done))
-        if self._runs.pop(run.job.id, None) is run:
-            run.sink(Done(run.job.id, run.finish, Usage(run.prompt_tokens, run.done), run.text))
 
     def _stopped(self, run: _Run) -> None:
         del self._runs[run.job.id]
