@@ -3,7 +3,8 @@
     python bench/routing_bench.py --vllm VENV --model DIR [--agents 60] [--requests 240]
         [--clients 4] [--prompt-words 560] [--tokens 32] [--slots 4] [--order rounds|cyclic|random]
         [--kv-share 0.7 | --kv-tokens N]
-        [--modes round-robin,laneway-rr,laneway,laneway-isolated] [--flood N --flood-tokens 256] [--priority]
+        [--modes round-robin,laneway-rr,laneway,laneway-isolated,laneway-no-guard]
+        [--flood N --flood-tokens 256] [--priority]
         [--json out.json]
 
 Two ``vllm serve`` processes (prefix caching on, the CPU build), one pinned to each core
@@ -27,7 +28,10 @@ before each
 - ``laneway``: through ``laneway serve`` with nothing configured but the two workers (its
   default placement: where the prompt is likely cached, else the least loaded);
 - ``laneway-isolated``: the same with ``isolate = true`` on both workers: urgent work runs
-  with no batch work beside it (each engine, one core, is compute-bound).
+  with no batch work beside it (each engine, one core, is compute-bound);
+- ``laneway-no-guard``: laneway's default with ``[scheduler] prefill_guard = false``: an
+  urgent long prefill may run beside other prefills (with ``--flood``, its own idle
+  reference too).
 
 Reported per mode: time to first token p50/p99 and mean, the mean time from the first
 token to the end (the decode, which no placement shortens: with ``--clients`` clients busy
@@ -94,10 +98,13 @@ def gateway(
     placement: str | None = None,
     forward_priority: bool = False,
     isolate: bool = False,
+    guard: bool = True,
 ) -> Iterator[str]:
     toml = f'[server]\nhost = "{HOST}"\ndata_dir = "{tmp / "data"}"\n'
-    if placement is not None:
-        toml += f'\n[scheduler]\nplacement = "{placement}"\n'
+    if placement is not None or not guard:
+        toml += "\n[scheduler]\n"
+        toml += f'placement = "{placement}"\n' if placement is not None else ""
+        toml += "prefill_guard = false\n" if not guard else ""
     for i, url in enumerate(urls):
         toml += (
             f'\n[[workers]]\nname = "up{i}"\ntype = "upstream"\nurl = "{url}"\nmodel = "{MODEL}"\n'
@@ -331,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    bad = sorted(set(modes) - {"round-robin", "least-loaded", "laneway-rr", "laneway", "laneway-isolated"})
+    known = {"round-robin", "least-loaded", "laneway-rr", "laneway", "laneway-isolated", "laneway-no-guard"}
+    bad = sorted(set(modes) - known)
     if bad:
         ap.error(f"unknown mode {bad[0]!r}")
     bodies = workload(args.agents, args.requests, args.prompt_words, args.tokens, args.order)
@@ -350,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     batch = flood_bodies(args.flood, args.flood_words, args.flood_tokens)
     if batch:  # the P0 idle reference: the agents alone through laneway
-        modes = ["laneway (idle)", *modes]
+        unguarded = ["laneway-no-guard (idle)"] if "laneway-no-guard" in modes else []
+        modes = ["laneway (idle)", *unguarded, *modes]
     results = []
     with contextlib.ExitStack() as keep:
         if args.logs is not None:  # (kept: the engines' and laneway's logs of each mode)
@@ -366,12 +375,13 @@ def main(argv: list[str] | None = None) -> int:
                 eng.waiting = [[] for _ in eng.urls]
                 eng.at = []
                 err.print(f"[dim]{mode}: {len(bodies)} requests from {args.clients} clients…[/]")
-                flood = [] if mode == "laneway (idle)" else batch
+                flood = [] if mode.endswith("(idle)") else batch
                 if mode.startswith("laneway"):
                     placement = "round-robin" if mode == "laneway-rr" else None
                     here = tmp / mode.replace(" ", "-")
                     isolate = mode == "laneway-isolated"
-                    with gateway(here, eng.urls, args.slots, placement, args.priority, isolate) as via:
+                    guard = not mode.startswith("laneway-no-guard")
+                    with gateway(here, eng.urls, args.slots, placement, args.priority, isolate, guard) as via:
                         results.append(asyncio.run(run(mode, bodies, eng, via, args.clients, flood)))
                 else:
                     results.append(asyncio.run(run(mode, bodies, eng, None, args.clients, flood)))

@@ -329,9 +329,10 @@ class RemoteScheduler:
         if request_id not in self.borrower.running:
             self._emit(Progress(request_id, tokens))
 
-    def first_token(self, request_id: str, now: float) -> None:
+    def first_token(self, request_id: str, now: float) -> bool:
         if request_id not in self.borrower.running:
             self._emit(FirstToken(request_id))
+        return False  # (the leader's core steps on the events it applies)
 
     def set_available(self, worker_id: str, available: bool) -> None:
         if available:

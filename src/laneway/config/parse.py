@@ -304,6 +304,7 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
             fair_prompt_weight=table.float("fair_prompt_weight", base.fair_prompt_weight),
             fair_output_weight=table.float("fair_output_weight", base.fair_output_weight),
             placement=table.str("placement", base.placement),
+            prefill_guard=table.bool("prefill_guard", base.prefill_guard),
         )
     except ConfigError as exc:  # the core names its own fields: here they are the table's
         if str(exc).startswith(table.key("")):

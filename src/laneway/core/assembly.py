@@ -31,6 +31,7 @@ from laneway.core.occupancy import Occupancy, worker_states
 from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec
 from laneway.core.preemption import Preemptor
+from laneway.core.prefill_guard import PrefillGuard
 from laneway.core.promises import Promises
 from laneway.core.refusal import Refusals
 from laneway.core.request import Request
@@ -57,6 +58,7 @@ class Parts:
     inheritance: Inheritance
     fair: FairShares | None
     isolation: Isolation | None
+    guard: PrefillGuard | None
     loads: ModelLoads | None
     estimator: Estimator
     refusals: Refusals
@@ -84,11 +86,25 @@ def assemble(
         if pol.classes and any(w.isolate for w in workers)
         else None
     )
+    spread = pol.spread or cfg.placement
+    # (an urgent long prefill with none beside it: placement by prefix over several
+    # workers, under a policy that preempts)
+    guard = (
+        PrefillGuard(tables.victims)
+        if cfg.prefill_guard
+        and placement is None
+        and spread == "prefix"
+        and len(states) > 1
+        and isolation is None
+        and tables.preempting
+        else None
+    )
     placement = placement or SlotPlacement(
         list(states.values()),
-        spread=pol.spread or cfg.placement,
+        spread=spread,
         patient=tables.preemptible,
         isolation=isolation,
+        guard=guard,
     )
     if planner is not None:  # replicas loaded at start-up take work at once
         for rid, rep in planner.replicas.items():
@@ -162,6 +178,7 @@ def assemble(
         else None
     )
     preemptor.stops = affinity
+    preemptor.guard = guard
     dispatcher = Dispatcher(
         tables,
         lanes,
@@ -176,6 +193,7 @@ def assemble(
         holds,
         isolation,
         affinity,
+        guard,
     )
     return Parts(
         tables=tables,
@@ -191,6 +209,7 @@ def assemble(
         inheritance=inheritance,
         fair=fair,
         isolation=isolation,
+        guard=guard,
         loads=loads,
         estimator=estimator,
         refusals=refusals,

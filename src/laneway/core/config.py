@@ -55,6 +55,9 @@ class SchedulerConfig:
       ``prefix`` (where its prompt is likely cached, unless that worker is much busier;
       else as ``least-loaded``), ``least-loaded`` (the one running the smallest share of
       its slots) or ``round-robin`` (in turn, whatever they run).
+    - ``prefill_guard``: under placement by prefix, an urgent request prefilling a long
+      prompt runs with no other long prefill beside it until its first token
+      (:mod:`laneway.core.prefill_guard`).
     """
 
     classes: ClassTable = field(default_factory=ClassTable)
@@ -77,6 +80,7 @@ class SchedulerConfig:
     fair_prompt_weight: float = 1.0
     fair_output_weight: float = 2.0
     placement: str = "prefix"
+    prefill_guard: bool = True
 
     def __post_init__(self) -> None:
         if self.aging_interval_s is not None and self.aging_interval_s <= 0:

@@ -20,6 +20,7 @@ from laneway.core.isolation import Isolation
 from laneway.core.lanes import Lanes
 from laneway.core.measures import Calibration
 from laneway.core.occupancy import Occupancy
+from laneway.core.prefill_guard import PrefillGuard
 from laneway.core.promises import Promises
 from laneway.core.request import TRANSITIONS, State, transition
 from laneway.core.selection import NONE_BLOCKED, Selector, select_strict
@@ -41,6 +42,7 @@ class Dispatcher:
         "counters",
         "fair",
         "feedback",
+        "guard",
         "holds",
         "interval_s",
         "isolation",
@@ -70,6 +72,7 @@ class Dispatcher:
         holds: Holds,
         isolation: Isolation | None = None,
         affinity: AffinityStops | None = None,
+        guard: PrefillGuard | None = None,
     ) -> None:
         self.lanes = lanes
         self.occ = occ
@@ -88,6 +91,7 @@ class Dispatcher:
         self.holds = holds  # (free slots kept a moment for the class that freed them)
         self.isolation = isolation  # (workers that run urgent work alone)
         self.affinity = affinity  # (urgent work stops batch work where its prompt is cached)
+        self.guard = guard  # (an urgent long prefill with none beside it)
 
     def step(self, now: float, out: list[Decision]) -> None:
         """Start queued requests while slots are free (or loads may be planned)."""
@@ -142,6 +146,8 @@ class Dispatcher:
             occ.start(req, w, now)
             if self.isolation is not None:
                 self.isolation.start(req, w)
+            if self.guard is not None:
+                self.guard.start(req, w)
             if loads is not None:  # (and the LoRA adapter loads it needs: before its dispatch)
                 loads.touch(w.id, now, out)
             counters.dispatched += 1

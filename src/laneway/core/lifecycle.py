@@ -36,6 +36,7 @@ class Lifecycle:
         "counters",
         "estimator",
         "fair",
+        "guard",
         "holds",
         "inheritance",
         "isolation",
@@ -60,6 +61,7 @@ class Lifecycle:
         self.inheritance = parts.inheritance
         self.fair = parts.fair
         self.isolation = parts.isolation
+        self.guard = parts.guard
         self.estimator = parts.estimator
         self.refusals = parts.refusals
         self.holds = parts.holds
@@ -265,12 +267,18 @@ class Lifecycle:
         if req.lost_s:
             self.occupancy.changes += 1  # (its size bounds its preemptions: victim searches look again)
 
-    def first_token(self, request_id: str, now: float) -> None:
+    def first_token(self, request_id: str, now: float) -> bool:
         """A running request made its first output token: its prompt is prefilled (the
-        prefix placement stops counting it as prefill its worker still has to do)."""
+        prefix placement stops counting it as prefill its worker still has to do).
+        Whether a scheduling step is due: it guarded its worker
+        (:mod:`laneway.core.prefill_guard`), and what it kept off may start."""
         req = self.live_requests.reqs.get(request_id)
-        if req is not None and not req.prefilled:
-            self.occupancy.prefilled(req)
+        if req is None or req.prefilled:
+            return False
+        guard = self.guard
+        due = guard is not None and bool(guard.guards) and guard.ends(req)
+        self.occupancy.prefilled(req)
+        return due
 
     def requeue(self, request_id: str, now: float) -> None:
         """Its worker failed before the request produced anything: queue it again.

@@ -38,6 +38,7 @@ from laneway.core.workers import WorkerState
 
 if TYPE_CHECKING:
     from laneway.core.isolation import Isolation
+    from laneway.core.prefill_guard import PrefillGuard
 
 
 class Filter(Protocol):
@@ -189,6 +190,7 @@ class SlotPlacement:
         spread: str = "least-loaded",
         patient: Sequence[bool] = (),
         isolation: Isolation | None = None,
+        guard: PrefillGuard | None = None,
     ) -> None:
         if spread not in SPREADS:
             raise ValueError(f"unknown spread {spread!r} (one of: {', '.join(SPREADS)})")
@@ -200,6 +202,8 @@ class SlotPlacement:
         self.isolation = isolation
         if isolation is not None:
             self.filters = (*self.filters, isolation)
+        if guard is not None:  # (urgent long prefills kept apart: laneway.core.prefill_guard)
+            self.filters = (*self.filters, guard)
         by_isolation: tuple[Scorer, ...] = (isolation, _Kind(isolation)) if isolation is not None else ()
         self._load_scorers = (*self.scorers, *by_isolation, SLOT_SHARE)
         self._turn = 0  # round-robin: where the next turn starts in self.workers
@@ -209,13 +213,19 @@ class SlotPlacement:
         if spread == "prefix":
             self.index = PrefixIndex({w.id: w.spec.kv_tokens for w in self.workers})
             self.by_prefix = PrefixSpread(self.index, self.filters, patient, isolation)
+            if guard is not None:
+                guard.index = self.index
         self._index = {w.id: i for i, w in enumerate(self.workers)}
         # workers with a free slot, the one idle longest first
         self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
         self.down: set[str] = set()  # workers out of placement until they recover
         # every worker serves every model and class, and nothing ranks them
-        self._open = not self.scorers and all(
-            w.spec.models is None and w.spec.classes is None and not w.spec.isolate for w in self.workers
+        self._open = (
+            guard is None
+            and not self.scorers
+            and all(
+                w.spec.models is None and w.spec.classes is None and not w.spec.isolate for w in self.workers
+            )
         )
         # one slot each: every candidate runs nothing, the one idle longest is least loaded
         self._single = all(w.spec.slots == 1 for w in self.workers)

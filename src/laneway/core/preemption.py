@@ -42,6 +42,7 @@ from laneway.core.victims import (
 if TYPE_CHECKING:
     from laneway.core.affinity import AffinityStops
     from laneway.core.gpu_placement import GpuPlacement
+    from laneway.core.prefill_guard import PrefillGuard
 
 _RUNNING = State.RUNNING
 _PREEMPTED = State.PREEMPTED
@@ -52,6 +53,7 @@ class Preemptor:
         "by_cache",
         "cfg",
         "counters",
+        "guard",
         "lanes",
         "measures",
         "occ",
@@ -91,6 +93,8 @@ class Preemptor:
         self.by_cache = isinstance(placement, SlotPlacement) and placement.index is not None
         # stops made for a waiting request's cache (laneway.core.affinity: set by assembly)
         self.stops: AffinityStops | None = None
+        # urgent long prefills kept apart (laneway.core.prefill_guard: set by assembly)
+        self.guard: PrefillGuard | None = None
 
     # ------------------------------------------------------------------ the step
     def step(self, now: float, out: list[Decision]) -> None:
@@ -129,8 +133,15 @@ class Preemptor:
                 if head is None:
                     head = self.selector.best_in_class(c, now, NONE_BLOCKED)
                 cached = self.occ.placement.holder_of(head) if head is not None and head.prefix else None
+            guard = self.guard
+            if guard is not None and guard.guards and head is None:
+                head = self.selector.best_in_class(c, now, NONE_BLOCKED)
             while need > 0:
-                action = choose_action(on_worker(self.candidates(victims, model, now, c), cached), mode, cap)
+                cands = self.candidates(victims, model, now, c)
+                if guard is not None and guard.guards and head is not None:  # (a slot it may take)
+                    workers = self.occ.workers
+                    cands = [x for x in cands if guard.fits(head, workers[x.worker_id], now)]
+                action = choose_action(on_worker(cands, cached), mode, cap)
                 if action is None:
                     if self.planner is not None and self.room_for(c, now, out):
                         need -= 1

@@ -258,9 +258,11 @@ class Scheduler:
         <laneway.core.lifecycle.Lifecycle.progress>`)."""
         self.lifecycle.progress(request_id, tokens, now)
 
-    def first_token(self, request_id: str, now: float) -> None:
-        """A running request made its first output token: its prompt is prefilled."""
-        self.lifecycle.first_token(request_id, now)
+    def first_token(self, request_id: str, now: float) -> bool:
+        """A running request made its first output token: its prompt is prefilled. Whether
+        a scheduling step is due (:meth:`Lifecycle.first_token
+        <laneway.core.lifecycle.Lifecycle.first_token>`)."""
+        return self.lifecycle.first_token(request_id, now)
 
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
         """Whether a new class-``cls`` request of ``tenant`` would be refused by its
@@ -401,6 +403,9 @@ class Scheduler:
                 isolation.separate(self.preemptor, now, out)
             if isolation.stops:  # (what it keeps off, for the estimates: only where it stops work)
                 isolation.observe(now)
+        guard = self.dispatcher.guard
+        if guard is not None and guard.started:
+            guard.separate(self.preemptor, self.occupancy.workers, now, out)
         if self.slices.heap:
             self.slices.step(now, out)
         if self._preempting and self.lanes.total:

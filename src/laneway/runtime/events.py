@@ -79,8 +79,14 @@ class WorkerEvents:
     def _delta(self, ticket: Ticket, event: Delta) -> None:
         if math.isnan(ticket.first_token_s):  # (its answer began: a chunk was sent)
             ticket.first_token_s = self.now()
-        if not ticket.token_timed and event.tokens > 0:  # (not a chunk of a role alone)
-            self.sched.first_token(ticket.id, self._first_token(ticket))  # (its prompt is prefilled)
+        # (its first token, not a chunk of a role alone: its prompt is prefilled; work kept
+        # off its worker meanwhile may start)
+        if (
+            not ticket.token_timed
+            and event.tokens > 0
+            and self.sched.first_token(ticket.id, self._first_token(ticket))
+        ):
+            self.kick()
         tokens = ticket.tokens = event.tokens
         if tokens >= 2 * ticket.reported + PROGRESS_EVERY:  # now and then: the pace revises its size
             ticket.reported = tokens

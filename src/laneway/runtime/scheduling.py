@@ -61,8 +61,9 @@ class SchedulerPort(Protocol):
 
     def progress(self, request_id: str, tokens: int, now: float) -> None: ...
 
-    def first_token(self, request_id: str, now: float) -> None:
-        """It made its first output token (its prompt is prefilled)."""
+    def first_token(self, request_id: str, now: float) -> bool:
+        """It made its first output token (its prompt is prefilled). Whether a scheduling
+        step is due (work kept off its worker until then may start)."""
         ...
 
     def set_available(self, worker_id: str, available: bool) -> None: ...
