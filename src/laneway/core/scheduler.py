@@ -54,18 +54,9 @@ from laneway.core.measures import (
 from laneway.core.placement import Placement, SlotPlacement
 from laneway.core.policies import PolicySpec, policy
 from laneway.core.prefix_cache import PrefixIndex
-from laneway.core.request import TRANSITIONS, Request, State
+from laneway.core.request import Request
 from laneway.core.stats import Snapshot
 from laneway.core.workers import WorkerSpec, WorkerState
-
-_NEW = State.NEW
-_RUNNING = State.RUNNING
-_PREEMPTED = State.PREEMPTED
-_QUEUED = State.QUEUED
-_FINISHED = State.FINISHED
-_FAILED = State.FAILED
-_CANCELLED = State.CANCELLED
-_NEXT = TRANSITIONS
 
 
 class Scheduler:
