@@ -219,14 +219,12 @@ class SlotPlacement:
         # workers with a free slot, the one idle longest first
         self._free: deque[WorkerState] = deque(w for w in self.workers if w.free > 0)
         self.down: set[str] = set()  # workers out of placement until they recover
-        # every worker serves every model and class, and nothing ranks them
-        self._open = (
-            guard is None
-            and not self.scorers
-            and all(
-                w.spec.models is None and w.spec.classes is None and not w.spec.isolate for w in self.workers
-            )
+        # every worker serves every model and class, and nothing ranks them (nor, while it
+        # guards none, the prefill guard keeps work off one)
+        self._open = not self.scorers and all(
+            w.spec.models is None and w.spec.classes is None and not w.spec.isolate for w in self.workers
         )
+        self.guard = guard
         # one slot each: every candidate runs nothing, the one idle longest is least loaded
         self._single = all(w.spec.slots == 1 for w in self.workers)
 
@@ -240,7 +238,7 @@ class SlotPlacement:
             got = choose(req, self._in_turn(), self.filters, self.scorers, now)
         elif by_prefix is not None and req.prefix and len(free) > 1 and not self.scorers:
             got, matched = by_prefix.choose(req, free, now)
-        elif self._open and (self._single or len(free) == 1):
+        elif self._open and (self._single or len(free) == 1) and not (self.guard and self.guard.guards):
             got = free[0]
         else:
             got = choose(req, free, self.filters, self._load_scorers, now)
