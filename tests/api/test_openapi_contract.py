@@ -634,8 +634,9 @@ def test_response_failure_events(validator: Validator) -> None:
 
     answer = Answer(read_responses({"model": "sim", "input": "Hi"}), "sim", 1)
     events = [*answer.opening(), answer.delta("Hel")]
-    events += answer.failure("rate_limit_exceeded", "over quota", None, "Hel")
-    events += answer.failure("generation_failed", "the engine failed", "model", "Hel")
+    ext = {"priority": "P2", "queue_ms": 1.0, "preemptions": 0, "worker": "sim0"}
+    events += answer.failure("rate_limit_exceeded", "over quota", None, "Hel", ext)
+    events += answer.failure("generation_failed", "the engine failed", "model", "Hel", ext)
     events.append(answer.event("error", code="store_unavailable", message="not stored", param="store"))
     for raw in events:
         data = json.loads(raw.split(b"data: ", 1)[1])

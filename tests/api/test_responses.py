@@ -180,6 +180,8 @@ def test_a_streaming_response_that_fails_is_stored_failed(tmp_path: Path) -> Non
     ):
         events = list(c.responses.create(model="sim", input="x", max_output_tokens=20, stream=True))
         assert [e.type for e in events][-2:] == ["error", "response.failed"]
+        ext = events[-1].response.model_extra["laneway"]  # type: ignore[union-attr]  # (as a last event's has)
+        assert ext["priority"] and ext["worker"] == "sim0", ext
         got = c.responses.retrieve(events[0].response.id)  # type: ignore[union-attr]
         assert got.status == "failed" and got.error is not None and got.error.code == "server_error", got
         assert got.output_text == "w0 w1 w2 "  # (what it made before it failed)

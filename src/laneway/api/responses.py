@@ -32,7 +32,7 @@ from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
 from laneway.generation import CHAT, Delta, Done, Job
 from laneway.protocol.requests import model_of, parse_request
-from laneway.protocol.responses import event_sse
+from laneway.protocol.responses import event_sse, extension
 from laneway.protocol.responses_answer import Answer, failure_code, own
 from laneway.protocol.responses_api import (
     ResponsesRequest,
@@ -168,7 +168,7 @@ async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Don
         await kept.unfinished(
             answer, "failed", {"code": failure_code(exc.code), "message": exc.message}, text
         )
-        for event in answer.failure(exc.code, exc.message, exc.param, text):
+        for event in answer.failure(exc.code, exc.message, exc.param, text, extension(ticket)):
             yield event
         return
     finally:

@@ -192,9 +192,13 @@ class Answer:
             self.event(last, response=final),
         ]
 
-    def failure(self, code: str | None, message: str, param: str | None, text: str) -> list[bytes]:
-        """The events of an error after the stream began: ``error``, then ``response.failed``."""
-        failed = self.response("failed", text=text, error={"code": failure_code(code), "message": message})
+    def failure(
+        self, code: str | None, message: str, param: str | None, text: str, ext: dict[str, Any]
+    ) -> list[bytes]:
+        """The events of an error after the stream began: ``error``, then ``response.failed``
+        (with the ``laneway`` object ``ext``, as the last event's response always has)."""
+        error = {"code": failure_code(code), "message": message}
+        failed = self.response("failed", text=text, error=error, ext=ext)
         return [
             self.event("error", code=code, message=message, param=param),
             self.event("response.failed", response=failed),
