@@ -6,8 +6,8 @@
 ``laneway batch submit|status|results ...`` (see :mod:`laneway.batch.cli`)
 
 ``laneway simulate (--scenario NAME | --trace FILE.jsonl) [--policy NAME[,NAME...]|all]
-[--slots N] [--upstreams N [--kv-tokens N]] [--isolate] [--seed N] [--requests N] [--hold-s S] [--json]
-[--report DIR]``
+[--slots N] [--upstreams N [--kv-tokens N]] [--isolate] [--seed N] [--requests N] [--hold-s S]
+[--no-fair-tenants] [--no-prefill-guard] [--json] [--report DIR]``
 
 Errors the user can fix (bad trace line, unknown scenario or policy, missing
 file, bad numbers) print one line, ``laneway: error: ...``, and exit with 2.
@@ -98,11 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"with --upstreams: each engine's KV space in tokens (default {AGENT_KV_TOKENS:,})",
     )
-    sim.add_argument(
-        "--isolate",
-        action="store_true",
-        help="the upstreams run urgent work alone (a worker's isolate): the agents scenario, --upstreams",
-    )
     sim.add_argument("--seed", type=whole, metavar="N", help="scenario seed (default 0)")
     sim.add_argument(
         "--requests",
@@ -116,11 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="TOML file of GPU nodes and models: a trace runs on that fleet instead of --slots",
     )
-    sim.add_argument(
-        "--no-fair-tenants",
-        action="store_true",
-        help="FIFO by arrival inside a class (default: tenants share a class by tokens)",
-    )
+    for flag, said in (  # (switches)
+        ("--isolate", "the upstreams run urgent work alone (isolate): the agents scenario, --upstreams"),
+        ("--no-fair-tenants", "FIFO by arrival inside a class (default: tenants share a class by tokens)"),
+        ("--no-prefill-guard", "an urgent long prefill may run beside others ([scheduler] prefill_guard)"),
+    ):
+        sim.add_argument(flag, action="store_true", help=said)
     sim.add_argument(
         "--hold-s",
         type=seconds,
@@ -315,7 +311,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 f"--report {args.report}: cannot make the folder: {exc.strerror or exc}"
             ) from None
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
-    config = SchedulerConfig(fair_tenants=not args.no_fair_tenants, hold_s=args.hold_s)
+    config = SchedulerConfig(
+        fair_tenants=not args.no_fair_tenants, hold_s=args.hold_s, prefill_guard=not args.no_prefill_guard
+    )
     results = run_policies(policies, sc, seed, config)
     summaries = [summarize(r) for r in results]
     if args.json:

@@ -218,6 +218,26 @@ def test_a_trace_on_isolated_upstreams_runs_urgent_work_alone(
     assert alone["prefix"]["hit_rate"] == pytest.approx(want["prefix"]["hit_rate"], rel=1e-3)
 
 
+def test_the_prefill_guard_can_be_turned_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--no-prefill-guard``: an urgent long prefill may run beside others, as with the
+    server's ``[scheduler] prefill_guard = false``; by default it guards its upstream."""
+    from laneway.core import ClassTable, SchedulerConfig
+    from laneway.sim.workload import to_jsonl
+
+    sc = agents(seed=4, upstreams=2, count=40, kv_tokens=16_384)
+    trace = tmp_path / "agents.jsonl"
+    trace.write_text(to_jsonl(sc.requests, ClassTable()))
+    argv = ["simulate", "--trace", str(trace), "--upstreams", "2", "--kv-tokens", "16384", "--json"]
+    assert main(argv) == 0
+    assert main([*argv, "--no-prefill-guard"]) == 0
+    guarded, unguarded = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    for got, on in ((guarded, True), (unguarded, False)):
+        config = SchedulerConfig(prefill_guard=on)
+        want = summarize(simulate(sc.requests, slots=16, workers=sc.workers, caches=True, config=config))
+        assert got["preemptions"] == want["preemptions"], on
+    assert guarded["preemptions"] != unguarded["preemptions"]  # (its stops of batch prefills)
+
+
 def p3_wait_over_estimate(isolate: bool) -> float:
     """The median of the agents' flood (P3) wait over its estimate on arrival (those that
     waited at least 1 s), on 8 upstreams, isolated or not."""
