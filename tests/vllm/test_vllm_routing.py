@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,12 +25,20 @@ def waiting_in(vllm: VllmProcess) -> int:
     return round(sum(float(v) for v in re.findall(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", text, re.M)))
 
 
-async def first_tokens(base: str, bodies: list[dict[str, object]], gap_s: float = 0.0) -> list[float]:
-    """Each body streamed (started ``gap_s`` apart): when its first text came."""
+async def first_tokens(
+    base: str,
+    bodies: list[dict[str, object]],
+    gap_s: float = 0.0,
+    before_last: Callable[[], Awaitable[None]] | None = None,
+) -> list[float]:
+    """Each body streamed (started ``gap_s`` apart; the last once ``before_last`` returned):
+    when its first text came."""
     async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
 
         async def one(i: int, body: dict[str, object]) -> float:
             await asyncio.sleep(i * gap_s)
+            if before_last is not None and i == len(bodies) - 1:
+                await before_last()
             async with client.stream("POST", base + "/completions", json={**body, "stream": True}) as r:
                 assert r.status_code == 200, await r.aread()
                 first = None
@@ -97,8 +106,14 @@ def test_the_class_is_vllms_priority_so_p0_goes_ahead_of_its_queue(vllm: VllmPro
             tmp_path / str(forward), vllm.url, slots=9, adapt_slots=False, forward_priority=forward
         )
         bodies = [p("P3", i, 200) for i in range(8)] + [p("P0", 99, 4)]
+
+        async def four_waiting() -> None:  # (the P0 sent once vLLM queues 4: on a busy machine
+            deadline = time.monotonic() + 60  # the P3s' requests may reach it late)
+            while await asyncio.to_thread(waiting_in, vllm) < 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+
         with live_server(config) as server:
-            firsts = asyncio.run(first_tokens(server.base_url, bodies, gap_s=0.05))
+            firsts = asyncio.run(first_tokens(server.base_url, bodies, gap_s=0.05, before_last=four_waiting))
         urgent = firsts[-1]
         return sum(1 for t in firsts[:-1] if t > urgent)  # P3s that started after the P0
 
