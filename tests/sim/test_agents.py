@@ -14,7 +14,7 @@ from laneway.core import WorkerSpec
 from laneway.core.prefix_cache import BLOCK_TOKENS
 from laneway.sim.engines import Engines
 from laneway.sim.report import summarize
-from laneway.sim.scenarios import agents
+from laneway.sim.scenarios import Scenario, agents
 from laneway.sim.simulation import simulate
 
 
@@ -191,18 +191,24 @@ def test_a_given_duration_is_generation_and_the_engine_adds_its_prefill() -> Non
     assert second.latency_s == pytest.approx(2.0) and second.cached_tokens == 8000
 
 
+def agents_trace(tmp_path: Path, count: int) -> tuple[Scenario, list[str]]:
+    """The agents scenario on 2 upstreams written as a trace, and the ``simulate`` command
+    line that runs it on upstreams of 16,384 tokens of KV each (JSON out)."""
+    from laneway.core import ClassTable
+    from laneway.sim.workload import to_jsonl
+
+    sc = agents(seed=4, upstreams=2, count=count, kv_tokens=16_384)
+    trace = tmp_path / "agents.jsonl"
+    trace.write_text(to_jsonl(sc.requests, ClassTable()))
+    return sc, ["simulate", "--trace", str(trace), "--upstreams", "2", "--kv-tokens", "16384", "--json"]
+
+
 def test_a_trace_on_isolated_upstreams_runs_urgent_work_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--isolate``: the upstreams run urgent work alone (a worker's ``isolate``), as the
     server's do: an agent's turn stops the batch work beside it."""
-    from laneway.core import ClassTable
-    from laneway.sim.workload import to_jsonl
-
-    sc = agents(seed=4, upstreams=2, count=10, kv_tokens=16_384)
-    trace = tmp_path / "agents.jsonl"
-    trace.write_text(to_jsonl(sc.requests, ClassTable()))
-    argv = ["simulate", "--trace", str(trace), "--upstreams", "2", "--kv-tokens", "16384", "--json"]
+    sc, argv = agents_trace(tmp_path, count=10)
     assert main(argv) == 0
     assert main([*argv, "--isolate"]) == 0
     shared, alone = (json.loads(line) for line in capsys.readouterr().out.splitlines())
@@ -221,13 +227,9 @@ def test_a_trace_on_isolated_upstreams_runs_urgent_work_alone(
 def test_the_prefill_guard_can_be_turned_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--no-prefill-guard``: an urgent long prefill may run beside others, as with the
     server's ``[scheduler] prefill_guard = false``; by default it guards its upstream."""
-    from laneway.core import ClassTable, SchedulerConfig
-    from laneway.sim.workload import to_jsonl
+    from laneway.core import SchedulerConfig
 
-    sc = agents(seed=4, upstreams=2, count=40, kv_tokens=16_384)
-    trace = tmp_path / "agents.jsonl"
-    trace.write_text(to_jsonl(sc.requests, ClassTable()))
-    argv = ["simulate", "--trace", str(trace), "--upstreams", "2", "--kv-tokens", "16384", "--json"]
+    sc, argv = agents_trace(tmp_path, count=40)
     assert main(argv) == 0
     assert main([*argv, "--no-prefill-guard"]) == 0
     guarded, unguarded = (json.loads(line) for line in capsys.readouterr().out.splitlines())
