@@ -13,7 +13,8 @@ from laneway.backends.base import Sink
 from laneway.backends.simulated import SimulatedWorker
 from laneway.backends.upstream import UpstreamUnavailable
 from laneway.cluster.codec import encode
-from laneway.cluster.remote import LOCAL_GRACE_S, RemoteScheduler
+from laneway.cluster.local_deadlines import LOCAL_GRACE_S
+from laneway.cluster.remote import RemoteScheduler
 from laneway.config import ServerConfig, WorkerConfig
 from laneway.core import Dispatch
 from laneway.errors import Unavailable

@@ -84,7 +84,7 @@ class Node:
             "ok": connected and self.loss is None,
             "detail": detail,
             "replica": self.remote.replica,
-            "leader": self.remote.live_leader,
+            "leader": self.remote.figures.leader,
             "leading": self.leader.leading,
         }
 

@@ -45,7 +45,6 @@ from laneway.cluster.codec import (
     FirstToken,
     LoanGranted,
     Owns,
-    Pace,
     Preempted,
     Progress,
     Requeued,
@@ -58,9 +57,12 @@ from laneway.cluster.codec import (
     encode,
 )
 from laneway.cluster.dispatch_gate import DispatchGate
+from laneway.cluster.leader_figures import LeaderFigures
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
+from laneway.cluster.local_deadlines import LocalDeadlines
 from laneway.cluster.redis_io import stream_entries
+from laneway.cluster.shared_sizing import SharedSizing
 from laneway.core import Decision, Dispatch, Preempt, Reject, Request, Scheduler, WaitRange, WorkerSpec
 from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
@@ -72,45 +74,6 @@ log = logging.getLogger("laneway.cluster")
 
 ESTIMATES_EVERY_S = 0.25  # how often the leader publishes estimates (and a replica reads them)
 EVENTS_PER_ENTRY = 64  # events sent in one stream entry (one command, one parse)
-LOCAL_GRACE_S = 5.0  # past a request's queue timeout, with no decision: given up on here
-
-
-class SharedSizing(Sizing):
-    """A replica's request sizing, with the pace measured by every replica: each
-    observation also goes to the leader (an ``o`` event), whose figures per model
-    (published with the estimates) replace this replica's own. A replica that has served
-    nothing of a model yet sizes its requests as the others measured them, so the
-    leader's estimates (and the refusals made on them) do not depend on which replica
-    a client reached."""
-
-    def __init__(self, base: Sizing, emit: Callable[[Event], None]) -> None:
-        super().__init__(base.costs, base.default_max_tokens, base.context_of)
-        self.decode_tokens_s = dict(base.decode_tokens_s)
-        self._emit = emit
-        self._seen: dict[str, list[float]] = {}  # model -> [tokens after the first, seconds]
-        self._told: set[str] = set()  # models whose pace this replica has sent
-
-    def observe(self, model: str, tokens: int, seconds: float) -> None:
-        super().observe(model, tokens, seconds)
-        if tokens >= 2 and seconds > 0:
-            if model not in self._told:  # the first of a model at once (the others size by it)
-                self._told.add(model)
-                self._emit(Pace(model, tokens, seconds))
-                return
-            seen = self._seen.setdefault(model, [0.0, 0.0])
-            seen[0] += tokens - 1
-            seen[1] += seconds
-
-    def send(self) -> None:
-        """What was measured since the last call, one event per model (its pace over all)."""
-        for model, (tokens, seconds) in self._seen.items():
-            self._emit(Pace(model, int(tokens) + 1, seconds))
-        self._seen = {}
-
-    def adopt(self, pace: dict[str, float]) -> None:
-        for model, rate in pace.items():
-            if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0:
-                self.decode_tokens_s[model] = float(rate)
 
 
 class RemoteScheduler:
@@ -148,12 +111,8 @@ class RemoteScheduler:
         self.running_now: Callable[[], list[tuple[str, str | None]]] = list
         # (the node says) the leader's core where this replica leads, else None: its quotas
         self.leading_core: Callable[[], Scheduler | None] = lambda: None
-        self._estimates: dict[str, float | None] = {}
-        self._ranges: dict[str, list[Any]] = {}
-        self._queued: dict[str, int] = {}
-        self._running: dict[str, int] = {}
+        self.figures = LeaderFigures()  # (what the leader publishes: estimates, counts, ...)
         self._tasks: list[asyncio.Task[None]] = []
-        self.live_leader: str | None = None
         self.sizing: SharedSizing | None = None  # (set by the node: the runtime's sizing)
         cfg = config or SchedulerConfig()
         # slots the leader lent, and what runs on them; where this replica's prompts likely are
@@ -166,14 +125,7 @@ class RemoteScheduler:
         self._last = "0-0"  # the last decision read
         self._tenants = Admission(cfg.tenants, cfg.default_tenant, class_names)
         self._timeouts = [c.timeout_s for c in cfg.classes.classes]
-        # requests sent to the leader with no decision back yet -> when this replica gives up
-        # on one (its queue timeout and a grace, on the runtime's clock): the leader refuses
-        # it at its timeout, unless it cannot be reached
-        self._deadlines: dict[str, float] = {}
-        # of those, requests back in the leader's hands after a start (requeued, preempted, a
-        # dispatch held): the leader waits on no timeout for them, so they are given up on
-        # here only while the cluster stays out of reach (-> the span their deadline renews by)
-        self._back: dict[str, float] = {}
+        self._deadlines = LocalDeadlines()  # (requests sent to the leader: when given up on here)
         self.last_heartbeat = -math.inf  # (monotonic) the last heartbeat that got through
         # dispatches that came while this replica could have been taken for dead (a pause past
         # its liveness): started only once a heartbeat says it was not
@@ -252,10 +204,7 @@ class RemoteScheduler:
         the leader could not be reached. ``back``: it started before, and is given up on only
         while the cluster is out of reach."""
         limit = req.timeout_s if req.timeout_s is not None else self._timeouts[req.priority]
-        if limit is not None and math.isfinite(limit):
-            self._deadlines[req.id] = now + limit + LOCAL_GRACE_S
-            if back:
-                self._back[req.id] = limit + LOCAL_GRACE_S
+        self._deadlines.arm(req.id, limit, now, back=back)
 
     def _rearm(self, request_id: str, now: float) -> None:
         req = self._reqs.get(request_id)
@@ -289,8 +238,7 @@ class RemoteScheduler:
     ) -> None:
         self._mine.discard(request_id)
         self._reqs.pop(request_id, None)
-        self._deadlines.pop(request_id, None)
-        self._back.pop(request_id, None)
+        self._deadlines.drop(request_id)
         if self._gave_back(request_id) is None:
             self._emit(Finished(request_id, failed, tokens, prompt_tokens))
 
@@ -314,8 +262,7 @@ class RemoteScheduler:
         live = request_id in self._mine
         self._mine.discard(request_id)
         self._reqs.pop(request_id, None)
-        self._deadlines.pop(request_id, None)
-        self._back.pop(request_id, None)
+        self._deadlines.drop(request_id)
         if self._gave_back(request_id) is None:
             self._emit(Cancelled(request_id, tokens))
         return live
@@ -418,22 +365,14 @@ class RemoteScheduler:
         out, self._inbox = self._inbox, []
         for d in out:
             if type(d) in (Dispatch, Reject, Preempt):
-                self._deadlines.pop(d.request_id, None)  # type: ignore[union-attr]
-                self._back.pop(d.request_id, None)  # type: ignore[union-attr]
+                self._deadlines.drop(d.request_id)  # type: ignore[union-attr]
         if out and not self.fresh:  # (fencing: nothing starts on slots the leader may have given away)
             held = [d for d in out if type(d) is Dispatch]
             self._held += held
             for d in held:
                 self._rearm(d.request_id, now)
             out = [d for d in out if type(d) is not Dispatch]
-        late = [rid for rid, at in self._deadlines.items() if at <= now]
-        for rid in late:  # no decision in time: the leader could not be reached
-            del self._deadlines[rid]
-            span = self._back.pop(rid, None)
-            if span is not None and self.connected:  # (it waits its turn with the leader)
-                self._deadlines[rid] = now + span
-                self._back[rid] = span
-                continue
+        for rid in self._deadlines.due(now, self.connected):  # (no decision in time: no leader reached)
             if rid in self._mine:
                 self.cancel(rid, now)
                 why = "the cluster's scheduler did not answer in time (is Redis reachable?)"
@@ -442,7 +381,7 @@ class RemoteScheduler:
 
     def next_wakeup(self) -> float:
         """When a request sent to the leader is given up on here (the leader's timers are its own)."""
-        return min(self._deadlines.values(), default=math.inf)
+        return self._deadlines.next()
 
     @property
     def fresh(self) -> bool:
@@ -465,21 +404,14 @@ class RemoteScheduler:
         raw: bool = False,
     ) -> float:
         """The leader's latest figure (corrected as its estimates are: ``raw`` is ignored)."""
-        got = self._estimates.get(f"{self.names[cls]}|{model or ''}", self._estimates.get(self.names[cls]))
-        return math.inf if got is None else got
+        return self.figures.wait(self.names[cls], model)
 
     def estimate_range(
         self, cls: int, model: str | None, now: float, est_service_s: float | None = None
     ) -> tuple[float, WaitRange]:
         """The leader's latest figure and interval."""
-        wait = self.estimate_wait(cls, model, now)
         name = self.names[cls]
-        got = self._ranges.get(f"{name}|{model or ''}", self._ranges.get(name))
-        if got is None:
-            return wait, WaitRange(0.0, math.inf, "none", "the leader has published no estimate yet")
-        low, high, basis, detail = got
-        low = 0.0 if low is None else float(low)
-        return wait, WaitRange(low, math.inf if high is None else float(high), str(basis), str(detail))
+        return self.figures.wait(name, model), self.figures.range(name, model)
 
     def quota_refusal(self, tenant: str | None, cls: int, now: float) -> tuple[str, str, float] | None:
         """A class the tenant may not use (configuration, known here); its quotas are the
@@ -498,7 +430,7 @@ class RemoteScheduler:
 
     @property
     def queued(self) -> int:
-        return sum(self._queued.values())
+        return sum(self.figures.queued.values())
 
     @property
     def live(self) -> int:
@@ -508,8 +440,8 @@ class RemoteScheduler:
         n = dict.fromkeys(self.names, 0)
         lent = self.borrower.running_per_class(self.names)  # (the leader does not count those)
         return Snapshot(
-            queue_depth={**n, **self._queued},
-            running={k: self._running.get(k, 0) + lent[k] for k in n},
+            queue_depth={**n, **self.figures.queued},
+            running={k: self.figures.running.get(k, 0) + lent[k] for k in n},
             slots_total=0,
             slots_free=0,
             submitted=0,
@@ -575,31 +507,14 @@ class RemoteScheduler:
         raw = await self.r.get(self.p + "est")
         if raw is None:
             return
-        fig = json.loads(raw)
-        self._estimates = {k: v for k, v in fig.get("wait", {}).items()}
-        self._ranges = {k: v for k, v in fig.get("range", {}).items() if isinstance(v, list) and len(v) == 4}
-        self._queued = fig.get("queued", {})
-        self._running = fig.get("running", {})
-        self.live_leader = fig.get("leader")
-        pace = fig.get("pace")
-        if self.sizing is not None and isinstance(pace, dict):
-            self.sizing.adopt(pace)
-        fleet = fig.get("fleet")
-        if isinstance(fleet, dict) and isinstance(
-            fleet.get("replicas"), dict
-        ):  # (where the leader placed what)
-            self.on_engines(set(fleet["replicas"]))
-            self.on_fleet(fleet)
-        failing = fig.get("failing")
-        if isinstance(failing, dict):
-            now = time.time()
-            self.on_failing(
-                {
-                    str(m): (str(v[0]), float(v[1]) - now)
-                    for m, v in failing.items()
-                    if isinstance(v, list) and len(v) == 2 and isinstance(v[1], int | float)
-                }
-            )
+        fig = self.figures.read(json.loads(raw))
+        if self.sizing is not None and fig.pace is not None:
+            self.sizing.adopt(fig.pace)
+        if fig.fleet is not None:  # (where the leader placed what)
+            self.on_engines(set(fig.fleet["replicas"]))
+            self.on_fleet(fig.fleet)
+        if fig.failing is not None:
+            self.on_failing(fig.failing)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -639,7 +554,6 @@ class RemoteScheduler:
         self._mine.clear()
         self._reqs.clear()
         self._deadlines.clear()
-        self._back.clear()
         self._held = []
         self._inbox = []
         if self.gate is not None:
