@@ -113,3 +113,27 @@ class Table:
         unknown = [k for k in self.data if k not in self._read]
         if unknown:
             raise ConfigError(f"{self.key(unknown[0])}: unknown key")
+
+
+def rank(table: Table, name: str, names: tuple[str, ...], default: Any) -> Any:
+    """``table[name]`` as a class's rank (as :func:`parse_rank` reads one), or ``default``."""
+    value = table.raw(name, default)
+    if value is default:
+        return value
+    try:
+        return parse_rank(value, names)
+    except ValueError as exc:
+        raise ConfigError(f"{table.key(name)}: {exc}") from None
+
+
+def parse_rank(value: object, names: tuple[str, ...]) -> int:
+    """``2``, ``"2"``, ``"P2"`` or ``"p2"`` -> 2."""
+    if isinstance(value, str):
+        lowered = [n.lower() for n in names]
+        if value.strip().lower() in lowered:
+            return lowered.index(value.strip().lower())
+        if value.strip().isdigit():
+            value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return value
+    raise ValueError(f"unknown class {value!r}: expected one of {', '.join(names)} (or 0–{len(names) - 1})")

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from laneway.config.fields import REQUIRED, Table
+from laneway.config.fields import Table, parse_rank, rank
 from laneway.config.fleet import parse_fleet
 from laneway.config.schema import (
     DEFAULT_ALERT_WAIT_S,
@@ -23,16 +23,12 @@ from laneway.config.schema import (
     BatchConfig,
     ClusterConfig,
     ServerConfig,
-    TenantConfig,
 )
+from laneway.config.tenants import parse_tenants
 from laneway.config.urls import is_http, split
 from laneway.config.workers import parse_workers
-from laneway.core import ClassTable, ConfigError, CostModel, Quota, SchedulerConfig, TenantPolicy
-from laneway.core.admission import TokenQuota
+from laneway.core import ClassTable, ConfigError, CostModel, SchedulerConfig
 from laneway.core.policies import POLICIES
-
-_HEX = frozenset("0123456789abcdef")
-
 
 MAX_TOML_BYTES = 16 * 2**20  # (a configuration is a few KiB; /dev/zero given for one is not read to the end)
 
@@ -76,8 +72,8 @@ def parse_config(data: dict[str, Any]) -> ServerConfig:
     classes = _classes(top.table("classes"))
     names = classes.names
     sched_cfg = _scheduler(top.table("scheduler"), classes)
-    default_class = _rank(server, "default_priority", names, base.default_priority)
-    tenants = _tenants(top.table("tenants"), names, default_class)
+    default_class = rank(server, "default_priority", names, base.default_priority)
+    tenants = parse_tenants(top.table("tenants"), names, default_class)
     policies = {t.name: t.policy for t in tenants}
     sched_cfg = replace(sched_cfg, tenants=policies)
     fleet = parse_fleet(top.raw("fleet"), names) if "fleet" in top else None
@@ -184,7 +180,7 @@ def _cluster(t: Table) -> ClusterConfig | None:
 def _batches(t: Table, names: tuple[str, ...]) -> BatchConfig:
     base = BatchConfig()
     out = BatchConfig(
-        default_priority=_rank(t, "default_priority", names, base.default_priority),
+        default_priority=rank(t, "default_priority", names, base.default_priority),
         max_file_bytes=t.int("max_file_bytes", base.max_file_bytes, low=1024),
         max_lines=t.int("max_lines", base.max_lines, low=1),
         max_in_flight=t.int("max_in_flight", base.max_in_flight, low=1),
@@ -212,29 +208,6 @@ def _policy(server: Table) -> str:
     return str(name)
 
 
-def _rank(table: Table, name: str, names: tuple[str, ...], default: Any) -> Any:
-    value = table.raw(name, default)
-    if value is default:
-        return value
-    try:
-        return _parse_rank(value, names)
-    except ValueError as exc:
-        raise ConfigError(f"{table.key(name)}: {exc}") from None
-
-
-def _parse_rank(value: object, names: tuple[str, ...]) -> int:
-    """``2``, ``"2"``, ``"P2"`` or ``"p2"`` -> 2."""
-    if isinstance(value, str):
-        lowered = [n.lower() for n in names]
-        if value.strip().lower() in lowered:
-            return lowered.index(value.strip().lower())
-        if value.strip().isdigit():
-            value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
-        return value
-    raise ValueError(f"unknown class {value!r}: expected one of {', '.join(names)} (or 0–{len(names) - 1})")
-
-
 def _classes(table: Table) -> ClassTable:
     """``[classes.P0]`` tables override the default classes' settings."""
     default = ClassTable()
@@ -248,7 +221,7 @@ def _classes(table: Table) -> ClassTable:
         ranks = c.may_preempt
         if may is not None:
             try:
-                ranks = frozenset(_parse_rank(v, default.names) for v in may)
+                ranks = frozenset(parse_rank(v, default.names) for v in may)
             except ValueError as exc:
                 raise ConfigError(f"{t.key('may_preempt')}: {exc}") from None
         out.append(
@@ -291,7 +264,7 @@ def _scheduler(table: Table, classes: ClassTable) -> SchedulerConfig:
             aging_interval_s=table.float(
                 "aging_interval_s", base.aging_interval_s, positive=True, optional=True
             ),
-            aging_ceiling=_rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
+            aging_ceiling=rank(table, "aging_ceiling", classes.names, base.aging_ceiling),
             drain_cap_s=table.float("drain_cap_s", base.drain_cap_s),
             hold_s=table.float("hold_s", base.hold_s, optional=True) or 0.0,
             max_preempt_loss=table.float("max_preempt_loss", base.max_preempt_loss, optional=True),
@@ -333,77 +306,6 @@ def _aliases(table: Table, served: set[str]) -> dict[str, str]:
     return out
 
 
-def _tenants(table: Table, names: tuple[str, ...], default_class: int) -> tuple[TenantConfig, ...]:
-    out = []
-    owner: dict[str, str] = {}  # key digest -> the tenant it is of
-    for name in list(table.data):
-        if not name.isprintable():
-            raise ConfigError(f"tenants: expected tenant names without control characters, got {name!r}")
-        t = table.table(name)
-        hashes = t.list("key_sha256", [])
-        for h in hashes:
-            if not isinstance(h, str) or len(h) != 64 or not set(h.lower()) <= _HEX:
-                raise ConfigError(f"{t.key('key_sha256')}: expected SHA-256 hex digests (64 characters)")
-            if owner.setdefault(h.lower(), name) != name:  # (one key is one tenant's)
-                raise ConfigError(
-                    f"{t.key('key_sha256')}: {h[:12]}… is a key of tenant {owner[h.lower()]!r} already"
-                )
-        allowed = t.list("allowed", None)
-        try:
-            allowed_ranks = None if allowed is None else frozenset(_parse_rank(v, names) for v in allowed)
-        except ValueError as exc:
-            raise ConfigError(f"{t.key('allowed')}: {exc}") from None
-        quotas_t = t.table("quotas")
-        quotas = {}
-        token_quotas = {}
-        for cname in list(quotas_t.data):
-            q = quotas_t.table(cname)
-            try:
-                rank = _parse_rank(cname, names)
-            except ValueError as exc:
-                raise ConfigError(f"{q.path}: {exc}") from None
-            for key in q.data:  # (a typo beside a rate is unknown, not a rate missing)
-                if key not in QUOTA_KEYS:
-                    raise ConfigError(f"{q.key(key)}: unknown key (one of: {', '.join(QUOTA_KEYS)})")
-            tpm = q.float("tokens_per_min", None, positive=True)
-            if tpm is not None:
-                token_quotas[rank] = TokenQuota(tpm, q.float("tokens_burst", None, positive=True))
-            rate = q.float("rate_per_s", None if tpm is not None else REQUIRED, positive=True)
-            if rate is not None:
-                quotas[rank] = Quota(rate, q.float("burst", 1.0, positive=True))
-            q.done()
-        policy = TenantPolicy(
-            allowed=allowed_ranks,
-            default_class=_rank(t, "default_priority", names, None),
-            quotas=quotas,
-            max_concurrent=t.int("max_concurrent", None, low=1),
-            max_queued=t.int("max_queued", None, low=1),
-            weight=t.float("weight", 1.0, positive=True),
-            token_quotas=token_quotas,
-        )
-        if (
-            policy.default_class is not None
-            and allowed_ranks is not None
-            and policy.default_class not in allowed_ranks
-        ):
-            raise ConfigError(f"{t.key('default_priority')}: not among the tenant's allowed classes")
-        if policy.default_class is None and allowed_ranks and default_class not in allowed_ranks:
-            # (an empty list: a key for /metrics and the dashboard alone, which sends no request)
-            # its requests that name no class get its most urgent allowed class below the
-            # server's default (as its batches do); none below: it must say which
-            fallback = policy.fallback(default_class)
-            if fallback is None:
-                raise ConfigError(
-                    f"{t.key('allowed')}: leaves out {names[default_class]}, the class requests that "
-                    "name none get (server.default_priority), and every class below it; give the "
-                    "tenant a default_priority"
-                )
-            policy = replace(policy, default_class=fallback)
-        t.done()
-        out.append(TenantConfig(name, frozenset(h.lower() for h in hashes), policy))
-    return tuple(out)
-
-
 def _alerts(table: Table, names: tuple[str, ...]) -> tuple[float | None, ...]:
     """``[alerts] queue_wait_s = {P0 = 10, ...}``: per-class queue-wait alert thresholds."""
     waits = table.table("queue_wait_s")
@@ -414,9 +316,6 @@ def _alerts(table: Table, names: tuple[str, ...]) -> tuple[float | None, ...]:
     waits.done()
     table.done()
     return tuple(out)
-
-
-QUOTA_KEYS = ("rate_per_s", "burst", "tokens_per_min", "tokens_burst")
 
 
 def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
@@ -430,7 +329,7 @@ def _tiers(table: Table, names: tuple[str, ...]) -> dict[str, str | None]:
         if isinstance(value, str) and value.strip().lower() == "default":
             out[tier] = None
             continue
-        out[tier] = names[_rank(table, tier, names, None)]  # (a class as anywhere: "P1", "p1", 1)
+        out[tier] = names[rank(table, tier, names, None)]  # (a class as anywhere: "P1", "p1", 1)
     return out
 
 
