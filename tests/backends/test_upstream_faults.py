@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -138,3 +140,66 @@ def test_a_workers_x_keys_are_body_fields_by_their_own_name_and_the_clients_win(
         0.1,
     )
     assert not any(k.startswith("x_") for b in bodies for k in b)  # (they were sent as x_top_k)
+
+
+def freezing_upstream(thaw: threading.Event) -> Starlette:
+    """An engine of model ``m`` that freezes at its first request: that request's answer
+    begins and sends nothing more, and its ``/models`` answers no probe, until ``thaw``."""
+    frozen = threading.Event()
+
+    async def wait() -> None:
+        for _ in range(600):  # (30 s at most)
+            if thaw.is_set():
+                return
+            await asyncio.sleep(0.05)
+
+    async def models(request: Request) -> Response:
+        if frozen.is_set():
+            await wait()
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: Request) -> Response:
+        frozen.set()
+
+        async def nothing() -> AsyncIterator[bytes]:
+            await wait()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(nothing(), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])]
+    )
+
+
+def test_a_request_whose_engine_froze_before_it_made_anything_waits_its_queue_timeout_anew(
+    tmp_path: Path,
+) -> None:
+    """Its run stalled (no event for ``stall_timeout_s``) and its worker is out: queued again,
+    it waits its class's queue timeout from then, and gets the 503 ``queue_timeout`` any
+    request queued too long gets — not an answer that never comes (``unavailable_hold_s``
+    longer than the timeout here, as a fleet's models have none)."""
+    thaw = threading.Event()
+    try:
+        with serving(freezing_upstream(thaw)) as url:
+            cfg = parse_config(
+                {
+                    "server": {"data_dir": str(tmp_path), "probe_interval_s": 0.5, "unavailable_hold_s": 100},
+                    "classes": {"P1": {"timeout_s": 2}},
+                    "workers": [
+                        {"name": "up", "type": "upstream", "model": "m", "url": url, "stall_timeout_s": 1}
+                    ],
+                }
+            )
+            with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
+                t0 = time.monotonic()
+                body = {"model": "m", "prompt": "hi", "max_tokens": 2, "priority": "P1"}
+                r = c.post("/completions", json=body)
+                took = time.monotonic() - t0
+                assert r.status_code == 503 and r.json()["error"]["code"] == "queue_timeout", r.text
+                assert 2.9 < took < 15.0  # (the stall, then the timeout from then)
+                assert server.runtime.recovery.down == {"up"}
+                assert server.runtime.sched.live == 0 and not server.runtime.tickets
+                thaw.set()  # (its engine answers again: the server stops without waiting on it)
+    finally:
+        thaw.set()

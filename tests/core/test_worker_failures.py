@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from laneway.core import CostModel, Dispatch, InvalidTransition, LanewayError, Preempt, Scheduler, WorkerSpec
+from laneway.core import (
+    CostModel,
+    Dispatch,
+    InvalidTransition,
+    LanewayError,
+    Preempt,
+    Reject,
+    Scheduler,
+    WorkerSpec,
+)
 
 from .gpu_helpers import gpu, gpu_sched, inventory, model
 from .helpers import ids, req, sched
@@ -27,6 +38,63 @@ def test_requeue_puts_a_failed_start_back_at_the_head_of_its_class() -> None:
     s.submit(req("c", 2, 4.0), 4.0)
     with pytest.raises(InvalidTransition):
         s.requeue("c", 4.0)  # queued, not running
+
+
+def test_a_requeued_request_waits_its_queue_timeout_anew_and_only_while_it_waits() -> None:
+    """Its worker failed before it produced anything: queued again, it may wait its class's
+    timeout (60 s for P1) from then — not for ever, as a preempted request may."""
+    s = sched(1)
+    s.submit(req("a", 1, 0.0), 0.0)
+    assert ids(s.schedule(0.0)) == ["a"]
+    s.requeue("a", 50.0, failed=True)  # (after 50 s: its timeout counted from now)
+    s.set_available("w0", False)  # (no worker to run it again)
+    s.check_invariants()
+    assert s.schedule(109.0) == [] and s.next_wakeup() == pytest.approx(110.0)
+    out = s.schedule(110.0)
+    assert [(type(d), d.reason) for d in out] == [(Reject, "queue_timeout")]  # type: ignore[union-attr]
+    assert "a" not in s
+    s.check_invariants()
+
+
+def test_a_requeued_request_that_runs_again_is_never_expired_and_a_second_failure_counts_anew() -> None:
+    s = sched(1)
+    s.submit(req("a", 2, 0.0), 0.0)  # (P2: 300 s)
+    s.schedule(0.0)
+    s.requeue("a", 10.0, failed=True)  # (its deadline: 310 s)
+    assert ids(s.schedule(10.0)) == ["a"]
+    s.requeue("a", 100.0, failed=True)  # (failed again: 400 s)
+    s.set_available("w0", False)
+    assert s.schedule(310.0) == []  # (not by the first failure's deadline)
+    s.set_available("w0", True)
+    assert ids(s.schedule(320.0)) == ["a"]
+    s.submit(req("chat", 0, 321.0), 321.0)
+    out = s.schedule(321.0)
+    assert ids(out, Preempt) == ["a"]  # (preempted by laneway: it waits as long as it takes)
+    s.preempted("a", 322.0)
+    assert ids(s.schedule(322.0)) == ["chat"]
+    assert s.schedule(10_000.0) == [] and s.get("a").state.value == "queued"
+    s.finished("chat", 10_001.0)
+    assert ids(s.schedule(10_001.0)) == ["a"]
+
+
+def test_a_requeued_request_with_no_timeout_waits_as_long_as_it_takes() -> None:
+    s = sched(1)
+    s.submit(req("a", 1, 0.0, timeout_s=math.inf), 0.0)
+    s.schedule(0.0)
+    s.requeue("a", 1.0, failed=True)
+    s.set_available("w0", False)
+    assert s.schedule(10_000.0) == [] and s.next_wakeup() == math.inf and "a" in s
+
+
+def test_a_request_laneway_took_back_itself_waits_as_long_as_it_takes() -> None:
+    """Queued again by laneway's own choice (the saturation gate taking back what an engine
+    queued): as a preempted request, never expired."""
+    s = sched(1)
+    s.submit(req("a", 1, 0.0), 0.0)
+    s.schedule(0.0)
+    s.requeue("a", 1.0)
+    s.set_available("w0", False)
+    assert s.schedule(10_000.0) == [] and "a" in s
 
 
 def test_requeue_while_being_preempted_undoes_the_preemption() -> None:

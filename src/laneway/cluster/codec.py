@@ -212,6 +212,7 @@ class Preempted(Flat):
 class Requeued(Flat):
     TAG: ClassVar[str] = "q"
     request_id: str
+    failed: bool = False  # (its worker failed: it waits its queue timeout anew)
 
 
 @dataclass(frozen=True, slots=True)

@@ -412,7 +412,7 @@ class Leader:
                     core.requeue(e.request_id, now)
                 self.table.queued(e.request_id, sets)
             elif kind is Requeued:
-                core.requeue(e.request_id, now)
+                core.requeue(e.request_id, now, failed=e.failed)
                 self.table.queued(e.request_id, sets)
             elif kind is Progress:
                 core.progress(e.request_id, e.tokens, now)

@@ -267,10 +267,10 @@ class RemoteScheduler:
             self._emit(Cancelled(request_id, tokens))
         return live
 
-    def requeue(self, request_id: str, now: float) -> None:
+    def requeue(self, request_id: str, now: float, *, failed: bool = False) -> None:
         self._rearm(request_id, now)
         req = self._gave_back(request_id)
-        self._emit(Requeued(request_id) if req is None else Submitted(Sent.of(req, self.home)))
+        self._emit(Requeued(request_id, failed) if req is None else Submitted(Sent.of(req, self.home)))
 
     def progress(self, request_id: str, tokens: int, now: float) -> None:
         if request_id not in self.borrower.running:

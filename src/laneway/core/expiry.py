@@ -11,7 +11,9 @@ Per native class, two deques in submission order:
 Requests with their own timeout, and default-timeout requests submitted out of
 arrival order (their deadline falls before one already in ``scan``), go to a
 heap instead. A request that has started once (and was preempted) is never
-expired: it was accepted into work and being preempted is not its fault.
+expired: it was accepted into work and being preempted is not its fault. One whose
+worker failed before it produced anything, queued again (``again``), waits anew: its
+queue timeout counts from then, in a heap of its own, until it starts again.
 Entries are dropped lazily once their request started or ended.
 """
 
@@ -31,6 +33,12 @@ def _fresh(req: Request) -> bool:
     return req.state is _QUEUED and math.isnan(req.first_start_s)
 
 
+def _retried(req: Request, deadline: float) -> bool:
+    """Whether ``req`` is still queued since its last failed run, with ``deadline`` (not
+    started again since: a later stop of a later run is a preemption, never expired)."""
+    return req.state is _QUEUED and req.started_s != req.started_s and req.deadline_s == deadline
+
+
 class Expiry:
     def __init__(
         self, class_timeouts: list[float | None], enabled: bool = True, *, shedding: bool = True
@@ -41,6 +49,8 @@ class Expiry:
         self.fresh: list[deque[Request]] = [deque() for _ in class_timeouts]
         self.scan: list[deque[Request]] = [deque() for _ in class_timeouts]
         self.custom: list[tuple[float, int, Request]] = []
+        # queued again after a failed run (no run under way: ``started_s`` NaN): (deadline, seq, request)
+        self.retried: list[tuple[float, int, Request]] = []
         self.next_due = math.inf  # no deadline falls before this: due() has nothing
         self.stale = False  # next_due may belong to a request no longer waiting
 
@@ -75,8 +85,22 @@ class Expiry:
         if deadline < self.next_due:
             self.next_due = deadline
 
+    def again(self, req: Request, now: float) -> None:
+        """``req`` is queued again, its run having failed before producing anything (its
+        ``started_s`` NaN: no run under way): it may wait its queue timeout again from
+        ``now`` (it is not expired for the time it ran)."""
+        own = req.timeout_s
+        limit = self.timeouts[req.priority] if own is None or not self.enabled else own
+        if limit is None or not math.isfinite(limit):
+            return
+        req.deadline_s = deadline = now + limit
+        heapq.heappush(self.retried, (deadline, req.seq, req))
+        if deadline < self.next_due:
+            self.next_due = deadline
+
     def due(self, now: float) -> list[Request]:
-        """Never-started queued requests whose deadline has passed."""
+        """Queued requests whose deadline has passed: never started, or queued again
+        after a failed run (:meth:`again`)."""
         out: list[Request] = []
         for scan in self.scan:
             while scan:
@@ -92,6 +116,11 @@ class Expiry:
         while heap and heap[0][0] <= now:
             req = heapq.heappop(heap)[2]
             if _fresh(req):
+                out.append(req)
+        retried = self.retried
+        while retried and retried[0][0] <= now:
+            deadline, _, req = heapq.heappop(retried)
+            if _retried(req, deadline):
                 out.append(req)
         self.next_due = self.next_deadline()
         return out
@@ -112,6 +141,11 @@ class Expiry:
             heapq.heappop(heap)
         if heap and heap[0][0] < best:
             best = heap[0][0]
+        retried = self.retried
+        while retried and not _retried(retried[0][2], retried[0][0]):
+            heapq.heappop(retried)
+        if retried and retried[0][0] < best:
+            best = retried[0][0]
         return best
 
     def refresh(self) -> float:

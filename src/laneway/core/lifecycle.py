@@ -5,6 +5,8 @@ hands these events here; what to start or stop next is decided by its steps."""
 
 from __future__ import annotations
 
+import math
+
 from laneway.core.assembly import Parts
 from laneway.core.decisions import Reject
 from laneway.core.errors import InvalidTransition, LanewayError, UnknownRequest
@@ -280,11 +282,14 @@ class Lifecycle:
         self.occupancy.prefilled(req)
         return due
 
-    def requeue(self, request_id: str, now: float) -> None:
-        """Its worker failed before the request produced anything: queue it again.
+    def requeue(self, request_id: str, now: float, *, failed: bool = False) -> None:
+        """Its run stopped before the request produced anything: queue it again.
 
         It goes back to the head of its class (it keeps its arrival time) and
-        starts afresh on whichever worker it is dispatched to next.
+        starts afresh on whichever worker it is dispatched to next. ``failed``: its worker
+        failed (not laneway's own stop, as a preemption or the saturation gate's taking back
+        is): it waits its queue timeout again, counted from now, and is refused
+        (``queue_timeout``) past it as any request queued too long.
         """
         req = self.live_requests.get(request_id)
         if req.state is _PREEMPTED:  # the failure came first: the preemption did not happen
@@ -297,6 +302,9 @@ class Lifecycle:
         req.preempt_at_s = now
         req.resume = None
         self.preempted(request_id, now, tokens_done=0, checkpoint_bytes=0)
+        if failed and req.state is _QUEUED:  # (it waits its queue timeout anew: laneway.core.expiry)
+            req.started_s = math.nan  # (no run under way)
+            self._expiry.again(req, now)
 
     def adopt(self, req: Request, worker_id: str, now: float) -> None:
         """Take in ``req`` as running on ``worker_id`` already (a new scheduler rebuilding

@@ -262,10 +262,11 @@ class Scheduler:
         return None if tenant is None else self.admission.check(tenant, cls, now)
 
     # ------------------------------------------------------------------ workers
-    def requeue(self, request_id: str, now: float) -> None:
-        """Its worker failed before the request produced anything: queue it again
-        (:meth:`Lifecycle.requeue <laneway.core.lifecycle.Lifecycle.requeue>`)."""
-        self.lifecycle.requeue(request_id, now)
+    def requeue(self, request_id: str, now: float, *, failed: bool = False) -> None:
+        """Its run stopped before the request produced anything (``failed``: its worker
+        failed): queue it again (:meth:`Lifecycle.requeue
+        <laneway.core.lifecycle.Lifecycle.requeue>`)."""
+        self.lifecycle.requeue(request_id, now, failed=failed)
 
     def available_for(self, model: str | None) -> bool:
         """Whether some worker that serves ``model`` is in placement (not taken out)."""

@@ -74,7 +74,7 @@ class Recovery:
         else:
             ticket.retries += 1
         now = rt.now()
-        rt.sched.requeue(ticket.id, now)
+        rt.sched.requeue(ticket.id, now, failed=True)
         ticket.phase = Phase.QUEUED
         ticket.enqueued_s = now
         rt.alerts.watch(ticket, now)
