@@ -32,11 +32,15 @@ def standin_model(
     )
 
 
-def fleet_toml(tmp: Path, models: str, *, gpus: str = "", preload: str = "", top: str = "") -> Path:
+def fleet_toml(
+    tmp: Path, models: str, *, gpus: str = "", preload: str = "", top: str = "", fleet: str = ""
+) -> Path:
+    """A configuration of ``models`` on ``gpus`` (two GPUs of 24 GB by default); ``top``: more
+    of ``[server]``, ``fleet``: more of ``[fleet]``."""
     gpus = gpus or '[fleet.nodes.a]\ngpus = [ { id = "a0", vram_gb = 24 }, { id = "a1", vram_gb = 24 } ]\n'
     text = (
         f'[server]\ndata_dir = "{tmp / "data"}"\nshutdown_grace_s = 5\n{top}\n'
-        f"[fleet]\npreload = [{preload}]\nswitch_wait_s = 1\n\n{gpus}\n{models}"
+        f"[fleet]\npreload = [{preload}]\nswitch_wait_s = 1\n{fleet}\n\n{gpus}\n{models}"
     )
     path = tmp / "fleet.toml"
     path.write_text(text, encoding="utf-8")

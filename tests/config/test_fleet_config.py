@@ -56,15 +56,17 @@ def test_every_mistake_is_a_line_naming_its_key() -> None:
                         "c": {"vram_gb": 10},
                         "d": {"vram_gb": 10, "command": "serve {port} {path}", "ready_path": "v1"},
                         "e": {"vram_gb": 100, "command": "serve {port}"},
+                        "f": {"vram_gb": 10, "command": "serve --port {port:d} {model!r}"},
                     },
                     "switch_wait": 3,
+                    "hung_after_s": 0,
                 }
             }
         )
     lines = str(info.value).splitlines()
     assert lines == [
         "fleet.switch_wait: unknown key "
-        "(expected one of: nodes, models, preload, switch_wait_s, max_asleep, node)",
+        "(expected one of: nodes, models, preload, switch_wait_s, max_asleep, node, hung_after_s)",
         "fleet.nodes.a.gpus[0].cuda: expected a CUDA id >= 0, got -1",
         "fleet.models.a.command: must name {port}, the port its engine listens on",
         "fleet.models.b.command: unknown placeholder {weights} (known: {port}, {host}, {model}, {path}, "
@@ -72,8 +74,13 @@ def test_every_mistake_is_a_line_naming_its_key() -> None:
         "fleet.models.c.command: required (the command that starts this model's engine)",
         "fleet.models.d.path: required, the command names {path}",
         "fleet.models.d.ready_path: expected a path starting with /, got 'v1'",
+        "fleet.models.f.command: {port:d} in '{port:d}': a placeholder takes no conversion or format "
+        "(write {port})",
+        "fleet.models.f.command: {model!r} in '{model!r}': a placeholder takes no conversion or format "
+        "(write {model})",
         "fleet.models.e: model 'e' needs 100 GB of VRAM on one GPU (100 GB each); no GPU group of this "
         "fleet can hold it (largest usable GPU: 24 GB after the KV reserve)",
+        "fleet.hung_after_s: expected a number of seconds > 0, got 0",
     ]
 
 

@@ -190,6 +190,30 @@ def test_an_engine_that_dies_mid_stream_is_replaced_and_the_stream_goes_on(tmp_p
     assert "exited with status -9" in log and "starting preloaded m again" in log, log
 
 
+def test_a_hung_engine_is_stopped_and_its_model_started_again(tmp_path: Path) -> None:
+    """An engine alive but silent (frozen: SIGSTOP) answers no probe: after
+    ``hung_after_s`` it is stopped (killed past its grace) and gone as one that exited —
+    the request sent to it goes on on the engine started in its place."""
+    fast = {"top": "probe_interval_s = 0.5", "fleet": "hung_after_s = 2"}
+    cfg = fleet_toml(tmp_path, standin_model("m", 10), preload='"m"', **fast)
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        ((first_id, first),) = replicas(server.url).items()
+        pid = int(first["pid"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            got = complete(server.url, "m")  # (to the frozen engine: no probe has failed yet)
+            assert got.status_code == 200, got.text
+            assert got.json()["laneway"]["worker"] != first_id
+            assert wait_gone([pid]) == []
+            ((second_id, second),) = replicas(server.url).items()
+            assert second_id != first_id and second["state"] == "ready"
+        finally:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        log = server.text()
+    assert f"stopping the engine of {first_id}: it answered no health probe for" in log, log
+
+
 def test_metrics_and_the_dashboard_show_each_gpu(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 

@@ -36,6 +36,7 @@ Every mistake is found at start: :func:`parse_fleet` raises one
 
 from __future__ import annotations
 
+import math
 import shlex
 import string
 from collections.abc import Mapping
@@ -55,7 +56,7 @@ LAUNCH_KEYS = (
     "ready_timeout_s",
     "stop_grace_s",
 )
-FLEET_KEYS = ("nodes", "models", "preload", "switch_wait_s", "max_asleep", "node")
+FLEET_KEYS = ("nodes", "models", "preload", "switch_wait_s", "max_asleep", "node", "hung_after_s")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class FleetConfig:
     # in a [cluster]: the node whose GPUs this replica starts engines on (every replica has
     # the same fleet and names its own node; the leader places across all of them)
     node: str | None = None
+    # an engine it started that answers no health probe for this long is stopped (hung) and
+    # gone as one that exited: another replica of its model may start
+    hung_after_s: float = 30.0
 
 
 def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
@@ -178,6 +182,9 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
     wait = data.get("switch_wait_s", 60.0)
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
         errors.append(f"fleet.switch_wait_s: expected a number of seconds >= 0, got {wait!r}")
+    hung = data.get("hung_after_s", 30.0)
+    if isinstance(hung, bool) or not isinstance(hung, int | float) or not 0 < hung < math.inf:
+        errors.append(f"fleet.hung_after_s: expected a number of seconds > 0, got {hung!r}")
     node = data.get("node")
     if node is not None and (
         not isinstance(node, str) or (inventory is not None and node not in inventory.nodes)
@@ -187,7 +194,7 @@ def parse_fleet(data: object, class_names: tuple[str, ...]) -> FleetConfig:
     if errors:
         raise ConfigError("\n".join(dict.fromkeys(errors)))
     assert inventory is not None
-    return FleetConfig(inventory, launch, cuda, float(wait), adapters, node)
+    return FleetConfig(inventory, launch, cuda, float(wait), adapters, node, float(hung))
 
 
 def _adapter(key: str, name: str, body: Mapping[str, Any], errors: list[str]) -> AdapterSource | None:
@@ -227,10 +234,17 @@ def _launch(key: str, body: Mapping[str, Any]) -> EngineLaunch:
     named: set[str] = set()
     for arg in argv:
         try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+            parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(arg) if f is not None]
         except ValueError as exc:
             errors.append(f"{key}.command: {exc} in {arg!r} (write a literal brace as {{{{ or }}}})")
             continue
+        fields = [f for f, _, _ in parts]
+        for f, spec, conv in parts:
+            if f in PLACEHOLDERS and (spec or conv):  # (each value is a string, put as it is)
+                errors.append(
+                    f"{key}.command: {{{f}{'!' + conv if conv else ''}{':' + spec if spec else ''}}} in "
+                    f"{arg!r}: a placeholder takes no conversion or format (write {{{f}}})"
+                )
         for f in fields:
             if f not in PLACEHOLDERS:
                 known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)

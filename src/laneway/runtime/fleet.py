@@ -461,6 +461,20 @@ class Fleet:
         self.rt.kick()
         return True
 
+    def hung(self, rid: str, reason: str) -> None:
+        """Replica ``rid``'s engine lives but answers nothing (its probes fail): it is
+        stopped (killed past its grace) and gone as an engine that exited is — its requests
+        fail over, its GPUs are free for another replica of its model, a preloaded model is
+        started again."""
+        engine = self.engines.pop(rid, None)
+        if engine is None or self.rt.closed:
+            return
+        log.error("stopping the engine of %s: %s", rid, reason)
+        self._stopping_on(engine.gpu_ids, engine.stop())
+        self.rt.spawn(self._gone(rid, engine.model, f"its engine was stopped: {reason}"))
+        self._preload_again(engine.model, 0.0)
+        self.rt.kick()
+
     def ran(self, rid: str | None) -> None:
         """A request on ``rid`` ended well: its model's engines are not broken."""
         engine = self.engines.get(rid) if rid is not None else None

@@ -43,6 +43,7 @@ class WorkerHealth:
     ok: bool = True
     detail: str = "not probed yet"
     failures: int = 0  # transient failures in a row
+    failing_since: float = math.nan  # (loop time) the first failed probe of those in a row
     next_probe_s: float = 0.0  # loop time of its next probe
     lost: str = ""  # why a probe found no engine there (or another one), until one answers
 
@@ -103,6 +104,7 @@ class Prober:
         st.ok, st.detail = health.ok, health.detail
         if health.ok:
             st.failures = 0
+            st.failing_since = math.nan
             if st.lost:
                 self.rt.engines.engine_back(name, f"back after: {st.lost}")
                 st.lost = ""
@@ -116,8 +118,16 @@ class Prober:
         if not health.transient:  # gone, or another engine answers: what comes back is cold
             st.lost = health.detail
         st.failures = st.failures + 1 if health.transient else TRANSIENT_FAILURES
+        now = self.rt.now()
+        if math.isnan(st.failing_since):
+            st.failing_since = now
         if st.failures >= TRANSIENT_FAILURES:
             self.take_out(name, health.detail)
+        fleet = self.rt.fleet
+        if fleet is not None and now - st.failing_since >= fleet.cfg.hung_after_s and fleet.owns(name):
+            # (an engine it started, alive and silent: none would be started in its place)
+            silent = now - st.failing_since
+            fleet.hung(name, f"it answered no health probe for {silent:.0f} s ({health.detail})")
 
     # ------------------------------------------------------------ placement
     def take_out(self, name: str, reason: str) -> None:
