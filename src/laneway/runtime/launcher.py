@@ -94,7 +94,10 @@ class EngineProcess:
     async def start(self) -> None:
         """Launch it and wait until it is ready; :class:`LaunchFailed` otherwise (stopped)."""
         self.port = free_port()
-        argv = self.launch.argv(port=self.port, model=self.model, gpus=self.cuda_ids)
+        try:
+            argv = self.launch.argv(port=self.port, model=self.model, gpus=self.cuda_ids)
+        except (ValueError, KeyError, IndexError, AttributeError) as exc:  # (a template the config let by)
+            raise LaunchFailed(f"its command cannot be filled in: {exc}") from None
         env = {
             **os.environ,
             **self.launch.env,
