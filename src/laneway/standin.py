@@ -462,6 +462,11 @@ def main(argv: list[str] | None = None) -> None:
         "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter",
     )
     ap.add_argument("--lora-load-s", type=seconds, default=0.0, help="seconds loading an adapter takes")
+    ap.add_argument(
+        "--ignore-stop",
+        action="store_true",
+        help="ignore SIGTERM and SIGINT, as an engine stuck in a driver call (only SIGKILL stops it)",
+    )
     args = ap.parse_args(argv)
     if args.load_s > 0:
         print(f"standin: loading {args.model} for {args.load_s:g} s", flush=True)
@@ -484,6 +489,8 @@ def main(argv: list[str] | None = None) -> None:
         """uvicorn's server, whose stop (SIGTERM, SIGINT) first ends what the app runs."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
+            if args.ignore_stop:
+                return
             if app.loop is not None and not app.stopping:
                 app.loop.call_soon_threadsafe(app.stop)
             super().handle_exit(sig, frame)

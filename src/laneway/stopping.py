@@ -7,7 +7,8 @@
   lines run again at the next start) and every other request ends: a waiting
   client gets 503 "the server is shutting down", a stream gets that error as
   its last event. The connections close and the server exits cleanly.
-- A third Ctrl-C forces the exit (uvicorn's own behaviour).
+- A third Ctrl-C forces the exit: uvicorn's own, and the engines a fleet started are
+  killed at once (their stop grace not waited for).
 - A shutdown that went as planned exits with status 0 (SIGTERM included: what
   a container's stop sends).
 """
@@ -77,6 +78,13 @@ class LanewayServer(uvicorn.Server):
             )
         else:
             super().handle_exit(sig, frame)
+            if loop is not None:
+                loop.call_soon_threadsafe(self._force)
+
+    def _force(self) -> None:
+        fleet = getattr(getattr(self.app.state, "runtime", None), "fleet", None)
+        if fleet is not None and fleet.kill():
+            _say("forcing the exit: the engines are killed")
 
     def _grace(self) -> None:
         batches = getattr(self.app.state, "batches", None)

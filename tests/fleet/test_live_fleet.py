@@ -98,6 +98,28 @@ def test_sigterm_and_sigkill_of_laneway_leave_no_engine_behind(tmp_path: Path) -
             assert "RuntimeWarning" not in server.text()  # (the reaper starts without a word)
 
 
+def test_a_third_ctrl_c_kills_the_engines_at_once(tmp_path: Path) -> None:
+    """Ctrl-C thrice: the exit forced, an engine that ignores SIGTERM is not waited for (its
+    ``stop_grace_s``, 30 s here)."""
+    stubborn = standin_model("a", 10, extra="").replace("stop_grace_s = 5", "stop_grace_s = 30")
+    stubborn = stubborn.replace(" --load-s", " --ignore-stop --load-s")
+    cfg = fleet_toml(tmp_path, stubborn, preload='"a"')
+    with serve_process("--config", str(cfg), log=tmp_path / "serve.log") as server:
+        pids = [int(r["pid"]) for r in replicas(server.url).values()]  # type: ignore[call-overload]
+        members = group_members(*pids)
+        assert members
+        t0 = time.monotonic()
+        for _ in range(3):
+            server.proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+        server.proc.wait(20)
+        took = time.monotonic() - t0
+        assert wait_gone(members, 5) == []
+        log = server.text()
+    assert took < 15, log  # (not the 30 s grace)
+    assert "forcing the exit: the engines are killed" in log, log
+
+
 def test_a_launch_that_fails_is_a_503_naming_the_model_and_why(tmp_path: Path) -> None:
     broken = (
         "[fleet.models.broken]\nvram_gb = 5\n"

@@ -48,7 +48,7 @@ from laneway.generation import CHAT, COMPLETION, EMBEDDING
 from laneway.protocol.requests import Support
 from laneway.runtime import engine_adapters, engine_sleep
 from laneway.runtime.fleet_faults import BROKEN_RUNS, Faults
-from laneway.runtime.launcher import EngineProcess, LaunchFailed
+from laneway.runtime.launcher import EngineProcess, LaunchFailed, kill_engines
 from laneway.runtime.placing import EngineInfo, LocalPlacing, Placing, Started
 from laneway.runtime.ticket import Phase
 
@@ -137,6 +137,10 @@ class Fleet:
             task.cancel()
         stopping = set().union(*self._stopping.values())
         await asyncio.gather(*(e.stop() for e in engines), *self._watches, *stopping, return_exceptions=True)
+
+    def kill(self) -> int:
+        """The exit forced: every engine started (stopping or not) killed now; how many."""
+        return kill_engines()
 
     # ------------------------------------------------------------ decisions
     def load(self, d: Load, now: float) -> None:

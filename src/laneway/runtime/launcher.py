@@ -38,6 +38,16 @@ PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.25
 LOG_TAIL_LINES = 12
 REAPER = Reaper()  # (one for the process: it stops the engines left if laneway dies)
+_GROUPS: set[int] = set()  # the process groups of the engines started and not yet stopped
+
+
+def kill_engines() -> int:
+    """SIGKILL every engine's process group now (the exit forced: no grace waited for);
+    how many there were. Their stops under way return at once."""
+    groups = list(_GROUPS)
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+    return len(groups)
 
 
 class LaunchFailed(Exception):
@@ -125,6 +135,7 @@ class EngineProcess:
             except OSError as exc:
                 raise LaunchFailed(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
         REAPER.started(self.proc.pid, self.launch.stop_grace_s)
+        _GROUPS.add(self.proc.pid)
         self.started_s = time.monotonic()
         log.info(
             "starting %s (pid %d, port %d, CUDA_VISIBLE_DEVICES=%s)",
@@ -186,6 +197,7 @@ class EngineProcess:
         if proc.returncode is not None:  # (it exited: what it started may run on in its group)
             _signal_group(proc.pid, signal.SIGKILL)
             REAPER.stopped(proc.pid)
+            _GROUPS.discard(proc.pid)
             return
         _signal_group(proc.pid, signal.SIGTERM)
         try:
@@ -196,6 +208,7 @@ class EngineProcess:
             await proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)  # (what it left behind in its group)
         REAPER.stopped(proc.pid)
+        _GROUPS.discard(proc.pid)
 
 
 def _signal_group(pid: int, sig: int) -> None:
