@@ -36,6 +36,16 @@ def test_the_field_an_upstreams_400_names_is_the_clients() -> None:
 
 
 @pytest.mark.parametrize(
+    ("code", "passed"),
+    [("context_length_exceeded", "context_length_exceeded"), (400, None), ("<b>x</b>", None), ("", None)],
+)
+def test_an_upstreams_400_keeps_its_code_where_it_is_a_word(code: object, passed: str | None) -> None:
+    answer = {"error": {"message": "too long", "param": "messages", "code": code}}
+    got = error_from(400, json.dumps(answer).encode(), "up", b"application/json", "chat/completions")
+    assert isinstance(got, InvalidRequest) and got.code == passed and got.param == "messages"
+
+
+@pytest.mark.parametrize(
     ("raw", "ctype", "says"),
     [
         (b'{"detail":"Not Found"}', b"application/json", "HTTP 404: Not Found"),  # FastAPI's

@@ -33,13 +33,24 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", pa
     if status == 413:
         return PayloadTooLarge(text, param=param)
     if 400 <= status < 500 and status not in (401, 403, 408, 429):
-        return InvalidRequest(text, param=param)
+        invalid = InvalidRequest(text, param=param)
+        invalid.code = _code(err)  # (OpenAI's codes are words: context_length_exceeded, ...)
+        return invalid
     # busy (429), or unreachable behind a proxy (502-504): the worker's, tried elsewhere; else
     # (a 500) the request's own: it fails, as the engine would fail it again
     fault = status in (429, 502, 503, 504) or status < 400
     return UpstreamUnavailable(
         f"{text} (HTTP {status})", worker_fault=fault, malformed=False, retryable=fault
     )
+
+
+def _code(err: object) -> str | None:
+    """The error's ``code`` where it is a word (vLLM's older answers give the HTTP status
+    there, a number: none)."""
+    code = err.get("code") if isinstance(err, dict) else None
+    if isinstance(code, str) and 0 < len(code) <= 64 and code.replace("_", "").replace(".", "").isalnum():
+        return code
+    return None
 
 
 def _error_object(raw: bytes) -> object | None:
