@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from laneway.config import parse_config
+from laneway.config import hash_key, parse_config
 from live_server import LiveServer, live_server
 
 NAMES = (
@@ -106,6 +106,39 @@ def test_a_request_its_engine_refused_counts_as_a_rejection_of_its_reason(tmp_pa
         'laneway_rejections_total{reason="engine_refused"}',
     ):
         assert value(after, sample) == value(before, sample) + 1, sample
+
+
+def test_each_tenant_has_its_requests_rejections_and_tokens(tmp_path: Path) -> None:
+    """Per tenant: requests ended by outcome, refusals by reason (a quota's 429 among them),
+    the tokens of those that completed; a request of no tenant counts under ``""``."""
+    cfg = parse_config(
+        {
+            "server": {"data_dir": str(tmp_path)},
+            "tenants": {
+                "acme": {"key_sha256": [hash_key("k-acme")]},
+                "tiny": {
+                    "key_sha256": [hash_key("k-tiny")],
+                    "quotas": {"P1": {"rate_per_s": 0.001, "burst": 1}},
+                },
+            },
+            "workers": [{"name": "s", "type": "simulated", "model": "sim", "slots": 2, "tokens_per_s": 500}],
+        }
+    )
+    body = {"model": "sim", "prompt": "x", "max_tokens": 3, "priority": "P1"}
+    with live_server(cfg) as s, httpx.Client(base_url=s.base_url, timeout=30) as c:
+        for key in ("k-acme", "k-acme", "k-tiny"):
+            got = c.post("/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+            assert got.status_code == 200, got.text
+        got = c.post("/completions", json=body, headers={"Authorization": "Bearer k-tiny"})
+        assert got.status_code == 429 and got.json()["error"]["code"] == "rate_limited", got.text
+        text = c.get(s.url + "/metrics").text
+    assert value(text, 'laneway_tenant_requests_total{outcome="completed",tenant="acme"}') == 2
+    assert value(text, 'laneway_tenant_requests_total{outcome="completed",tenant="tiny"}') == 1
+    assert value(text, 'laneway_tenant_requests_total{outcome="rejected",tenant="tiny"}') == 1
+    assert value(text, 'laneway_tenant_rejections_total{reason="rate_limited",tenant="tiny"}') == 1
+    assert value(text, 'laneway_rejections_total{reason="rate_limited"}') == 1
+    assert value(text, 'laneway_tenant_tokens_total{kind="completion",tenant="acme"}') == 6
+    assert value(text, 'laneway_tenant_tokens_total{kind="prompt",tenant="acme"}') > 0
 
 
 def test_time_to_first_token_is_to_a_token_not_to_a_role_sent_first(tmp_path: Path) -> None:

@@ -163,7 +163,7 @@ class WorkerEvents:
             log.error("request %s failed on worker %s: %s", ticket.id, ticket.worker, error)
             error = GenerationFailed(f"generation failed on worker {ticket.worker}: {error}")
         if refused:  # (counted by why, as every request that ends rejected is)
-            self.metrics.count_rejection(ENGINE_REFUSED)
+            self.metrics.count_rejection(ENGINE_REFUSED, ticket.tenant)
         self._end(ticket, error, "rejected" if refused else "failed")
         self.kick()
 
@@ -178,6 +178,8 @@ class WorkerEvents:
             self.held_bytes -= ticket.size
         self.metrics.ended[ticket.class_name, outcome].inc()
         usage = item.usage if isinstance(item, Done) else None
+        tokens = (usage.prompt_tokens, usage.completion_tokens) if usage is not None else None
+        self.metrics.tenant_ended(ticket.tenant, outcome, tokens)
         if usage is not None:
             tally = self.usage.get(ticket.tenant or "")
             if tally is None:
@@ -185,12 +187,7 @@ class WorkerEvents:
             tally[0] += 1
             tally[1] += usage.prompt_tokens
             tally[2] += usage.completion_tokens
-        self.tracing.ended(
-            ticket,
-            outcome,
-            (usage.prompt_tokens, usage.completion_tokens) if usage is not None else None,
-            item.message if isinstance(item, RequestError) else None,
-        )
+        self.tracing.ended(ticket, outcome, tokens, item.message if isinstance(item, RequestError) else None)
         request_ended(
             ticket.id,
             ticket.tenant,

@@ -68,6 +68,25 @@ class Metrics:
         self.requests = Counter(
             "laneway_requests_total", "Requests ended, by class and outcome", ["class", "outcome"], registry=r
         )
+        # per tenant (the configured tenants: a bounded set; "" for requests of none)
+        self.tenant_requests = Counter(
+            "laneway_tenant_requests_total",
+            "Requests ended, by tenant and outcome",
+            ["tenant", "outcome"],
+            registry=r,
+        )
+        self.tenant_rejections = Counter(
+            "laneway_tenant_rejections_total",
+            "Requests refused or dropped (quotas: rate_limited, concurrency; ...), by tenant and reason",
+            ["tenant", "reason"],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "laneway_tenant_tokens_total",
+            "Tokens of the requests that completed, by tenant and kind (prompt, completion)",
+            ["tenant", "kind"],
+            registry=r,
+        )
         self.lent_starts = Counter(
             "laneway_cluster_lent_starts_total",
             "Requests this replica started on slots the cluster's leader lent it (no round trip)",
@@ -218,11 +237,21 @@ class Metrics:
     def set_reported_hits(self, worker: str, ratio: float) -> None:
         self.reported_hits.labels(worker).set(ratio)
 
-    def count_rejection(self, reason: str) -> None:
+    def count_rejection(self, reason: str, tenant: str | None = None) -> None:
         child = self.rejected.get(reason)
         if child is None:
             child = self.rejected[reason] = self.rejections.labels(reason)
         child.inc()
+        self.tenant_rejections.labels(tenant or "", reason).inc()
+
+    def tenant_ended(self, tenant: str | None, outcome: str, tokens: tuple[int, int] | None) -> None:
+        """A request of ``tenant`` ended so; ``tokens``: its usage (prompt, completion), if it
+        completed."""
+        name = tenant or ""
+        self.tenant_requests.labels(name, outcome).inc()
+        if tokens is not None:
+            self.tenant_tokens.labels(name, "prompt").inc(tokens[0])
+            self.tenant_tokens.labels(name, "completion").inc(tokens[1])
 
     def refresh(
         self,

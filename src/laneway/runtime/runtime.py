@@ -300,8 +300,9 @@ class Runtime(WorkerEvents):
         """A request refused on arrival (a quota, a queue bound, no worker up): counted,
         traced and logged as one that ended rejected, as one refused after it queued is."""
         name = self.classes[priority].name
-        self.metrics.count_rejection(reason)
+        self.metrics.count_rejection(reason, tenant)
         self.metrics.ended[name, "rejected"].inc()
+        self.metrics.tenant_ended(tenant, "rejected", None)
         ticket = Ticket(job, priority, name, tenant, self.now())
         self.tracing.arrived(ticket, traceparent)
         self.tracing.ended(ticket, "rejected", None, error.message)
@@ -450,8 +451,8 @@ class Runtime(WorkerEvents):
         self.spawn(worker.preempt(d.request_id, d.mode))
 
     def reject(self, d: Reject, now: float) -> None:
-        self.metrics.count_rejection(d.reason)
         ticket = self.tickets.get(d.request_id)
+        self.metrics.count_rejection(d.reason, ticket.tenant if ticket is not None else None)
         if ticket is not None:
             self._drop_checkpoint(ticket)
             self._end(ticket, error_for(d), "rejected")
@@ -483,7 +484,7 @@ class Runtime(WorkerEvents):
     def withdraw(self, ticket: Ticket, err: Unavailable) -> None:
         """Refuse queued ``ticket`` now with ``err`` (it cannot be served for a while)."""
         decision = self.sched.withdraw(ticket.id, self.now(), "unavailable", err.message, err.retry_after_s)
-        self.metrics.count_rejection(decision.reason)
+        self.metrics.count_rejection(decision.reason, ticket.tenant)
         self._drop_checkpoint(ticket)
         self._end(ticket, err, "rejected")
 
