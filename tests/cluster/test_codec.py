@@ -57,6 +57,7 @@ EVENTS = [
     Cancelled("r1", 3),
     Preempted("r1", 10, 4096, 0.01),
     Requeued("r1"),
+    Requeued("r1", failed=True),
     Progress("r1", 7),
     FirstToken("r1"),
     Availability("up0", False),
