@@ -2,9 +2,15 @@
 
 :class:`Engine` is single-threaded and synchronous: ``add``/``preempt``/
 ``resume``/``cancel`` change what runs, ``step()`` runs one round (prefill of
-joining sequences, then one decode step for the whole batch) and emits events
-through each job's callback. :class:`~laneway.engine.runner.EngineRunner`
-drives it from a thread.
+joining sequences, at most :data:`PREFILL_CHUNK` prompt tokens a round, the shortest
+first; then one decode step for the whole batch) and emits events through each job's
+callback. A long prompt is prefilled over several rounds, so that a step stays short:
+a preemption or a cancel (between steps) never waits for a whole long prefill, a short
+prompt joining meanwhile is prefilled in the next round, and the running sequences go on
+decoding between its chunks. A prompt of a less urgent class (``Job.rank``, which the
+runtime sets) is not prefilled while more urgent work runs or joins here: an urgent
+request's tokens come at the pace of decode steps, not of a batch prompt's chunks.
+:class:`~laneway.engine.runner.EngineRunner` drives it from a thread.
 
 Preemption happens at a token boundary. Mode ``checkpoint`` keeps the
 generated ids, the KV cache (host memory, spilled to files past a budget) and
@@ -76,6 +82,7 @@ class _Seq:
     text: TextState
     kv_len: int = 0  # tokens in the KV cache; the next input is ids[kv_len:]
     restored: KV | None = None  # a checkpointed cache waiting to join the batch
+    partial: DynamicCache | None = None  # its prompt's cache while prefilled chunk by chunk
     row: int = -1
     logprobs: list[TokenLogprob] | None = None  # of every generated token, when asked
     lp_sent: int = 0  # of those, how many went out with a delta
@@ -84,6 +91,9 @@ class _Seq:
     @property
     def generated(self) -> int:
         return len(self.ids) - self.prompt_len
+
+
+PREFILL_CHUNK = 512  # prompt tokens prefilled in one round at most (one step: preemptible after it)
 
 
 @dataclass
@@ -341,7 +351,8 @@ class Engine:
 
     # ---------------------------------------------------------------- step
     def step(self) -> None:
-        """One round: prefill the joining sequences if there are any, else one decode step.
+        """One round: a round of prefills if sequences are joining (:meth:`_prefill_round`),
+        and one decode step unless one of them joined the batch in it.
 
         Either way every sequence makes at most one token per step.
         """
@@ -349,16 +360,9 @@ class Engine:
             return
         t0 = time.perf_counter()
         with torch.inference_mode():
-            if self.joining:  # a round of prefills: each joining sequence makes its first token
-                joining, self.joining = self.joining, []
-                for seq in joining:
-                    try:
-                        self._join(seq)
-                    except Exception as exc:  # that request's failure only
-                        self._fail([seq], exc)
-                        if seq in self.rows:
-                            self._drop_rows([seq])
-            elif self.rows:
+            # a round of prefills: each sequence done makes its first token
+            joined = self._prefill_round() if self.joining else False
+            if self.rows and not joined:  # (decodes go on between a long prompt's chunks)
                 try:
                     self._decode()
                 except Exception as exc:  # the batch's forward pass broke: its requests fail
@@ -368,23 +372,63 @@ class Engine:
         dt = time.perf_counter() - t0
         self.stats.busy_s += dt
 
-    def _join(self, seq: _Seq) -> None:
+    def _prefill_round(self) -> bool:
+        """Prefill up to :data:`PREFILL_CHUNK` tokens of the joining sequences of the most
+        urgent class here (``Job.rank``: none less urgent while such work runs or joins: its
+        steps stay short), those with the fewest left first (a checkpoint's cache joins
+        whole, whatever its class); each one done joins the batch and makes its first token,
+        the others stay joining. Whether one joined (then no decode this step: a sequence
+        makes at most one token a step)."""
+        budget = PREFILL_CHUNK
+        joined = False
+        top = min(s.job.rank for s in (*self.rows, *self.joining))
+        for seq in sorted(self.joining, key=self._left):
+            if seq.restored is None and (budget <= 0 or seq.job.rank > top):
+                continue
+            try:
+                budget -= self._join(seq, budget)
+                joined = joined or seq not in self.joining
+            except Exception as exc:  # that request's failure only
+                if seq in self.joining:
+                    self.joining.remove(seq)
+                seq.partial = None
+                self._fail([seq], exc)
+                if seq in self.rows:
+                    self._drop_rows([seq])
+        return joined
+
+    @staticmethod
+    def _left(seq: _Seq) -> int:
+        """Prompt tokens ``seq`` has still to prefill (0: a checkpoint's cache, joined whole)."""
+        return 0 if seq.restored is not None else len(seq.ids) - seq.kv_len
+
+    def _join(self, seq: _Seq, budget: int) -> int:
+        """Prefill at most ``budget`` more tokens of ``seq``; once all are, it joins the batch
+        (and leaves ``joining``) and makes its first token. How many it prefilled."""
         if seq.restored is not None:
             kv, seq.restored = seq.restored, None
+            self.joining.remove(seq)
             seq.row = self.batch.add(kv, seq.kv_len)
             self.rows.append(seq)
-            return
+            return 0
         # a new job, or a recomputed one: prefill every id, then sample from the last position
-        cache = DynamicCache(config=self.model.config)
-        ids = torch.tensor([seq.ids], device=self.model.device)
-        out = self.model.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        self.stats.prefill_tokens += len(seq.ids)
-        seq.kv_len = len(seq.ids)
-        kv = layer_kv(cache)
-        seq.row = self.batch.add(kv, seq.kv_len)
+        if seq.partial is None:
+            seq.partial = DynamicCache(config=self.model.config)
+            seq.kv_len = 0
+        n = min(len(seq.ids) - seq.kv_len, budget)
+        ids = torch.tensor([seq.ids[seq.kv_len : seq.kv_len + n]], device=self.model.device)
+        out = self.model.model(input_ids=ids, cache=seq.partial, use_cache=True, logits_to_keep=1)
+        self.stats.prefill_tokens += n
+        seq.kv_len += n
+        if seq.kv_len < len(seq.ids):
+            return n  # (more in a later round)
+        cache, seq.partial = seq.partial, None
+        self.joining.remove(seq)
+        seq.row = self.batch.add(layer_kv(cache), seq.kv_len)
         self.rows.append(seq)
         if self._emit(seq, out.logits[0, -1] + self._bias):
             self._drop_rows([seq])
+        return n
 
     def _decode(self) -> None:
         t0 = time.perf_counter()

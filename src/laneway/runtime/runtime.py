@@ -81,8 +81,13 @@ class Runtime(WorkerEvents):
         isolated = {w.name for w in config.workers if w.isolate}
         if isolated:
             _warn_isolation(sorted(isolated), config)
-        # upstreams told each request's class (vLLM's priority scheduling)
-        self.ranked = {w.name for w in config.workers if w.forward_priority and w.name in self.workers}
+        # engines told each request's class: upstreams asked to (vLLM's priority scheduling), and
+        # the in-process engine (its prompts' chunks wait while more urgent work runs there)
+        self.ranked = {
+            w.name
+            for w in config.workers
+            if (w.forward_priority or w.type == "local") and w.name in self.workers
+        }
         specs = [
             WorkerSpec(
                 name,
