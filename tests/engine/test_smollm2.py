@@ -47,6 +47,24 @@ def test_an_empty_prompt_starts_from_the_models_first_token(smollm2: LoadedModel
     assert done.usage.prompt_tokens == 1 and done.usage.completion_tokens == 3
 
 
+def test_the_logprobs_bytes_of_a_character_made_of_several_tokens_join_to_it(
+    smollm2: LoadedModel, tmp_path: Path
+) -> None:
+    """Each token's ``bytes`` are its own (OpenAI's spec: "where characters are represented
+    by multiple tokens and their byte representations must be combined"), not those of
+    the replacement character its text shows."""
+    engine = Engine(smollm2, slots=1, data_dir=tmp_path)
+    ask_zh = ({"role": "user", "content": "Translate to Chinese: Hello world, how are you today?"},)
+    j = Job("zh", "builtin:smollm2", greedy(6, logprobs=2), messages=ask_zh)
+    done = alone(engine, j)
+    lps = done.choices[0].logprobs
+    assert lps is not None and len(lps) == 6
+    assert any(lp.token == "\ufffd" for lp in lps)  # (a token that is part of a character)
+    assert b"".join(bytes(lp.bytes) for lp in lps).decode("utf-8", "replace") == done.text
+    assert all(lp.bytes != (0xEF, 0xBF, 0xBD) for lp in lps)  # (never the replacement's)
+    assert smollm2.tokenizer.piece(smollm2.tokenizer._tok.eos_token_id) == b"<|im_end|>"
+
+
 @pytest.mark.parametrize("mode", ["checkpoint", "recompute"])
 def test_it_is_preempted_in_a_busy_batch_and_resumes_to_the_same_text(
     smollm2: LoadedModel, tmp_path: Path, mode: str

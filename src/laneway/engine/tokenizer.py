@@ -88,6 +88,9 @@ class HFTokenizer:
         # model starts an empty prompt from its <|endoftext|>
         bos = tok.bos_token_id
         self._start = [bos] if isinstance(bos, int) else sorted(self.eos_ids)[:1]
+        # a byte-level BPE's tokens are bytes written as characters (GPT-2's table: " " as
+        # "Ġ"): read back, a token that is part of a character gives its own bytes
+        self._bytes = _BYTE_OF if _byte_level(tok) else None
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=True)) or list(self._start)
@@ -96,6 +99,11 @@ class HFTokenizer:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
 
     def piece(self, token: int) -> bytes:
+        table = self._bytes
+        if table is not None and token not in self._tok.all_special_ids:
+            name = self._tok.convert_ids_to_tokens(token)
+            if isinstance(name, str) and name and all(c in table for c in name):
+                return bytes(table[c] for c in name)
         return str(self._tok.decode([token], skip_special_tokens=False)).encode("utf-8")
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> list[int]:
@@ -111,3 +119,29 @@ class HFTokenizer:
             return [int(i) for i in ids]
         text = "".join(f"{m['role']}: {m['content']}\n" for m in plain)
         return self.encode(text[:-1] if continue_final and text else text + "assistant:")
+
+
+def _gpt2_bytes() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character each byte is written as in a byte-level
+    BPE's tokens, read backwards (printable Latin-1 as itself, the rest from U+0100 on)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(kept)
+    n = 0
+    for b in range(256):
+        if b not in kept:
+            kept.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(kept, chars, strict=True)}
+
+
+_BYTE_OF = _gpt2_bytes()
+
+
+def _byte_level(tok: Any) -> bool:
+    """Whether ``tok`` is a byte-level BPE (a space is part of the next token, as "Ġ")."""
+    try:
+        names = tok.convert_ids_to_tokens(tok.encode(" a", add_special_tokens=False))
+    except Exception:  # (a tokenizer that cannot say: its pieces are decoded)
+        return False
+    return bool(names) and isinstance(names[0], str) and names[0].startswith("\u0120")
