@@ -1,5 +1,7 @@
-"""What the shared store can keep: new files and batches are refused while the cluster's
-Redis is known to have lost laneway's data, and what it lost is answered 410, not 404.
+"""What the shared store can keep: new files, batches and stored responses are refused
+while the cluster's Redis is known to have lost laneway's data, and a file or batch it lost
+is answered 410, not 404 (a response not found then says it may have been lost: responses
+are too many to note each one made).
 
 Both only where the server is a replica of a cluster (:mod:`laneway.cluster.node`); a
 server on its own data directory never refuses here.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from laneway.errors import Gone, Unavailable
+from laneway.errors import Gone, NotFound, Unavailable
 from laneway.store.base import Store
 
 LOST_RETRY_S = 60.0
@@ -21,6 +23,17 @@ def check_can_keep(request: Request) -> None:
     why = node.refusal() if node is not None else None
     if why is not None:
         raise Unavailable(why, code="state_lost", retry_after_s=LOST_RETRY_S)
+
+
+def maybe_lost(request: Request, missing: NotFound) -> NotFound:
+    """``missing`` (a stored response not found), saying it may have been lost while the
+    cluster's store is known to have lost its data."""
+    node = getattr(request.app.state, "node", None)
+    why = node.refusal() if node is not None else None
+    if why is None:
+        return missing
+    note = why.split(": nothing new is kept", 1)[0]
+    return NotFound(f"{missing.message} (it may have been lost: {note})", param=missing.param)
 
 
 def created(request: Request, kind: str, object_id: str, tenant: str) -> None:

@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from laneway.api.completions import JSON, first_event, submit
 from laneway.api.files import tenant_of
+from laneway.api.kept import check_can_keep, maybe_lost
 from laneway.api.objects import after_param, limit_param, order_param, page
 from laneway.api.params import authenticate, read_json_sized
 from laneway.api.relay import passed_on
@@ -47,15 +48,16 @@ log = logging.getLogger("laneway.api")
 MAX_ITEMS_PAGE = 100
 
 
-async def _context(store: Store, req: ResponsesRequest, owner: str) -> list[dict[str, Any]]:
+async def _context(request: Request, req: ResponsesRequest, owner: str) -> list[dict[str, Any]]:
     """The conversation ``req`` continues (its ``previous_response_id``'s), as input items."""
     if req.previous_response_id is None:
         return []
     try:
-        previous = await record_of(store, req.previous_response_id, owner)
-    except NotFound:
+        previous = await record_of(request.app.state.store, req.previous_response_id, owner)
+    except NotFound as exc:
+        lost = maybe_lost(request, exc).message.removeprefix(exc.message)
         raise InvalidRequest(
-            f"previous response with id {req.previous_response_id!r} not found",
+            f"previous response with id {req.previous_response_id!r} not found{lost}",
             param="previous_response_id",
         ) from None
     if previous["context"] is None:  # (one still streaming, or one that failed or was cancelled)
@@ -115,7 +117,9 @@ async def create(request: Request) -> Response:
     request.state.sent = frozenset(body)  # (the fields its errors may name as they are)
     model, served = model_of(body, runtime.support, config.aliases)
     req = read_responses(body, engine=not served.passthrough)
-    context = await _context(store, req, owner)
+    if req.store:  # (nothing new is kept while the cluster's store is known to have lost its data)
+        check_can_keep(request)
+    context = await _context(request, req, owner)
     if served.passthrough:  # to the upstream's own Responses API
         job = forwarded_job(req, model, context)
     else:  # from the chat path
@@ -212,8 +216,15 @@ async def retrieve(request: Request) -> Response:
         raise InvalidRequest(
             f"include is not served here (got {include[0]!r}): a stored response is its text", param="include"
         )
-    record = await record_of(request.app.state.store, request.path_params["response_id"], owner)
+    record = await _record(request, owner)
     return JSON(record["response"])
+
+
+async def _record(request: Request, owner: str) -> dict[str, Any]:
+    try:
+        return await record_of(request.app.state.store, request.path_params["response_id"], owner)
+    except NotFound as exc:
+        raise maybe_lost(request, exc) from None
 
 
 async def delete(request: Request) -> Response:
@@ -226,7 +237,7 @@ async def delete(request: Request) -> Response:
 
 async def input_items(request: Request) -> Response:
     owner = tenant_of(request, request.app.state.runtime.config)
-    record = await record_of(request.app.state.store, request.path_params["response_id"], owner)
+    record = await _record(request, owner)
     query = request.query_params
     limit = limit_param(query, MAX_ITEMS_PAGE)
     order = order_param(query)
@@ -254,7 +265,7 @@ async def input_tokens(request: Request) -> Response:
     request.state.sent = frozenset(body)  # (the fields its errors may name as they are)
     model, served = model_of(body, runtime.support, config.aliases)
     req = read_responses(body, engine=not served.passthrough)
-    context = await _context(request.app.state.store, req, tenant.name if tenant is not None else "")
+    context = await _context(request, req, tenant.name if tenant is not None else "")
     if served.passthrough:
         asked = {k: v for k, v in body.items() if k != "previous_response_id"}
         if context:
