@@ -154,3 +154,16 @@ def test_the_built_in_engine_reads_only_what_it_implements() -> None:
         parse_request(body(**neutral), CHAT, ServerConfig(), BUILTIN)  # asks for nothing: served
     with pytest.raises(InvalidRequest, match="does not serve embedding"):
         parse_request({"model": "builtin:tiny", "input": "x"}, EMBEDDING, ServerConfig(), BUILTIN)
+
+
+def test_a_chats_labels_are_read_and_checked_not_refused() -> None:
+    """``user``, ``safety_identifier``, ``prompt_cache_key`` (OpenAI's chat fields): a
+    client's labels, served by the built-in engine as ``user`` always was; bad ones named."""
+    for field in ("user", "safety_identifier", "prompt_cache_key"):
+        parse_request(body(**{field: "team-a"}), CHAT, ServerConfig(), BUILTIN)
+        with pytest.raises(InvalidRequest) as info:
+            parse_request(body(**{field: 5}), CHAT, ServerConfig(), BUILTIN)
+        assert info.value.param == field
+    with pytest.raises(InvalidRequest) as info:
+        parse_request(body(prompt_cache_key="k" * 65), CHAT, ServerConfig(), BUILTIN)
+    assert info.value.param == "prompt_cache_key" and "64" in info.value.message

@@ -35,6 +35,8 @@ READ = {
             "continue_final_message",
             "add_generation_prompt",
             "user",
+            "safety_identifier",
+            "prompt_cache_key",
             "metadata",
         }
     ),

@@ -31,7 +31,7 @@ from laneway.generation import (
 )
 from laneway.protocol.builtin import check_fields, engine_job
 from laneway.protocol.fields import OWNED, STRUCTURED
-from laneway.protocol.values import flag, max_tokens, message_list, stream_options
+from laneway.protocol.values import flag, identifiers, max_tokens, message_list, stream_options
 
 ID_PREFIX = {CHAT: "chatcmpl-", COMPLETION: "cmpl-", EMBEDDING: "embd-"}
 LANEWAY_KEYS = frozenset({"priority", "preemptible"})
@@ -215,9 +215,7 @@ def parse_request(
         raise InvalidRequest(f"model {model!r} does not serve {kind} requests", param="model")
     stream, include_usage = stream_options(body)
     preemptible = preemptibleflag(body)
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequest("user must be a string", param="user")
+    identifiers(body)
     best_of, n = body.get("best_of"), body.get("n")
     if type(best_of) is int and type(n) is int and best_of < n:
         raise InvalidRequest(f"best_of ({best_of}) must be at least n ({n})", param="best_of")

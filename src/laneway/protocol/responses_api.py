@@ -26,7 +26,7 @@ from typing import Any
 from laneway.errors import InvalidRequest
 from laneway.generation import RESPONSES, Job, ResumeRule, SamplingParams
 from laneway.protocol.fields import OWNED
-from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
+from laneway.protocol.values import MAX_TOKENS_LIMIT, flag, identifiers
 
 RESPONSE_PREFIX = "resp_"
 MESSAGE_PREFIX = "msg_"
@@ -297,13 +297,7 @@ def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> Responses
             f"max_output_tokens must be a whole number from 1 to {MAX_TOKENS_LIMIT - 1}, got {limit!r}",
             param="max_output_tokens",
         )
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequest("user must be a string", param="user")
-    for name in ("safety_identifier", "prompt_cache_key"):
-        value = body.get(name)
-        if value is not None and (not isinstance(value, str) or len(value) > 64):
-            raise InvalidRequest(f"{name} must be a string of at most 64 characters", param=name)
+    identifiers(body)
     options = body.get("stream_options")
     if options is not None and (
         not isinstance(options, dict) or not isinstance(options.get("include_obfuscation", False), bool)
@@ -333,7 +327,7 @@ def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> Responses
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0),
         metadata=_metadata(body.get("metadata")),
-        user=user,
+        user=body.get("user"),
         body=body,
         echoed=echoed,
     )

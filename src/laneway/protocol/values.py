@@ -77,3 +77,16 @@ def message_list(value: object) -> list[dict[str, Any]]:
                 f"messages[{i}].name must be a string, got {m['name']!r}", param=f"messages[{i}].name"
             )
     return value
+
+
+def identifiers(body: Mapping[str, Any]) -> None:
+    """``user``, ``safety_identifier`` and ``prompt_cache_key``: a client's labels, read and
+    not used (an upstream is sent them); each a string, the last two at most 64 characters
+    (OpenAI's bound)."""
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequest("user must be a string", param="user")
+    for name in ("safety_identifier", "prompt_cache_key"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > 64):
+            raise InvalidRequest(f"{name} must be a string of at most 64 characters", param=name)
