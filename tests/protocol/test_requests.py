@@ -167,3 +167,13 @@ def test_a_chats_labels_are_read_and_checked_not_refused() -> None:
     with pytest.raises(InvalidRequest) as info:
         parse_request(body(prompt_cache_key="k" * 65), CHAT, ServerConfig(), BUILTIN)
     assert info.value.param == "prompt_cache_key" and "64" in info.value.message
+
+
+def test_an_assistants_tool_call_is_named_as_what_the_engine_lacks() -> None:
+    called = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    ]
+    with pytest.raises(InvalidRequest) as info:
+        parse_request(body(messages=called), CHAT, ServerConfig(), BUILTIN)
+    assert info.value.param == "messages[1].tool_calls"

@@ -54,6 +54,12 @@ def _engine_messages(value: object) -> list[dict[str, Any]]:
                 f"{where}.role must be one of {', '.join(ROLES)}, got {m.get('role')!r}",
                 param=f"{where}.role",
             )
+        if m.get("tool_calls"):  # (an assistant's tool call: tools are not served here)
+            raise InvalidRequest(
+                f"{where}.tool_calls: tool calls are not supported by this engine "
+                "(upstream workers forward them to the engine they front)",
+                param=f"{where}.tool_calls",
+            )
         content = m.get("content")
         if isinstance(content, str):
             continue
