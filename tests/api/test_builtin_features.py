@@ -79,6 +79,17 @@ def test_several_choices_whole_and_streamed(client: openai.OpenAI) -> None:
     assert "laneway" in (chunks[-1].model_extra or {})
 
 
+def test_choices_that_need_more_kv_than_the_engine_holds_are_refused_by_n(client: openai.OpenAI) -> None:
+    """``n`` choices are ``n`` sequences of the engine on one slot: at most what its slots hold
+    at full context (2 slots of 2,048 tokens here)."""
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=HI, max_tokens=2000, n=16)
+    err = info.value.body  # (the error object, as the client reads it)
+    assert err["param"] == "n" and "more than this engine holds at once (2 slots of 2,048" in err["message"]
+    r = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4, n=16)
+    assert len(r.choices) == 16
+
+
 def test_penalties_bias_stop_ids_and_vendor_sampling_fields_are_served(builtin: LiveServer) -> None:
     body = {
         "model": MODEL,

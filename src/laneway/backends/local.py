@@ -21,7 +21,7 @@ from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.engine.engine import DEFAULT_SPILL_BUDGET, Engine
 from laneway.engine.models import LoadedModel, load_model
 from laneway.engine.runner import EngineRunner
-from laneway.errors import BackendError
+from laneway.errors import BackendError, InvalidRequest
 from laneway.generation import (
     MAX_CHOICES,
     SEED_RANGE,
@@ -150,7 +150,18 @@ class LocalWorker:
         return None
 
     def admit(self, job: Job) -> None:
-        self.engine.prompt_ids(job)  # (its context, the token ids it names: the model's)
+        ids = self.engine.prompt_ids(job)  # (its context, the token ids it names: the model's)
+        n = job.params.n or 1
+        if n > 1:  # (its choices are n sequences of the engine, on one slot of the scheduler's)
+            context = self.engine.model.context
+            each = min(len(ids) + (job.params.max_tokens or context), context)
+            if n * each > self.slots * context:  # (more KV than all its slots at full context)
+                raise InvalidRequest(
+                    f"n = {n} choices of up to {each:,} tokens each ({n * each:,} in all) are more than "
+                    f"this engine holds at once ({self.slots} slots of {context:,} tokens): ask fewer "
+                    "choices or a lower max_tokens",
+                    param="n",
+                )
 
     def __init__(self, name: str, engine: Engine, slots: int | None = None) -> None:
         self.name = name
