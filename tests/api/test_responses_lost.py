@@ -6,6 +6,7 @@ not to be stored is served, and one not found says it may have been lost."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 
@@ -18,12 +19,12 @@ class LostNode:
     """What the server asks a cluster's node (the loss known, not accepted)."""
 
     def __init__(self) -> None:
-        self.loss: str | None = None
+        self.loss: SimpleNamespace | None = None
 
     def refusal(self) -> str | None:
         if self.loss is None:
             return None
-        return f"{self.loss}: nothing new is kept until an operator restores it or accepts the loss"
+        return f"{self.loss.message}: nothing new is kept until an operator restores it or accepts the loss"
 
 
 def test_nothing_new_is_stored_and_a_response_not_found_may_have_been_lost(tmp_path: Path) -> None:
@@ -33,7 +34,7 @@ def test_nothing_new_is_stored_and_a_response_not_found_may_have_been_lost(tmp_p
         ask = {"model": "sim", "input": "Hello there", "max_output_tokens": 5}
         kept = c.post("/responses", json=ask)
         assert kept.status_code == 200, kept.text
-        node.loss = LOSS
+        node.loss = SimpleNamespace(message=LOSS)
         refused = c.post("/responses", json=ask)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "state_lost", refused.text
         assert "nothing new is kept" in refused.json()["error"]["message"]

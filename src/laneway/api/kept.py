@@ -29,11 +29,10 @@ def maybe_lost(request: Request, missing: NotFound) -> NotFound:
     """``missing`` (a stored response not found), saying it may have been lost while the
     cluster's store is known to have lost its data."""
     node = getattr(request.app.state, "node", None)
-    why = node.refusal() if node is not None else None
-    if why is None:
+    loss = getattr(node, "loss", None)  # (the loss known and not accepted: laneway.cluster.node)
+    if loss is None:
         return missing
-    note = why.split(": nothing new is kept", 1)[0]
-    return NotFound(f"{missing.message} (it may have been lost: {note})", param=missing.param)
+    return NotFound(f"{missing.message} (it may have been lost: {loss.message})", param=missing.param)
 
 
 def created(request: Request, kind: str, object_id: str, tenant: str) -> None:
