@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -226,6 +227,7 @@ class Metrics:
         self.first_token = {n: self.ttft.labels(n) for n in self.class_names}
         self.took = {n: self.latency.labels(n) for n in self.class_names}
         self.lines_ended = {o: self.batch_lines.labels(o) for o in BATCH_LINE_OUTCOMES}
+        self._tenant_children: dict[tuple[int, str, str], Any] = {}  # (made as tenants show up)
         for name in self.class_names:
             limit = alert_thresholds.get(name)
             if limit is not None:
@@ -242,16 +244,25 @@ class Metrics:
         if child is None:
             child = self.rejected[reason] = self.rejections.labels(reason)
         child.inc()
-        self.tenant_rejections.labels(tenant or "", reason).inc()
+        self._tenant(self.tenant_rejections, tenant or "", reason).inc()
 
     def tenant_ended(self, tenant: str | None, outcome: str, tokens: tuple[int, int] | None) -> None:
         """A request of ``tenant`` ended so; ``tokens``: its usage (prompt, completion), if it
         completed."""
         name = tenant or ""
-        self.tenant_requests.labels(name, outcome).inc()
+        self._tenant(self.tenant_requests, name, outcome).inc()
         if tokens is not None:
-            self.tenant_tokens.labels(name, "prompt").inc(tokens[0])
-            self.tenant_tokens.labels(name, "completion").inc(tokens[1])
+            self._tenant(self.tenant_tokens, name, "prompt").inc(tokens[0])
+            self._tenant(self.tenant_tokens, name, "completion").inc(tokens[1])
+
+    def _tenant(self, family: Counter, tenant: str, label: str) -> Any:
+        """``family``'s child for (``tenant``, ``label``), made once (the request path then
+        looks it up in a plain dict, as the other series' children)."""
+        key = (id(family), tenant, label)
+        child = self._tenant_children.get(key)
+        if child is None:
+            child = self._tenant_children[key] = family.labels(tenant, label)
+        return child
 
     def refresh(
         self,
