@@ -20,11 +20,8 @@ simulator's placement); this part acts:
 - an engine that exits by itself is taken out at once: its requests fail over as any
   upstream's do (run elsewhere, or queued again and a new replica loaded), its GPUs are
   freed, and a preloaded model's engine is started again;
-- ``LoadAdapter`` / ``UnloadAdapter``: a LoRA adapter is loaded into (unloaded from) a
-  running engine of its base (:mod:`laneway.runtime.engine_adapters`), one call at a time
-  per engine; a request placed there with it waits for its load (the worker's gate), and
-  a load that fails ends the requests waiting for it with 503 ``model_unavailable`` and
-  backs off as a failed launch does.
+- ``LoadAdapter`` / ``UnloadAdapter``: LoRA adapters loaded into running engines
+  (:mod:`laneway.runtime.fleet_adapters`).
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +38,13 @@ from laneway.backends.factory import build_upstream
 from laneway.backends.upstream import UpstreamWorker
 from laneway.config.fleet import FleetConfig
 from laneway.config.schema import ServerConfig, WorkerConfig
-from laneway.core import Evict, Load, LoadAdapter, Scheduler, UnloadAdapter
+from laneway.core import Evict, Load, Scheduler
 from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.policies import policy as policy_spec
 from laneway.generation import CHAT, COMPLETION, EMBEDDING
 from laneway.protocol.requests import Support
 from laneway.runtime import engine_adapters, engine_sleep
+from laneway.runtime.fleet_adapters import FleetAdapters
 from laneway.runtime.fleet_faults import BROKEN_RUNS, Faults
 from laneway.runtime.launcher import EngineProcess, LaunchFailed, kill_engines
 from laneway.runtime.placing import EngineInfo, LocalPlacing, Placing, Started
@@ -79,18 +77,13 @@ class Fleet:
         # engines being stopped, by GPU: a new engine starts on a GPU once the old one is gone
         # (its memory is free only then)
         self._stopping: dict[str, set[asyncio.Task[None]]] = {}
-        # LoRA adapters: the name each is served under, the adapter calls of each engine (one at
-        # a time, in order) and each (replica, served name)'s last load
-        self.lora_names = {name: a.lora_name for name, a in config.adapters.items()}
-        self._adapter_model = {a.lora_name: name for name, a in config.adapters.items()}
-        self._adapter_calls: dict[str, asyncio.Lock] = {}
-        self._adapter_in: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._falling_asleep: dict[str, bool] = {}  # replica -> whether it is to stop once asleep
         # where its loads were decided: this process's core, or (set by a cluster's node) the leader
         self.placing: Placing = LocalPlacing(runtime, core, planner)
         self.node: str | None = None  # (in a cluster: the node whose GPUs this replica starts engines on)
         # (in a cluster: where the leader placed what, as it publishes it: fleet_view.placed)
         self.cluster_view: dict[str, Any] | None = None
+        self.adapters = FleetAdapters(self)
 
     @classmethod
     def of(cls, runtime: Runtime, config: ServerConfig) -> Fleet:
@@ -188,57 +181,6 @@ class Fleet:
             held.add(task)
             task.add_done_callback(held.discard)
 
-    def load_adapter(self, d: LoadAdapter) -> None:
-        lora = self.lora_names[d.adapter]
-        task = asyncio.get_running_loop().create_task(self._load_adapter(d.replica_id, d.adapter, lora))
-        task.add_done_callback(_retrieved)  # (its failure is told to the runs waiting for it)
-        self._adapter_in[d.replica_id, lora] = task
-
-    def unload_adapter(self, d: UnloadAdapter) -> None:
-        lora = self.lora_names[d.adapter]
-        self._adapter_in.pop((d.replica_id, lora), None)  # (its next load is a new one)
-        self.rt.metrics.adapter_unloads.labels(d.adapter).inc()
-        self.rt.spawn(self._unload_adapter(d.replica_id, d.adapter, lora))
-
-    async def _load_adapter(self, rid: str, adapter: str, lora: str) -> None:
-        async with self._adapter_calls.setdefault(rid, asyncio.Lock()):
-            engine = self.engines.get(rid)
-            t0 = time.monotonic()
-            try:
-                if engine is None or rid not in self.rt.workers:
-                    raise engine_adapters.AdapterFailed("its base's engine is gone")
-                await engine_adapters.load(engine.url, lora, self.cfg.adapters[adapter].path)
-            except engine_adapters.AdapterFailed as exc:
-                self.rt.metrics.adapter_loads.labels(adapter, "failed").inc()
-                self.placing.adapter_failed(rid, adapter)
-                self._back_off(adapter, f"{rid}: adapter {adapter!r} could not be loaded", str(exc))
-                raise self.faults.unavailable(adapter) from None
-        took = time.monotonic() - t0
-        log.info("adapter %s loaded into %s in %.2f s", adapter, rid, took)
-        self.faults.started(adapter)
-        self.rt.metrics.adapter_loads.labels(adapter, "loaded").inc()
-        self.placing.adapter_took(adapter, took)
-
-    async def _unload_adapter(self, rid: str, adapter: str, lora: str) -> None:
-        async with self._adapter_calls.setdefault(rid, asyncio.Lock()):
-            engine = self.engines.get(rid)
-            if engine is None:
-                return
-            try:
-                await engine_adapters.unload(engine.url, lora)
-            except engine_adapters.AdapterFailed as exc:
-                log.warning("adapter %s could not be unloaded from %s: %s", adapter, rid, exc)
-
-    def _gate(self, rid: str) -> Callable[[str], Awaitable[None]]:
-        """What replica ``rid``'s worker awaits before a call: the load of the adapter it names."""
-
-        async def gate(model: str) -> None:
-            task = self._adapter_in.get((rid, model))
-            if task is not None:
-                await asyncio.shield(task)
-
-        return gate
-
     async def _after_stops(self, gpus: tuple[str, ...]) -> None:
         """Until the engines being stopped or put to sleep on ``gpus`` have freed them."""
         before = set().union(*(self._stopping.get(g, set()) for g in gpus))
@@ -334,7 +276,7 @@ class Fleet:
             engine.url,
             served,
             self.cfg.inventory.models[model].slots,
-            tuple(self.lora_names[a] for a in adapters),
+            tuple(self.adapters.names[a] for a in adapters),
         )
         worker = self.worker_of(rid, model, info)
         health = await worker.health()  # (up, but is it what laneway will send requests to?)
@@ -346,7 +288,7 @@ class Fleet:
             self._failed(rid, model, f"its engine is up but {health.detail}{hint}")
             return False
         if adapters and isinstance(worker, UpstreamWorker):  # (its requests may name its adapters)
-            worker.gate = self._gate(rid)
+            worker.gate = self.adapters.gate(rid)
         self.add_worker(rid, worker, model, served)
         await self.placing.ready(Started(rid, model, gpus, info, took_s, preload, wake))
         await rt.prober.add(rid)
@@ -378,11 +320,11 @@ class Fleet:
         rt = self.rt
         rt.metrics.load_failures.labels(model).inc()
         self.placing.gone(rid, model)
-        backoff = self._back_off(model, f"{rid} could not be started", reason)
+        backoff = self.back_off(model, f"{rid} could not be started", reason)
         self._preload_again(model, backoff)
         rt.kick()
 
-    def _back_off(self, model: str, what: str, reason: str, *, stopped: bool = False) -> float:
+    def back_off(self, model: str, what: str, reason: str, *, stopped: bool = False) -> float:
         """``model`` failed to load (or its engines were ``stopped`` as broken): it backs off
         (:meth:`Faults.back_off`), and where it was placed is told."""
         backoff = self.faults.back_off(model, what, reason, stopped=stopped)
@@ -431,6 +373,12 @@ class Fleet:
         await self.remove_worker(rid)
         self.placing.gone(rid, model)
 
+    def _take_down(self, rid: str, engine: EngineProcess, why: str) -> None:
+        """Replica ``rid``'s ``engine`` (out of :attr:`engines`) is stopped, killed past its
+        grace, and gone as one that exited (:meth:`_gone`)."""
+        self._stopping_on(engine.gpu_ids, engine.stop())
+        self.rt.spawn(self._gone(rid, engine.model, why))
+
     def owns(self, rid: str) -> bool:
         """Whether replica ``rid``'s engine is one this process started (and runs now)."""
         return rid in self.engines
@@ -455,12 +403,10 @@ class Fleet:
         log.error("stopping the engines of %s (%s): %s", model, ", ".join(sorted(at_fault)), why)
         for r in sorted(at_fault):
             broken = self.engines.pop(r, None)
-            if broken is None:
-                continue
-            self._stopping_on(broken.gpu_ids, broken.stop())
-            self.rt.spawn(self._gone(r, model, why))
+            if broken is not None:
+                self._take_down(r, broken, why)
         self.rt.metrics.load_failures.labels(model).inc()
-        backoff = self._back_off(model, f"the engines of {model} were stopped", why, stopped=True)
+        backoff = self.back_off(model, f"the engines of {model} were stopped", why, stopped=True)
         self._preload_again(model, backoff)
         self.rt.kick()
         return True
@@ -474,8 +420,7 @@ class Fleet:
         if engine is None or self.rt.closed:
             return
         log.error("stopping the engine of %s: %s", rid, reason)
-        self._stopping_on(engine.gpu_ids, engine.stop())
-        self.rt.spawn(self._gone(rid, engine.model, f"its engine was stopped: {reason}"))
+        self._take_down(rid, engine, f"its engine was stopped: {reason}")
         self._preload_again(engine.model, 0.0)
         self.rt.kick()
 
@@ -499,9 +444,7 @@ class Fleet:
         """Worker ``name`` leaves (its replica was evicted, or its engine died and what it
         ran has failed over)."""
         rt = self.rt
-        for key in [k for k in self._adapter_in if k[0] == name]:
-            del self._adapter_in[key]
-        self._adapter_calls.pop(name, None)
+        self.adapters.forget(name)
         worker = rt.workers.pop(name, None)  # (at once: a dispatch to it meanwhile makes it anew)
         if worker is None:
             return
@@ -519,9 +462,3 @@ class Fleet:
         """Whether some request runs (or is being stopped) on worker ``name``."""
         busy = (Phase.RUNNING, Phase.STOPPING)
         return any(t.worker == name and t.phase in busy for t in self.rt.tickets.values())
-
-
-def _retrieved(task: asyncio.Task[None]) -> None:
-    """(A failed adapter load that no run waited for is not reported as never retrieved.)"""
-    if not task.cancelled():
-        task.exception()

@@ -426,8 +426,8 @@ class Runtime(WorkerEvents):
             if ticket.resume is not ResumeMethod.NONE:
                 ticket.resume = worker.resume_method(job)
             model = self.upstream_model.get(d.worker_id, job.model)
-            if self.fleet is not None and job.model in self.fleet.lora_names:  # (an adapter of its model)
-                model = self.fleet.lora_names[job.model]
+            if self.fleet is not None and job.model in self.fleet.adapters.names:  # (an adapter of its model)
+                model = self.fleet.adapters.names[job.model]
             if d.worker_id in self.ranked:  # its engine orders its own queue by laneway's class
                 job = replace(job, model=model, rank=ticket.priority)
             elif model != job.model:
@@ -478,13 +478,13 @@ class Runtime(WorkerEvents):
         if self.fleet is None:
             log.error("ignoring a decision to load adapter %s: this server has no fleet", d.adapter)
             return
-        self.fleet.load_adapter(d)
+        self.fleet.adapters.load(d)
 
     def unload_adapter(self, d: UnloadAdapter, now: float) -> None:
         if self.fleet is None:
             log.error("ignoring a decision to unload adapter %s: this server has no fleet", d.adapter)
             return
-        self.fleet.unload_adapter(d)
+        self.fleet.adapters.unload(d)
 
     def withdraw(self, ticket: Ticket, err: Unavailable) -> None:
         """Refuse queued ``ticket`` now with ``err`` (it cannot be served for a while)."""
