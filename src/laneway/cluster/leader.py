@@ -34,6 +34,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from laneway.cluster import tasks
+from laneway.cluster.census import take_census, take_in
 from laneway.cluster.codec import (
     Availability,
     BadMessage,
@@ -58,7 +59,9 @@ from laneway.cluster.codec import (
     encode,
 )
 from laneway.cluster.commit import COMMIT, commit_args
+from laneway.cluster.dead_homes import cancel_dead, release_quarantines
 from laneway.cluster.fleet_book import FLEET_EVENTS, FleetBook
+from laneway.cluster.leader_figures import estimates
 from laneway.cluster.lease import Lease, NotLeader
 from laneway.cluster.lending import Lender
 from laneway.cluster.liveness import ALIVE_TTL_S, DEAD_TTL_S, REAP
@@ -67,7 +70,6 @@ from laneway.cluster.relay import Relay
 from laneway.cluster.remote import ESTIMATES_EVERY_S
 from laneway.cluster.table import LiveTable
 from laneway.core import (
-    Dispatch,
     InvalidTransition,
     LanewayError,
     Scheduler,
@@ -87,9 +89,6 @@ IDLE_BLOCK_MS = 200
 REAP_EVERY_S = 1.0
 GAP_S = 1.0  # a read of events that took this much longer than it blocks: Redis stood still
 QUARANTINE_CHECK_S = 0.5  # how often the engines of slots held for dead replicas are asked
-QUARANTINE_GRACE_S = 5.0  # a dead replica's request is taken to end by twice its size and this
-QUARANTINE_MAX_S = 120.0  # the longest slots are held for a dead replica (an engine with no count)
-LENT_HOLD_S = 10.0  # the same for its lent slots (short requests)
 CENSUS_WAIT_S = 3.0  # a new leader waits this long at most for every replica's census
 # ... and this long at least: a replica tells each new leader it sees at its next heartbeat
 # (one a liveness / 3), so every live one has been heard by then, even one the leader could
@@ -231,21 +230,14 @@ class Leader:
         )
         adopted = queued = 0
         for rid, entry in rows:
-            if entry.running and entry.worker in core.workers:
-                try:
-                    core.adopt(entry.sent.request(), entry.worker, now)
-                    self.table.put(rid, entry)
-                    adopted += 1
-                    continue
-                except LanewayError:
-                    pass  # (a fresh one to queue instead)
-            refused = core.submit(entry.sent.request(), now)
+            refused = take_in(core, self.table, rid, entry, now)
             if refused is not None:
                 pending.append((entry.sent.home, encode(refused)))
                 refused_ids.append(rid)
-                continue
-            self.table.put(rid, entry.queued())
-            queued += 1
+            elif self.table.entries[rid].running:
+                adopted += 1
+            else:
+                queued += 1
         self.lender.restore({k: json.loads(v) for k, v in loans.items()}, core.workers)
         for w, lent, held in self.lender.hold_in(core):
             log.warning("worker %s: %d slots lent, only %d free to hold", w, lent, held)
@@ -342,7 +334,7 @@ class Leader:
                     log.warning("leader %s: cannot look for dead replicas: %s", self.replica, exc)
             if now - last_quarantine >= QUARANTINE_CHECK_S and self.lender.quarantined():
                 last_quarantine = now
-                await self._release_quarantines(now)
+                await release_quarantines(core, self.lender, self.engine_load, now)
             if not self.census_pending and now >= self.census_from:
                 self._lend(core, out)
             if moved or sets or dels or out or self.lender.changed or unapplied:
@@ -435,74 +427,23 @@ class Leader:
             elif kind is LoanTaken:  # a replica took a loan's new figure
                 self.lender.report(e.home, e.worker, e.seq, e.used)
             elif kind is Census:  # a replica's census: its requests now
-                self._census(e, now, sets, dels, out)
+                self.census_pending.discard(e.home)
+                taken = take_census(core, self.table, self.lender, e, now, sets, dels, out)
+                if taken.dropped or taken.adopted or taken.requeued:
+                    log.warning(
+                        "leader %s: census of %s: %d requests ended unreported, %d taken in running, "
+                        "%d queued",
+                        self.replica,
+                        e.home,
+                        taken.dropped,
+                        taken.adopted,
+                        taken.requeued,
+                    )
             elif kind in FLEET_EVENTS and self.fleet is not None:  # an owner's engines
                 decided = self.fleet.apply(e, core, now, out, self.table.queued_of)
                 apply(decided, Relay(self, sets, dels, out), now)
         except (UnknownRequest, InvalidTransition, LanewayError, KeyError):
             pass  # (an end of what ended before, a request this leader does not know)
-
-    def _census(
-        self,
-        census: Census,
-        now: float,
-        sets: dict[str, TableEntry],
-        dels: set[str],
-        out: list[tuple[str, list[Any]]],
-    ) -> None:
-        """What ``census.home`` reports its requests do (table entries), in order with its
-        events: the table is made to agree. A request the table has that it no longer reports
-        ended (its end was lost); one it runs where the table does not say is taken in as
-        running there; one the table has running that it reports queued is sent its dispatch
-        again (it was lost, or is on its way: a second is ignored); one the table lacks is
-        queued. Its loans end: what ran on lent slots is reported as running."""
-        core = self.core
-        assert core is not None
-        home = census.home
-        self.census_pending.discard(home)
-        reported = {e.sent.id: e for e in census.entries}
-        dropped = [rid for rid, h in self.table.home.items() if h == home and rid not in reported]
-        for rid in dropped:
-            with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
-                core.cancel(rid, now)
-            self.table.forget(rid, sets, dels)
-        self.lender.drop([home])
-        self.lender.hold_in(core)
-        adopted = requeued = 0
-        for rid, entry in reported.items():
-            known = self.table.entries.get(rid)
-            if known is not None:
-                if known.state == entry.state and known.worker == entry.worker:
-                    continue
-                if not entry.running and known.running:
-                    out.append((home, encode(Dispatch(rid, known.worker, None))))  # type: ignore[arg-type]
-                    continue
-                with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
-                    core.cancel(rid, now)
-                self.table.forget(rid, sets, dels)
-            if entry.running and entry.worker in core.workers:
-                try:
-                    core.adopt(entry.sent.request(), entry.worker, now)
-                    self.table.put(rid, entry, sets, dels)
-                    adopted += 1
-                    continue
-                except LanewayError:
-                    pass  # (no slot to hold it: it waits instead)
-            refused = core.submit(entry.sent.request(), now)
-            if refused is not None:
-                out.append((home, encode(refused)))
-                continue
-            self.table.put(rid, entry.queued(), sets, dels)
-            requeued += 1
-        if dropped or adopted or requeued:
-            log.warning(
-                "leader %s: census of %s: %d requests ended unreported, %d taken in running, %d queued",
-                self.replica,
-                home,
-                len(dropped),
-                adopted,
-                requeued,
-            )
 
     async def _reap(
         self, now: float, sets: dict[str, TableEntry], dels: set[str], out: list[tuple[str, list[Any]]]
@@ -531,77 +472,17 @@ class Leader:
             self.applied.pop(h, None)
         core = self.core
         assert core is not None
-        # what each dead home may still run on each worker: its requests placed there, and
-        # its lent slots (a process that only stood still runs them on)
-        held: dict[tuple[str, str], int] = {}
-        longest: dict[tuple[str, str], float] = {}
-        for (h, w), loan in self.lender.loans.items():
-            if h in dead and loan.until == 0 and loan.hold:
-                held[(h, w)] = loan.hold
-                longest[(h, w)] = LENT_HOLD_S
-        self.lender.drop(dead)
-        gone = [rid for rid, h in self.table.home.items() if h in dead]
-        for rid in gone:
-            entry = self.table.entries.get(rid)
-            if entry is not None and entry.running and entry.worker in core.workers:
-                key = (self.table.home[rid], entry.worker)
-                held[key] = held.get(key, 0) + 1
-                size = entry.sent.est_service_s
-                est = size if isinstance(size, int | float) else QUARANTINE_MAX_S
-                longest[key] = max(longest.get(key, 0.0), 2 * est + QUARANTINE_GRACE_S)
-            with contextlib.suppress(UnknownRequest, InvalidTransition, LanewayError):
-                core.cancel(rid, now)
-            self.table.forget(rid, sets, dels)
-        for (h, w), n in held.items():
-            self.lender.quarantine(h, w, n, now + min(longest[(h, w)], QUARANTINE_MAX_S))
+        gone, held = cancel_dead(core, self.table, self.lender, dead, now, sets, dels)
         if not gone and not held:
             return sorted(dead)  # (taken for dead before: late events of it named it again)
         log.warning(
             "replicas %s are gone: %d of their requests cancelled; %d slots held until their "
             "engines show them ended",
             ", ".join(sorted(dead)),
-            len(gone),
-            sum(held.values()),
+            gone,
+            held,
         )
         return sorted(dead)
-
-    async def _release_quarantines(self, now: float) -> None:
-        """Give back the slots of dead homes once their engine shows their requests gone
-        (it runs no more than the requests the leader counts there, live replicas' lent
-        ones included), or at their time limit where the engine gives no count."""
-        core = self.core
-        assert core is not None
-        by_worker: dict[str, list[tuple[str, float]]] = {}
-        for (h, w), loan in self.lender.quarantined().items():
-            by_worker.setdefault(w, []).append((h, loan.until))
-        for w, homes in by_worker.items():
-            state = core.workers.get(w)
-            counted = None
-            if state is not None and self.engine_load is not None:
-                with contextlib.suppress(Exception):
-                    counted = await self.engine_load(w)
-            if counted is not None and state is not None:
-                known = len(state.running) + self.lender.lent_out(w)
-                if counted <= known:
-                    for h, _ in homes:
-                        self.lender.release(h, w)
-                    log.info(
-                        "worker %s: the engine runs %d requests: the dead replicas' slots are free",
-                        w,
-                        counted,
-                    )
-                    continue
-            for h, until in homes:
-                if now >= until:
-                    self.lender.release(h, w)
-                    log.warning(
-                        "worker %s: slots of the dead replica %s given back at their time limit (%s)",
-                        w,
-                        h,
-                        "the engine gives no count"
-                        if counted is None
-                        else f"the engine still runs {counted}",
-                    )
 
     async def _write(
         self,
@@ -623,24 +504,9 @@ class Leader:
     async def _publish(self, now: float) -> None:
         core = self.core
         assert core is not None
-        names = core.classes.names
-        wait: dict[str, float | None] = {}
-        ranges: dict[str, list[Any]] = {}
-        for i, name in enumerate(names):
-            for key, model in [(name, None)] + [(f"{name}|{m}", m) for m in self.models]:
-                w, r = core.estimate_range(i, model, now)
-                wait[key] = w if math.isfinite(w) else None
-                high = r.high_s if math.isfinite(r.high_s) else None
-                ranges[key] = [r.low_s if math.isfinite(r.low_s) else None, high, r.basis, r.detail]
-        snap = core.snapshot()
-        fig = {
-            "wait": wait,
-            "range": ranges,
-            "queued": snap.queue_depth,
-            "running": snap.running,
-            "leader": self.replica,
-            "pace": self.pace.decode_tokens_s,
-        }
+        fig = estimates(core, self.models, now)
+        fig["leader"] = self.replica
+        fig["pace"] = self.pace.decode_tokens_s
         if self.fleet is not None and self.fleet.planner is not None:  # (its engines, where placed)
             planner = self.fleet.planner
             fig["fleet"] = fleet_view.placed(

@@ -1,5 +1,6 @@
-"""What the cluster's leader publishes a few times a second (``PREFIX est``), as a replica
-reads it: the estimated waits and their intervals per class (and model), the queued and
+"""What the cluster's leader publishes a few times a second (``PREFIX est``) —
+:func:`estimates`, as it makes them, and :class:`LeaderFigures`, as a replica reads them: the
+estimated waits and their intervals per class (and model), the queued and
 running counts, the leader's name, the pace every replica measured, where the fleet's
 engines are and the models failing to start. A figure that is missing or malformed is
 left out: a replica goes on with what it had."""
@@ -10,7 +11,23 @@ import math
 import time
 from typing import Any
 
-from laneway.core import WaitRange
+from laneway.core import Scheduler, WaitRange
+
+
+def estimates(core: Scheduler, models: list[str], now: float) -> dict[str, Any]:
+    """The leader's figures of ``core`` now: each class's (and each class and model's)
+    estimated wait and its interval, the queued and running counts (JSON, infinities as
+    ``null``)."""
+    wait: dict[str, float | None] = {}
+    ranges: dict[str, list[Any]] = {}
+    for i, name in enumerate(core.classes.names):
+        for key, model in [(name, None)] + [(f"{name}|{m}", m) for m in models]:
+            w, r = core.estimate_range(i, model, now)
+            wait[key] = w if math.isfinite(w) else None
+            high = r.high_s if math.isfinite(r.high_s) else None
+            ranges[key] = [r.low_s if math.isfinite(r.low_s) else None, high, r.basis, r.detail]
+    snap = core.snapshot()
+    return {"wait": wait, "range": ranges, "queued": snap.queue_depth, "running": snap.running}
 
 
 class LeaderFigures:
