@@ -38,3 +38,19 @@ def taken_for_dead() -> Unavailable:
         code="unavailable",
         retry_after_s=1.0,
     )
+
+
+def held_too_much(held: int, limit: int, size: int, wait: float) -> Unavailable:
+    """503 ``overloaded``: the clients' requests the server holds (``held`` bytes) and this
+    one (``size``) would pass ``max_queued_bytes`` (``limit``)."""
+    return Unavailable(
+        f"the server holds {_mib(held)} of requests (limit {_mib(limit)}); this one is {_mib(size)}",
+        code="overloaded",
+        estimated_wait_s=wait,
+    )
+
+
+def _mib(n: int) -> str:
+    """A size for a person: ``0.6 MiB``, ``1 MiB``, ``12 MiB``."""
+    mib = n / (1 << 20)
+    return f"{mib:.1f} MiB" if mib < 10 and mib != int(mib) else f"{mib:.0f} MiB"

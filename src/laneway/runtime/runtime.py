@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import Counter
 from collections.abc import Coroutine, Mapping
 from dataclasses import replace
 from typing import Any
@@ -42,11 +41,8 @@ from laneway.core import (
     Request,
     Scheduler,
     WaitRange,
-    WorkerSpec,
 )
 from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
-from laneway.core.modes import PreemptionMode
-from laneway.core.policies import policy as policy_spec
 from laneway.core.policies import stoppable_classes
 from laneway.errors import GenerationFailed, RequestError, Unavailable
 from laneway.generation import Job, ResumeMethod
@@ -60,12 +56,13 @@ from laneway.runtime.metrics import Metrics
 from laneway.runtime.prefix import prefix_of
 from laneway.runtime.probes import Prober
 from laneway.runtime.recovery import Recovery
-from laneway.runtime.rejections import error_for, shutting_down
+from laneway.runtime.rejections import error_for, held_too_much, shutting_down
 from laneway.runtime.saturation import Saturation, Window
 from laneway.runtime.scheduling import SchedulerPort
 from laneway.runtime.sizing import Sizing
 from laneway.runtime.support import support_of
 from laneway.runtime.ticket import Phase, Ticket
+from laneway.runtime.topology import topology
 from laneway.tracing import OFF, Tracing
 
 log = logging.getLogger("laneway.runtime")
@@ -75,36 +72,12 @@ class Runtime(WorkerEvents):
     def __init__(self, config: ServerConfig, workers: Mapping[str, Worker]) -> None:
         self.config = config
         self.workers = dict(workers)
-        self.served = {w.name: w.served_name for w in config.workers if w.name in self.workers}
-        self.upstream_model = {w.name: w.model for w in config.workers if w.name in self.workers}
-        kv = {w.name: w.kv_tokens for w in config.workers}
-        isolated = {w.name for w in config.workers if w.isolate}
-        if isolated:
-            _warn_isolation(sorted(isolated), config)
-        # engines told each request's class: upstreams asked to (vLLM's priority scheduling), and
-        # the in-process engine (its prompts' chunks wait while more urgent work runs there)
-        self.ranked = {
-            w.name
-            for w in config.workers
-            if (w.forward_priority or w.type == "local") and w.name in self.workers
-        }
-        specs = [
-            WorkerSpec(
-                name,
-                slots=worker.capacity().slots,
-                models=frozenset({self.served.get(name, name)}),
-                can_checkpoint=worker.can_checkpoint,
-                kv_tokens=kv.get(name),
-                isolate=name in isolated,
-            )
-            for name, worker in self.workers.items()
-        ]
-        # models served by several workers: where their prompts are cached decides between them
-        counts = Counter(self.served.get(name, name) for name in self.workers)
-        self.placed_by_prefix = (
-            {m for m, n in counts.items() if n > 1} if config.scheduler.placement == "prefix" else set()
-        )
-        self.specs = specs
+        topo = topology(config, self.workers)
+        self.served = topo.served
+        self.upstream_model = topo.upstream_model
+        self.ranked = topo.ranked
+        self.placed_by_prefix = topo.placed_by_prefix
+        self.specs = specs = topo.specs
         # a fleet's core places models on GPUs (its engines come and go as workers)
         self.fleet = Fleet.of(self, config) if config.fleet is not None else None
         # the core in this process; a cluster's replica puts its leader's here (use_scheduler)
@@ -130,7 +103,7 @@ class Runtime(WorkerEvents):
         # what the engines say of themselves at each probe (KV space, load, prefix hits)
         self.engines = EngineWatch(
             self.workers,
-            kv,
+            topo.kv_tokens,
             Saturation(windows),
             lambda: self.sched,
             self.metrics,
@@ -224,19 +197,8 @@ class Runtime(WorkerEvents):
             raise shutting_down()
         if size and self.held_bytes + size > self.config.max_queued_bytes:
             wait = self.estimate_wait(priority, job.model)
-            raise self._refused(
-                job,
-                priority,
-                tenant,
-                traceparent,
-                "overloaded",
-                Unavailable(
-                    f"the server holds {_mib(self.held_bytes)} of requests (limit "
-                    f"{_mib(self.config.max_queued_bytes)}); this one is {_mib(size)}",
-                    code="overloaded",
-                    estimated_wait_s=wait,
-                ),
-            )
+            overloaded = held_too_much(self.held_bytes, self.config.max_queued_bytes, size, wait)
+            raise self._refused(job, priority, tenant, traceparent, "overloaded", overloaded)
         if self.fleet is not None:
             refused_now = self.fleet.faults.refusal(job.model)
             if refused_now is not None:
@@ -529,24 +491,3 @@ class Runtime(WorkerEvents):
         if self.fleet is not None:
             await fleet_closing
         await asyncio.to_thread(self.tracing.close)  # (the spans left are sent: blocking I/O)
-
-
-def _warn_isolation(names: list[str], config: ServerConfig) -> None:
-    """``isolate`` under a policy that cannot keep it: said at start, not found out later."""
-    spec = policy_spec(config.policy)
-    said = ("workers " if len(names) > 1 else "worker ") + ", ".join(names)
-    if not spec.classes:
-        log.warning("%s: isolate does nothing under policy %s (one queue, no classes)", said, spec.name)
-    elif spec.preemption is PreemptionMode.NONE:
-        log.warning(
-            "%s: under policy %s (no preemption) isolate keeps batch work off a worker running "
-            "urgent work, but urgent work starting beside batch work does not stop it",
-            said,
-            spec.name,
-        )
-
-
-def _mib(n: int) -> str:
-    """A size for a person: ``0.6 MiB``, ``1 MiB``, ``12 MiB``."""
-    mib = n / (1 << 20)
-    return f"{mib:.1f} MiB" if mib < 10 and mib != int(mib) else f"{mib:.0f} MiB"
