@@ -25,25 +25,24 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache
 
-from laneway.engine.checkpoints import CheckpointStore, SavedKV
+from laneway.engine import prompts
+from laneway.engine.checkpoints import CheckpointStore
 from laneway.engine.detok import TextState
-from laneway.engine.kv_batch import KV, KVBatch, layer_kv
+from laneway.engine.kv_batch import KVBatch, layer_kv
 from laneway.engine.models import LoadedModel
 from laneway.engine.sampler import adjust, adjusts, logprob_of, new_generator, sample
-from laneway.errors import BackendError, ContextTooLong, InvalidRequest
+from laneway.engine.sequences import EngineStats, SavedState, Seq, Sink
+from laneway.errors import BackendError, InvalidRequest
 from laneway.generation import (
     Checkpoint,
     Delta,
     Done,
     Ending,
-    Event,
     Failed,
     Job,
     ResumeMethod,
@@ -56,7 +55,7 @@ log = logging.getLogger("laneway.engine")
 MODES = ("checkpoint", "recompute")
 DEFAULT_SPILL_BUDGET = 1 << 30  # bytes of KV checkpoints held in host memory
 
-Sink = Callable[[Event], None]
+PREFILL_CHUNK = 512  # prompt tokens prefilled in one round at most (one step: preemptible after it)
 
 
 def cpu_threads(parameters: int) -> int:
@@ -69,64 +68,6 @@ def cpu_threads(parameters: int) -> int:
     if parameters < 5_000_000:
         return 1
     return max(1, (os.cpu_count() or 2) - 1)
-
-
-@dataclass(eq=False)
-class _Seq:
-    job: Job
-    sink: Sink
-    ids: list[int]  # prompt + generated
-    prompt_len: int
-    max_new: int
-    gen: torch.Generator | None
-    text: TextState
-    kv_len: int = 0  # tokens in the KV cache; the next input is ids[kv_len:]
-    restored: KV | None = None  # a checkpointed cache waiting to join the batch
-    partial: DynamicCache | None = None  # its prompt's cache while prefilled chunk by chunk
-    row: int = -1
-    logprobs: list[TokenLogprob] | None = None  # of every generated token, when asked
-    lp_sent: int = 0  # of those, how many went out with a delta
-    ids_sent: int = -1  # generated ids that went out with a delta (-1: not even the prompt's; or not asked)
-
-    @property
-    def generated(self) -> int:
-        return len(self.ids) - self.prompt_len
-
-
-PREFILL_CHUNK = 512  # prompt tokens prefilled in one round at most (one step: preemptible after it)
-
-
-@dataclass
-class _State:
-    """The engine's payload in a :class:`Checkpoint`."""
-
-    model: str
-    ids: list[int]
-    prompt_len: int
-    max_new: int
-    emitted: int
-    rng: torch.Tensor | None
-    kv: SavedKV | None = None
-    kv_len: int = 0
-    logprobs: list[TokenLogprob] | None = None
-    lp_sent: int = 0
-    ids_sent: int = -1
-
-
-@dataclass
-class EngineStats:
-    steps: int = 0
-    tokens: int = 0  # generated tokens
-    prefill_tokens: int = 0
-    busy_s: float = 0.0
-    preemptions: int = 0
-    checkpoint_bytes: int = 0
-    step_s_last: float = 0.0
-    by_batch: dict[int, tuple[int, float]] = field(default_factory=dict)  # batch size -> (steps, seconds)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.busy_s if self.busy_s else 0.0
 
 
 class Engine:
@@ -146,9 +87,9 @@ class Engine:
         self.model = model
         self.slots = slots
         self.batch = KVBatch(model.config, model.device)
-        self.rows: list[_Seq] = []  # row order of the batch
-        self.joining: list[_Seq] = []
-        self.by_id: dict[str, _Seq] = {}
+        self.rows: list[Seq] = []  # row order of the batch
+        self.joining: list[Seq] = []
+        self.by_id: dict[str, Seq] = {}
         spill = (data_dir or Path(".laneway")) / "checkpoints"
         self.store = CheckpointStore(spill_budget_bytes, spill)
         self.stats = EngineStats()
@@ -166,59 +107,12 @@ class Engine:
         return bool(self.by_id)
 
     def tokenize(self, job: Job) -> list[int]:
-        """``job``'s prompt as this model sees it: its token ids (checked), its text encoded,
-        or its chat messages through the model's chat template."""
-        tok = self.model.tokenizer
-        if isinstance(job.prompt, list):  # token ids, as given
-            vocab = int(self.model.config.vocab_size)
-            if not job.prompt or not all(isinstance(t, int) and 0 <= t < vocab for t in job.prompt):
-                raise InvalidRequest(f"prompt token ids must be in 0–{vocab - 1}", param="prompt")
-            ids = list(job.prompt)
-        elif job.prompt is not None:
-            ids = tok.encode(job.prompt)
-        else:
-            ids = tok.chat_prompt(job.messages or (), job.continue_final)
-        if not ids:  # (a tokenizer of no special token to start from)
-            raise InvalidRequest(
-                f"the prompt encodes to no token for model {self.model.name}", param="prompt"
-            )
-        return ids
+        """``job``'s prompt as this model sees it (:func:`laneway.engine.prompts.tokenize`)."""
+        return prompts.tokenize(self.model, job)
 
     def prompt_ids(self, job: Job) -> list[int]:
-        """Tokenize ``job``'s prompt; raise :class:`ContextTooLong` if it cannot fit."""
-        ids = self.tokenize(job)
-        self._check_ids(job)
-        context = self.model.context
-        if len(ids) >= context:
-            raise ContextTooLong(
-                f"the prompt is {len(ids)} tokens; model {self.model.name} takes at most "
-                f"{context - 1} prompt tokens",
-                param="messages" if job.messages is not None else "prompt",
-            )
-        wanted = len(ids) + (job.params.max_tokens or 0)
-        if wanted > context and job.params.max_tokens_set:  # (a default is lowered: add())
-            raise ContextTooLong(
-                f"model {self.model.name}'s context is {context} tokens; this request asks for {wanted} "
-                f"({len(ids)} in the prompt, max_tokens {job.params.max_tokens}): lower max_tokens "
-                f"to at most {context - len(ids)}",
-                param="max_tokens",
-            )
-        return ids
-
-    def _check_ids(self, job: Job) -> None:
-        """Token ids the request names (``logit_bias``, ``stop_token_ids``) are the model's."""
-        vocab = int(self.model.config.vocab_size)
-        for name, ids in (
-            ("logit_bias", [t for t, _ in job.params.logit_bias]),
-            ("stop_token_ids", job.params.stop_token_ids),
-        ):
-            past = [t for t in ids if not 0 <= t < vocab]
-            if past:
-                raise InvalidRequest(
-                    f"{name}: token id {past[0]} is not in model {self.model.name}'s vocabulary "
-                    f"(0–{vocab - 1})",
-                    param=name,
-                )
+        """``job``'s prompt ids, checked to fit (:func:`laneway.engine.prompts.prompt_ids`)."""
+        return prompts.prompt_ids(self.model, job)
 
     def add(self, job: Job, sink: Sink, prompt_ids: list[int] | None = None) -> None:
         """Start ``job``; it joins the batch at the next ``step()``."""
@@ -226,7 +120,7 @@ class Engine:
         self._check_free(job.id)
         max_new = min(job.params.max_tokens or self.model.context, self.model.context - len(ids))
         text = TextState(self.model.tokenizer, job.params.stop)
-        seq = _Seq(job, sink, list(ids), len(ids), max_new, new_generator(job.params), text)
+        seq = Seq(job, sink, list(ids), len(ids), max_new, new_generator(job.params), text)
         if job.params.logprobs is not None:
             seq.logprobs = []
         self._admit(seq)
@@ -234,7 +128,7 @@ class Engine:
     def resume(self, ckpt: Checkpoint, sink: Sink) -> None:
         """Continue a job from its checkpoint; it joins at the next ``step()``."""
         state = ckpt.state
-        if not isinstance(state, _State) or state.model != self.model.name:
+        if not isinstance(state, SavedState) or state.model != self.model.name:
             raise BackendError(
                 f"checkpoint of {ckpt.job.id} was not made by an engine running {self.model.name}"
             )
@@ -244,7 +138,7 @@ class Engine:
             gen = torch.Generator(device="cpu")
             gen.set_state(state.rng)
         text = TextState(self.model.tokenizer, ckpt.job.params.stop, emitted=state.emitted)
-        seq = _Seq(ckpt.job, sink, list(state.ids), state.prompt_len, state.max_new, gen, text)
+        seq = Seq(ckpt.job, sink, list(state.ids), state.prompt_len, state.max_new, gen, text)
         seq.logprobs, seq.lp_sent, seq.ids_sent = state.logprobs, state.lp_sent, state.ids_sent
         if state.kv is not None:
             dev = self.model.device
@@ -260,7 +154,7 @@ class Engine:
         if len(self.by_id) >= self.slots:
             raise BackendError(f"all {self.slots} slots are busy")
 
-    def _admit(self, seq: _Seq) -> None:
+    def _admit(self, seq: Seq) -> None:
         self.by_id[seq.job.id] = seq
         self.joining.append(seq)
 
@@ -286,7 +180,7 @@ class Engine:
             saved, kv_len = self.store.put([(k.cpu(), v.cpu()) for k, v in seq.restored]), seq.kv_len
         if seq in self.joining:
             self.joining.remove(seq)
-        state = _State(
+        state = SavedState(
             self.model.name,
             seq.ids,
             seq.prompt_len,
@@ -317,7 +211,7 @@ class Engine:
     def discard(self, ckpt: Checkpoint) -> None:
         """Forget a checkpoint that will not be resumed (its request was cancelled)."""
         state = ckpt.state
-        if isinstance(state, _State) and state.kv is not None:
+        if isinstance(state, SavedState) and state.kv is not None:
             self.store.discard(state.kv)
             state.kv = None
 
@@ -330,7 +224,7 @@ class Engine:
         self._drop_rows([seq] if seq.row >= 0 else [])
         return True
 
-    def _fail(self, seqs: list[_Seq], exc: Exception) -> None:
+    def _fail(self, seqs: list[Seq], exc: Exception) -> None:
         """``seqs`` end with :class:`Failed` (their rows are the caller's to drop)."""
         log.error("engine step failed for %s: %r", ", ".join(s.job.id for s in seqs), exc)
         err = BackendError(f"engine failure: {exc}")
@@ -398,11 +292,11 @@ class Engine:
         return joined
 
     @staticmethod
-    def _left(seq: _Seq) -> int:
+    def _left(seq: Seq) -> int:
         """Prompt tokens ``seq`` has still to prefill (0: a checkpoint's cache, joined whole)."""
         return 0 if seq.restored is not None else len(seq.ids) - seq.kv_len
 
-    def _join(self, seq: _Seq, budget: int) -> int:
+    def _join(self, seq: Seq, budget: int) -> int:
         """Prefill at most ``budget`` more tokens of ``seq``; once all are, it joins the batch
         (and leaves ``joining``) and makes its first token. How many it prefilled."""
         if seq.restored is not None:
@@ -462,7 +356,7 @@ class Engine:
         n, secs = st.by_batch.get(len(rows), (0, 0.0))
         st.by_batch[len(rows)] = (n + 1, secs + dt)
 
-    def _emit(self, seq: _Seq, logits: torch.Tensor) -> bool:
+    def _emit(self, seq: Seq, logits: torch.Tensor) -> bool:
         """Sample the next token of ``seq`` and report it; ``True`` when the job ended."""
         params = seq.job.params
         tok = self.model.tokenizer
@@ -490,7 +384,7 @@ class Engine:
             return True
         return False
 
-    def _delta(self, seq: _Seq, text: str, end: int | None = None) -> None:
+    def _delta(self, seq: Seq, text: str, end: int | None = None) -> None:
         """Send ``text`` with the log-probabilities and ids not sent yet (``end``: the
         end-of-text id that ended it, an id of the answer that is not in ``seq.ids``)."""
         ids = prompt = None
@@ -505,7 +399,7 @@ class Engine:
             )
         )
 
-    def _unsent(self, seq: _Seq) -> tuple[TokenLogprob, ...] | None:
+    def _unsent(self, seq: Seq) -> tuple[TokenLogprob, ...] | None:
         """The log-probabilities not sent with a delta yet (``None``: not asked)."""
         if seq.logprobs is None:
             return None
@@ -513,7 +407,7 @@ class Engine:
         seq.lp_sent = len(seq.logprobs)
         return out
 
-    def _finish(self, seq: _Seq, reason: str, last: str = "", end: int | None = None) -> None:
+    def _finish(self, seq: Seq, reason: str, last: str = "", end: int | None = None) -> None:
         self.by_id.pop(seq.job.id, None)
         if seq in self.joining:
             self.joining.remove(seq)
@@ -532,7 +426,7 @@ class Engine:
         prompt = tuple(seq.ids[: seq.prompt_len]) if asked else None
         seq.sink(Done(seq.job.id, reason, usage, seq.text.text, choices=(ending,), prompt_ids=prompt))
 
-    def _drop_rows(self, seqs: list[_Seq]) -> None:
+    def _drop_rows(self, seqs: list[Seq]) -> None:
         gone = [s.row for s in seqs if s.row >= 0]
         if not gone:
             return

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from laneway.engine.engine import Engine, Sink
+from laneway.engine.engine import Engine
+from laneway.engine.sequences import Sink
 from laneway.generation import Checkpoint, Job
 
 T = TypeVar("T")
