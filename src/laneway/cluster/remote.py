@@ -3,8 +3,8 @@
 :class:`RemoteScheduler` stands where the runtime's :class:`~laneway.core.Scheduler`
 stands in a single process, with the methods the runtime calls. Each call
 becomes an event on the Redis stream ``PREFIX events`` (sent in order, in
-pipelined batches, by one task); the leader (:mod:`laneway.cluster.leader`),
-wherever it runs, applies them to the one core and sends back the decisions
+pipelined batches, by one task: :mod:`laneway.cluster.outbox`); the leader
+(:mod:`laneway.cluster.leader`), wherever it runs, applies them to the one core and sends back the decisions
 for this replica's requests on ``PREFIX dec:REPLICA``, which :meth:`schedule`
 hands to the runtime. Admission is the leader's too: a refused request gets
 its :class:`~laneway.core.Reject` as a decision, a moment later.
@@ -54,13 +54,13 @@ from laneway.cluster.codec import (
     Submitted,
     TableEntry,
     decode_order,
-    encode,
 )
 from laneway.cluster.dispatch_gate import DispatchGate
 from laneway.cluster.leader_figures import LeaderFigures
 from laneway.cluster.lending import Borrower, starts_itself
 from laneway.cluster.liveness import ALIVE_TTL_S, HEARTBEAT
 from laneway.cluster.local_deadlines import LocalDeadlines
+from laneway.cluster.outbox import Outbox
 from laneway.cluster.redis_io import stream_entries
 from laneway.cluster.shared_sizing import SharedSizing
 from laneway.core import Decision, Dispatch, Preempt, Reject, Request, Scheduler, WaitRange, WorkerSpec
@@ -73,7 +73,6 @@ from laneway.runtime.sizing import Sizing
 log = logging.getLogger("laneway.cluster")
 
 ESTIMATES_EVERY_S = 0.25  # how often the leader publishes estimates (and a replica reads them)
-EVENTS_PER_ENTRY = 64  # events sent in one stream entry (one command, one parse)
 
 
 class RemoteScheduler:
@@ -99,10 +98,7 @@ class RemoteScheduler:
         self.kick = kick
         self.events_key = prefix + "events"
         self.decisions_key = f"{prefix}dec:{self.home}"
-        self._out: list[list[Any]] = []
-        self._sending: tuple[int, bytes] | None = None  # the entry being sent (its number, its events)
-        self._sent = 0  # entries numbered so far (the leader applies each number once)
-        self._wake = asyncio.Event()
+        self.outbox = Outbox(client, self.events_key, self.home, replica)
         self._inbox: list[Decision] = []
         self._mine: set[str] = set()  # live requests of this replica
         self._reqs: dict[str, Request] = {}  # their requests as sent (for a census)
@@ -153,7 +149,7 @@ class RemoteScheduler:
         start_id = "0-0"  # (a stream of this process's own)
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._send()),
+            loop.create_task(self.outbox.run()),
             loop.create_task(self._receive(start_id)),
             loop.create_task(self._heartbeat()),
         ]
@@ -165,16 +161,11 @@ class RemoteScheduler:
             t.cancel()
         for t in self._tasks:
             await tasks.stop(t)
-        while self._out or self._sending is not None:
-            try:
-                await self._flush()
-            except Exception:
-                break
+        await self.outbox.drain()
 
     # ------------------------------------------------------------------ the core's surface
     def _emit(self, event: Event) -> None:
-        self._out.append(encode(event))
-        self._wake.set()
+        self.outbox.put(event)
 
     emit = _emit  # (what a fleet's engines tell the leader goes with the other events, in order)
 
@@ -454,31 +445,6 @@ class RemoteScheduler:
         )
 
     # ------------------------------------------------------------------ plumbing
-    async def _flush(self) -> None:
-        """The events so far, in one stream entry (``b``: a list; the leader applies them in
-        order), at most :data:`EVENTS_PER_ENTRY` an entry. Each entry is numbered (``h``:
-        this replica's home, ``n``: the number): one sent again because its answer was
-        lost (Redis went away meanwhile) is applied once."""
-        if self._sending is None:
-            batch = self._out[:EVENTS_PER_ENTRY]
-            del self._out[: len(batch)]
-            self._sent += 1
-            self._sending = (self._sent, json.dumps(batch, separators=(",", ":")).encode())
-        n, raw = self._sending
-        await self.r.xadd(self.events_key, {"b": raw, "h": self.home, "n": n})
-        self._sending = None
-
-    async def _send(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._out or self._sending is not None:
-                try:
-                    await self._flush()
-                except (aioredis.RedisError, OSError) as exc:
-                    log.warning("replica %s: cannot send events to the leader: %s", self.replica, exc)
-                    await asyncio.sleep(0.2)
-
     async def _receive(self, last: str) -> None:
         loop = asyncio.get_running_loop()
         read_est = 0.0
@@ -548,7 +514,7 @@ class RemoteScheduler:
         are no longer theirs), and it schedules anew through the leader."""
         old, self.home = self.home, f"{self.replica}.{uuid.uuid4().hex[:8]}"
         self.decisions_key = f"{self.p}dec:{self.home}"
-        self._out, self._sending, self._sent = [], None, 0  # (the old name's events: moot)
+        self.outbox.reset(self.home)  # (the old name's events: moot)
         self._last = "0-0"
         lost = sorted(self._mine)
         self._mine.clear()
