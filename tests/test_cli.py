@@ -281,6 +281,14 @@ def test_an_endless_line_is_not_read_to_its_end(capsys: pytest.CaptureFixture[st
             "an empty name in 'fifo,,laneway'",
         ),
         (["simulate", "--scenario", "mixed", "--policy", " , "], "no policy given"),
+        (
+            ["simulate", "--scenario", "mixed", "--policy", "naive,laneway"],
+            "naive would run as laneway itself here: naive places on GPUs and this run has no GPU fleet",
+        ),
+        (
+            ["simulate", "--scenario", "gpu-mix", "--policy", "round-robin"],
+            "round-robin would run as laneway itself here: round-robin spreads over upstreams with prefix",
+        ),
         (["simulate", "--scenario", "mixed", "--slots", "0"], "--slots"),
         (["simulate", "--scenario", "mixed", "--slots", "two"], "--slots"),
         (["simulate", "--scenario", "mixed", "--slots", "9" * 20], "--slots: must be at most 100,000"),

@@ -166,9 +166,18 @@ def parse_policies(text: str, gpus: bool = False, caches: bool = False) -> list[
     for name in names:
         if name not in POLICIES:
             raise UsageError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)} or 'all'")
+        if not compared(name, gpus=gpus, caches=caches):  # (its row would be laneway's, named so)
+            raise UsageError(f"argument --policy: {name} would run as laneway itself here: {_same_why(name)}")
         if name not in out:
             out.append(name)
     return out
+
+
+def _same_why(name: str) -> str:
+    """Why baseline ``name`` is laneway on a run that lacks what it compares."""
+    if name == "naive":
+        return "naive places on GPUs and this run has no GPU fleet"
+    return f"{name} spreads over upstreams with prefix caches and this run has none"
 
 
 def load_fleet(path: Path) -> Inventory:
@@ -290,14 +299,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.policy.strip() == "all":
         left = [p for p in POLICIES if p not in policies]
         if left:
-            why = []
-            if "naive" in left:
-                why.append("naive places on GPUs and this run has no GPU fleet")
-            if any(p != "naive" for p in left):
-                why.append("round-robin and least-loaded spread over upstreams with caches and it has none")
+            why = "; ".join(_same_why(p) for p in left)
             print(
-                f"laneway: {', '.join(left)} left out, as each would run as laneway itself here "
-                f"({'; '.join(why)})",
+                f"laneway: {', '.join(left)} left out, as each would run as laneway itself here ({why})",
                 file=sys.stderr,
             )
     if args.isolate and "fifo" in policies:  # (as laneway serve says at start)
