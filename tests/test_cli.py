@@ -60,6 +60,22 @@ def test_hold_s_keeps_urgent_slots_and_preempts_less(capsys: pytest.CaptureFixtu
     assert runs[1]["preemptions"] < runs[0]["preemptions"]
 
 
+def test_max_wait_s_refuses_what_would_wait_past_its_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-wait-s``: the server's early refusal in the simulator. On mixed, batch
+    requests expected to wait past it are refused as overloaded on arrival; without it
+    none is, and every request still ends exactly once."""
+    runs = []
+    for extra in ([], ["--max-wait-s", "120"]):
+        assert main(["simulate", "--scenario", "mixed", "--requests", "3000", "--json", *extra]) == 0
+        (s,) = json_lines(capsys.readouterr().out)
+        for c in s["classes"].values():
+            assert c["completed"] + c["rejected"] == c["count"]
+        runs.append(s)
+    refused = [{k: c["rejected"] - c["expired"] for k, c in s["classes"].items()} for s in runs]
+    assert not any(refused[0].values())
+    assert refused[1]["P3"] > 0 and refused[1]["P0"] == 0
+
+
 def test_policy_list_and_all(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "chat-vs-batch", "--policy", "fifo, laneway,fifo", "--json"]) == 0
     assert [s["policy"] for s in json_lines(capsys.readouterr().out)] == ["fifo", "laneway"]

@@ -59,6 +59,20 @@ def seconds(text: str) -> float:
     return value
 
 
+def seconds_up_to(limit: float, *, positive: bool = False) -> Callable[[str], float]:
+    """:func:`seconds` at most ``limit`` (and more than 0 where ``positive``)."""
+
+    def parse(text: str) -> float:
+        value = seconds(text)
+        if positive and value == 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit:,g} s, got {text!r}")
+        return value
+
+    return parse
+
+
 def port(text: str) -> int:
     value = whole(text)
     if not 0 <= value <= 65535:

@@ -28,12 +28,13 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from laneway import __version__
-from laneway.arguments import seconds, up_to, whole
+from laneway.arguments import seconds_up_to, up_to, whole
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
 from laneway.config.workers import MAX_SLOTS
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig, WorkerSpec
+from laneway.core.config import MAX_HOLD_S, MAX_WAIT_S
 from laneway.core.inventory import Inventory
 from laneway.core.policies import compared
 from laneway.serve import ServeError, Stopped, cmd_serve
@@ -119,11 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
         sim.add_argument(flag, action="store_true", help=said)
     sim.add_argument(
         "--hold-s",
-        type=seconds,
+        type=seconds_up_to(MAX_HOLD_S),
         default=0.0,
         metavar="S",
         help="keep a P0/P1 request's slot S seconds for its class's next request, from the work "
         "it would preempt (default 0; laneway serve's default is 0.25)",
+    )
+    sim.add_argument(
+        "--max-wait-s",
+        type=seconds_up_to(MAX_WAIT_S, positive=True),
+        metavar="S",
+        help="refuse at once (overloaded) an arrival expected to wait past its class's queue timeout, "
+        "else past S seconds (default: none; laneway serve's default is 120)",
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
@@ -316,7 +324,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             ) from None
     seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
     config = SchedulerConfig(
-        fair_tenants=not args.no_fair_tenants, hold_s=args.hold_s, prefill_guard=not args.no_prefill_guard
+        fair_tenants=not args.no_fair_tenants,
+        hold_s=args.hold_s,
+        max_wait_s=args.max_wait_s,
+        prefill_guard=not args.no_prefill_guard,
     )
     results = run_policies(policies, sc, seed, config)
     summaries = [summarize(r) for r in results]

@@ -93,6 +93,8 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"server": {"policy": "round-robin"}}, "server.policy"),
         ({"scheduler": {"placement": "random"}}, "scheduler.placement"),
         ({"scheduler": {"max_queued_total": 0}}, "scheduler.max_queued_total"),
+        ({"scheduler": {"hold_s": 1e300}}, "scheduler.hold_s"),
+        ({"scheduler": {"max_wait_s": 1e9}}, "scheduler.max_wait_s"),
         ({"server": {"shutdown_grace_s": -1}}, "server.shutdown_grace_s"),
         ({"workers": [{"type": "gpu"}]}, "workers[0].type"),
         ({"workers": [{"slots": 0}]}, "workers[0].slots"),

@@ -11,6 +11,9 @@ from laneway.core.costs import CostModel
 from laneway.core.errors import ConfigError
 from laneway.core.placement import SPREADS
 
+MAX_HOLD_S = 3600.0  # a slot kept for a class's next request: an hour at most
+MAX_WAIT_S = 86_400.0  # the longest wait an arrival may be expected to wait: a day
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -89,16 +92,16 @@ class SchedulerConfig:
             raise ConfigError(f"aging_ceiling: must be a class rank 0–{len(self.classes) - 1}")
         if self.drain_cap_s < 0:
             raise ConfigError("drain_cap_s: must be >= 0")
-        if not self.hold_s >= 0:
-            raise ConfigError("hold_s: must be >= 0")
+        if not 0 <= self.hold_s <= MAX_HOLD_S:
+            raise ConfigError(f"hold_s: must be 0–{MAX_HOLD_S:,g} s")
         if self.max_preemptions is not None and self.max_preemptions < 0:
             raise ConfigError("max_preemptions: must be >= 0 (or none)")
         if self.max_preempt_loss is not None and not self.max_preempt_loss >= 0:
             raise ConfigError("max_preempt_loss: must be >= 0 (or none)")
         if self.max_queued_total is not None and self.max_queued_total < 1:
             raise ConfigError("max_queued_total: must be >= 1")
-        if self.max_wait_s is not None and not self.max_wait_s > 0:
-            raise ConfigError("max_wait_s: must be > 0 (or none)")
+        if self.max_wait_s is not None and not 0 < self.max_wait_s <= MAX_WAIT_S:
+            raise ConfigError(f"max_wait_s: must be > 0 and at most {MAX_WAIT_S:,g} s (or none)")
         if self.mlfq_boost_s is not None and self.mlfq_boost_s <= 0:
             raise ConfigError("mlfq_boost_s: must be > 0 (or none)")
         if self.mlfq_slice_s <= 0 or self.mlfq_levels < 1:
