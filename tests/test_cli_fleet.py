@@ -83,6 +83,15 @@ def test_a_trace_without_models_on_a_fleet_is_an_error(
             '[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]\n[models.m]\nvram_gb = 8\nslots = 0',
             ": models.m.slots:",
         ),
+        (  # (as laneway serve refuses it)
+            '[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]\n[models.m]\nvram_gb = 40',
+            ": models.m: model 'm' needs 40 GB of VRAM on one GPU (40 GB each); no GPU group",
+        ),
+        (
+            'preload = ["a", "b"]\n[nodes.a]\ngpus = [{ id = "g", vram_gb = 24 }]\n'
+            "[models.a]\nvram_gb = 14\n[models.b]\nvram_gb = 14",
+            ": preload: model 'b' does not fit next to a (preloaded before it)",
+        ),
     ],
 )
 def test_bad_fleet_is_one_clear_line(
@@ -100,3 +109,25 @@ def test_bad_fleet_is_one_clear_line(
 def test_fleet_only_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "chat-vs-batch", "--fleet", str(EXAMPLES / "fleet.toml")]) == 2
     assert "--fleet" in capsys.readouterr().err
+
+
+def test_wakes_are_counted_apart_from_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two models with a sleep mode taking turns on one GPU: after each one's first load, it
+    sleeps when evicted and wakes where it was — counted as wakes, not loads, and every
+    placement but the last is evicted."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(
+        '[nodes.n]\ngpus = [{ id = "g0", vram_gb = 24 }]\n'
+        + "".join(f"[models.{m}]\nvram_gb = 14\nload_s = 30\nwake_s = 3\n" for m in "ab"),
+        encoding="utf-8",
+    )
+    trace = tmp_path / "trace.jsonl"
+    lines = (
+        f'{{"arrival_s": {200 * i}, "priority": "P2", "duration_s": 5, "model": "{"ab"[i % 2]}"}}'
+        for i in range(10)
+    )
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["simulate", "--trace", str(trace), "--fleet", str(fleet), "--json"]) == 0
+    (s,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (s["model_loads"], s["model_wakes"], s["model_evictions"]) == (2, 8, 9)
+    assert s["classes"]["P2"]["completed"] == 10

@@ -35,6 +35,7 @@ from laneway.config.parse import read_toml
 from laneway.config.workers import MAX_SLOTS
 from laneway.core import POLICIES, ClassTable, ConfigError, LanewayError, SchedulerConfig, WorkerSpec
 from laneway.core.config import MAX_HOLD_S, MAX_WAIT_S
+from laneway.core.gpu_placement import GpuPlacement
 from laneway.core.inventory import Inventory
 from laneway.core.policies import compared
 from laneway.serve import ServeError, Stopped, cmd_serve
@@ -194,9 +195,19 @@ def load_fleet(path: Path) -> Inventory:
     gpus, load_s, slots``, and ``preload = [...]``; errors name the key."""
     data = read_toml(path)  # (its errors name the file)
     try:
-        return Inventory.from_dict(data)
+        inventory = Inventory.from_dict(data)
+        # as laneway serve refuses them: a model no GPU group can hold for any class
+        errors = [
+            f"models.{name}: {inventory.never(name, 0)}"
+            for name in inventory.models
+            if all(inventory.never(name, c) for c in range(len(ClassTable().names)))
+        ]
+        if errors:
+            raise ConfigError("\n".join(errors))
+        GpuPlacement(inventory)  # (its preloads placed: each must fit next to those before it)
     except ConfigError as exc:  # (a line per mistake)
         raise UsageError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
+    return inventory
 
 
 def load_workload(args: argparse.Namespace) -> Scenario:

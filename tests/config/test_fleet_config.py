@@ -267,7 +267,7 @@ def test_preloads_that_do_not_fit_together_are_one_line_at_start(
     )
     assert main(["serve", "--config", str(cfg)]) == 2
     assert capsys.readouterr().err == (
-        f"laneway: error: {cfg}: preload: model 'c' does not fit next to the ones before it\n"
+        f"laneway: error: {cfg}: preload: model 'c' does not fit next to a, b (preloaded before it)\n"
     )
 
 

@@ -87,7 +87,9 @@ class GpuPlacement:
             model = inventory.models[name]
             group = self.room.choose(model, 0, lambda _m: 0, False, False, 0.0)
             if group is None:
-                raise ConfigError(f"preload: model {name!r} does not fit next to the ones before it")
+                before = inventory.preload[: inventory.preload.index(name)]
+                where = f"next to {', '.join(before)} (preloaded before it)" if before else "on this fleet"
+                raise ConfigError(f"preload: model {name!r} does not fit {where}")
             self._load(model, group, 0.0, lambda _m: 0, force=False, cls=0)
             self.loaded(next(reversed(self.replicas)), 0.0)
             self.loads -= 1

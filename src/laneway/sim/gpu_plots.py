@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from laneway.sim.plots import _save, _time_unit, horizon
-from laneway.sim.report import gpu_utilization, merge_intervals, model_evictions
+from laneway.sim.report import gpu_utilization, merge_intervals, model_evictions, model_wakes
 from laneway.sim.simulation import SimResult
 
 _ROW = 0.84  # share of a GPU row its lanes fill (the rest is a gap)
@@ -146,9 +146,10 @@ def gpu_timeline(results: Sequence[SimResult], path: Path) -> Path:
         util = sum(per_gpu.values()) / len(per_gpu) if per_gpu else 0.0
         loads = r.scheduler.counters.model_loads
         preemptions = sum(r.scheduler.counters.preemptions)
-        title = (
-            f"{r.policy}: utilization {util:.1%}, {_n(loads, 'load')}, {_n(model_evictions(r), 'eviction')}, "
-        )
+        wakes = model_wakes(r)
+        title = f"{r.policy}: utilization {util:.1%}, {_n(loads, 'load')}, "
+        title += f"{_n(wakes, 'wake')}, " if wakes else ""
+        title += f"{_n(model_evictions(r), 'eviction')}, "
         ax.set_title(title + _n(preemptions, "preemption"), loc="left")
         ax.set_ylabel("GPU")
         ax.grid(True, axis="x", alpha=0.3)

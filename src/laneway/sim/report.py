@@ -35,8 +35,10 @@ Definitions:
   in ``--json`` is the older figure over every completed request, with
   max(first wait, 1 s) below the line.)
 - model loads: model loads started on GPUs (models preloaded at start-up not
-  counted); 0 on slots (slot workers hold no models). model evictions (GPU
-  runs only): loaded replicas removed to make room for others.
+  counted; nor wakes); 0 on slots (slot workers hold no models). model evictions (GPU
+  runs only): loaded replicas removed to make room for others, stopped or, for a model
+  with a sleep mode (``wake_s``), put to sleep; model wakes (GPU runs only): replicas
+  woken where they slept.
 - prefix (upstreams with prefix caches only): ``hit_rate``, the share of all prompt
   tokens their engines found cached; ``ttft`` per class: count, mean, p50 and p99 of
   the time from arrival to first token (the wait in laneway's queue, then in the
@@ -206,6 +208,12 @@ def model_evictions(result: SimResult) -> int:
     return sum(1 for event in result.timeline if event[0] == "evict")
 
 
+def model_wakes(result: SimResult) -> int:
+    """Replicas woken where they slept in a GPU run (none where no model sleeps)."""
+    count = getattr(result.scheduler.planner, "wakes", 0)
+    return count if isinstance(count, int) else 0
+
+
 def summarize(result: SimResult) -> dict[str, Any]:
     """The DESIGN §3 ``--json`` object for one run, plus a few extra keys."""
     names = result.scheduler.classes.names
@@ -248,6 +256,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
     if result.gpus:
         summary["gpu_utilization"] = per_gpu
         summary["model_evictions"] = model_evictions(result)
+        summary["model_wakes"] = model_wakes(result)
     if result.engines is not None:
         summary["prefix"] = prefix_figures(result, by_class)
     return summary

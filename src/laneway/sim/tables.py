@@ -80,11 +80,11 @@ def render_table(summaries: Sequence[dict[str, Any]]) -> Table:
 
 
 def render_totals(summaries: Sequence[dict[str, Any]]) -> Table:
-    """One line per policy: preemptions, drains, model loads (and evictions on GPUs),
+    """One line per policy: preemptions, drains, model loads (and evictions and wakes on GPUs),
     utilization, makespan, estimate error."""
     gpus = any("gpu_utilization" in s for s in summaries)
     headers = ["policy", "preemptions", "drains", "expired", "loads"]
-    headers += ["evictions"] if gpus else []
+    headers += ["evictions", "wakes"] if gpus else []
     headers += ["utilization", "makespan s", "est. error"]  # (the waited ones: med / p90)
     table = Table()
     for header in headers:
@@ -98,7 +98,7 @@ def render_totals(summaries: Sequence[dict[str, Any]]) -> Table:
             str(s["model_loads"]),
         ]
         if gpus:
-            cells.append(str(s.get("model_evictions", "-")))
+            cells += [str(s.get("model_evictions", "-")), str(s.get("model_wakes", "-"))]
         err = s["estimate_error"]
         cells += [f"{s['utilization']:.1%}", fmt_s(s["makespan_s"]), fmt_errors(err)]
         table.add_row(*cells)
