@@ -281,6 +281,18 @@ def test_bad_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad:
     assert words in line
 
 
+def test_a_duplicate_id_names_its_cause(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A line with no id gets ``r{line}``: where a line before named that id, the error says
+    so, not that the line repeats an id it never gave."""
+    named = GOOD_LINE.replace("{", '{"id": "r2", ', 1)
+    trace = write_trace(tmp_path, named, GOOD_LINE)
+    line = error_line(capsys, ["simulate", "--trace", str(trace)])
+    assert line == f"laneway: error: {trace}:2: it names no id, and its default id 'r2' is taken by line 1"
+    trace = write_trace(tmp_path, named, named)
+    line = error_line(capsys, ["simulate", "--trace", str(trace)])
+    assert line == f"laneway: error: {trace}:2: duplicate id 'r2' (first on line 1)"
+
+
 def test_an_endless_line_is_not_read_to_its_end(capsys: pytest.CaptureFixture[str]) -> None:
     # (/dev/zero is one line without end: it was read until the memory ran out)
     line = error_line(capsys, ["simulate", "--trace", "/dev/zero"])

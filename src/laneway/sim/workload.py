@@ -230,7 +230,11 @@ def parse_trace(
                 f"(the fleet serves: {served})"
             )
         if req.id in ids:
-            raise TraceError(f"{source}:{number}: duplicate id {req.id!r} (first on line {ids[req.id]})")
+            if isinstance(obj, dict) and "id" not in obj:
+                what = f"it names no id, and its default id {req.id!r} is taken by line {ids[req.id]}"
+            else:
+                what = f"duplicate id {req.id!r} (first on line {ids[req.id]})"
+            raise TraceError(f"{source}:{number}: {what}")
         ids[req.id] = number
         out.append(req)
     if not out:
