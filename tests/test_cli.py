@@ -309,6 +309,7 @@ def test_an_endless_line_is_not_read_to_its_end(capsys: pytest.CaptureFixture[st
             "an empty name in 'fifo,,laneway'",
         ),
         (["simulate", "--scenario", "mixed", "--policy", " , "], "no policy given"),
+        (["simulate", "--trace", "examples/gpu-trace.jsonl", "--seed", "3"], "--seed: only with --scenario"),
         (
             ["simulate", "--scenario", "mixed", "--policy", "naive,laneway"],
             "naive would run as laneway itself here: naive places on GPUs and this run has no GPU fleet",

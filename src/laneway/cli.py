@@ -234,6 +234,8 @@ def _workload(args: argparse.Namespace) -> Scenario:
     if args.trace is not None:
         if args.requests is not None:
             raise UsageError("argument --requests: only for --scenario mixed")
+        if args.seed is not None:
+            raise UsageError("argument --seed: only with --scenario (a trace is replayed as it is written)")
         if args.upstreams is not None:
             if args.fleet is not None:
                 raise UsageError("argument --upstreams: not with --fleet (the fleet sets the capacity)")
@@ -333,7 +335,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--report {args.report}: cannot make the folder: {exc.strerror or exc}"
             ) from None
-    seed = args.seed if args.trace is not None else (0 if args.seed is None else args.seed)
+    seed = None if args.trace is not None else (0 if args.seed is None else args.seed)
     config = SchedulerConfig(
         fair_tenants=not args.no_fair_tenants,
         hold_s=args.hold_s,

@@ -88,8 +88,9 @@ def test_failed_batch_exits_1_and_mistakes_are_one_line(
         capsys, ["batch", "submit", str(bad), "--max-lines", "0"]
     )
     out = str(tmp_path / "o")
-    for command in (["status", ""], ["cancel", " "], ["results", "", "-o", out], ["delete", ""]):
-        assert "got an empty string" in one_line(capsys, ["batch", *command])  # (the client raised)
+    for command in (["status", ""], ["cancel", " "], ["results", "", "-o", out]):
+        assert "an id such as batch_..., got an empty string" in one_line(capsys, ["batch", *command])
+    assert "an id such as file-..., got an empty string" in one_line(capsys, ["batch", "delete", ""])
     for url in ("http://127.0.0.1:abc/v1", "http://[::1"):
         line = one_line(capsys, ["batch", "list", "--base-url", url])
         assert line.endswith(f"--base-url: expected an http:// or https:// URL such as {BASE}, got {url!r}")

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from pathlib import Path
 
 import pytest
 
-from laneway.core import TERMINAL, TRANSITIONS, Decision, InvalidTransition, Request, State
+from laneway.core import (
+    TERMINAL,
+    TRANSITIONS,
+    Decision,
+    InvalidTransition,
+    LanewayError,
+    Request,
+    Scheduler,
+    State,
+)
 from laneway.core.request import transition
 
-from .helpers import Driver, ids, req, sched
+from .helpers import Driver, ids, req, sched, slots
 
 ALLOWED = sorted(
     ((a, b) for a, targets in TRANSITIONS.items() for b in targets), key=lambda e: (e[0].value, e[1].value)
@@ -78,6 +88,43 @@ def test_scheduler_rejects_events_out_of_order() -> None:
     s.finished("a", 1.0)
     assert r.state is State.FINISHED
     assert "a" not in s
+
+
+@pytest.mark.parametrize(
+    ("kw", "now", "words"),
+    [
+        ({"arrival_s": math.nan}, 0.0, "arrival_s must be a finite time"),
+        ({"arrival_s": math.inf}, 0.0, "arrival_s must be a finite time"),
+        ({}, math.nan, "now must be a finite time"),
+        ({"est_service_s": math.nan}, 0.0, "est_service_s must be a finite number >= 0"),
+        ({"est_service_s": -1.0}, 0.0, "est_service_s must be a finite number >= 0"),
+        ({"timeout_s": -5.0}, 0.0, "timeout_s must be >= 0"),
+        ({"timeout_s": math.nan}, 0.0, "timeout_s must be >= 0"),
+        ({"priority": 9}, 0.0, "unknown class rank 9"),
+    ],
+)
+def test_numbers_no_scheduler_can_take_are_refused_before_anything_is_queued(
+    kw: dict[str, float], now: float, words: str
+) -> None:
+    """Through the core's API, not only its callers' checks: a clear :class:`LanewayError`,
+    and the scheduler as before (nothing queued, the next request served)."""
+    s = sched(1)
+    fields: dict[str, object] = {"arrival_s": 0.0, "priority": 1, **kw}
+    with pytest.raises(LanewayError, match=words):
+        s.submit(Request("bad", **fields), now)  # type: ignore[arg-type]
+    assert s.queued == 0 and "bad" not in s
+    assert s.submit(req("ok", 1), 0.0) is None
+    assert ids(s.schedule(0.0)) == ["ok"]
+
+
+def test_an_unknown_rank_or_policy_is_a_laneway_error() -> None:
+    s = sched(1)
+    with pytest.raises(LanewayError, match="unknown class rank 9: this scheduler's are 0–3"):
+        s.estimate_wait(9, None, 0.0)
+    with pytest.raises(LanewayError, match="unknown class rank -1"):
+        s.estimate_range(-1, None, 0.0)
+    with pytest.raises(LanewayError, match="unknown policy 'nope'"):
+        Scheduler(slots(1), policy_name="nope")
 
 
 def test_fifo_inside_a_class_by_arrival_then_seq() -> None:

@@ -57,11 +57,18 @@ def _window(text: str) -> str:
     return text
 
 
-def _id(text: str) -> str:
-    """An object's id: not empty (the server's ids are never)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an id such as batch_... or file-..., got an empty string")
-    return text
+def _id(example: str) -> Callable[[str], str]:
+    """An object's id (such as ``example``): not empty (the server's ids are never)."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an id such as {example}, got an empty string")
+        return text
+
+    return parse
+
+
+_BATCH_ID = _id("batch_...")
 
 
 def _lines_console() -> Console:
@@ -99,14 +106,14 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     )
     submit.add_argument("--poll", type=float, default=1.0, metavar="S", help=argparse.SUPPRESS)
     status = sub.add_parser("status", help="show a batch's status and counts")
-    status.add_argument("id", type=_id, metavar="ID")
+    status.add_argument("id", type=_BATCH_ID, metavar="ID")
     status.add_argument("--json", action="store_true", help="print the batch object as JSON")
     res = sub.add_parser("results", help="save a batch's output (and error) file")
-    res.add_argument("id", type=_id, metavar="ID")
+    res.add_argument("id", type=_BATCH_ID, metavar="ID")
     res.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.jsonl")
     res.add_argument("--errors", type=Path, metavar="ERR.jsonl", help="also save the error file here")
     cancel = sub.add_parser("cancel", help="cancel a batch (its finished lines keep their results)")
-    cancel.add_argument("id", type=_id, metavar="ID")
+    cancel.add_argument("id", type=_BATCH_ID, metavar="ID")
     listing = sub.add_parser("list", help="list the batches, newest first")
     listing.add_argument("--limit", type=up_to(100), default=20, metavar="N", help="at most N (default 20)")
     listing.add_argument("--json", action="store_true", help="one batch object per line, as JSON")
@@ -114,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     files.add_argument("--limit", type=up_to(100), default=20, metavar="N", help="at most N (default 20)")
     files.add_argument("--json", action="store_true", help="one file object per line, as JSON")
     delete = sub.add_parser("delete", help="delete an uploaded file")
-    delete.add_argument("id", type=_id, metavar="FILE_ID")
+    delete.add_argument("id", type=_id("file-..."), metavar="FILE_ID")
     for cmd in (submit, status, res, cancel, listing, files, delete):
         cmd.add_argument(
             "--base-url", metavar="URL", help=f"server API (default $LANEWAY_BASE_URL or {DEFAULT_BASE_URL})"

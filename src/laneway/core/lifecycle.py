@@ -22,6 +22,7 @@ _QUEUED = State.QUEUED
 _FINISHED = State.FINISHED
 _FAILED = State.FAILED
 _CANCELLED = State.CANCELLED
+_INF = math.inf
 _NEXT = TRANSITIONS
 
 
@@ -86,6 +87,15 @@ class Lifecycle:
         tables = self.tables
         if cls not in self._ranks:
             raise LanewayError(f"request {rid}: unknown class rank {cls}")
+        est = req.est_service_s
+        timeout = req.timeout_s
+        if (
+            not abs(req.arrival_s) < _INF
+            or not abs(now) < _INF
+            or (est is not None and not 0 <= est < _INF)
+            or (timeout is not None and not timeout >= 0)
+        ):
+            raise LanewayError(_bad_numbers(req, now))
         live = self.live_requests
         req.seq = live.seq  # live.number(req), inline: the hot path
         live.seq += 1
@@ -97,7 +107,6 @@ class Lifecycle:
             if refused is not None:
                 return refused
         service = self._service
-        est = req.est_service_s
         if est is None:
             if model is None:  # service.mean(cls), inline: the hot path
                 est = service.means[cls]
@@ -349,3 +358,14 @@ class Lifecycle:
         self.admission.charge_tokens(req.tenant, req.priority, charge, now)  # (0: nothing)
         if self.fair is not None:
             self.fair.ended(req, tokens)
+
+
+def _bad_numbers(req: Request, now: float) -> str:
+    """What of ``req`` (or the clock) no scheduler can take: said before it is queued."""
+    if not abs(req.arrival_s) < _INF:
+        return f"request {req.id}: arrival_s must be a finite time, got {req.arrival_s}"
+    if not abs(now) < _INF:
+        return f"request {req.id}: now must be a finite time, got {now}"
+    if req.est_service_s is not None and not 0 <= req.est_service_s < _INF:
+        return f"request {req.id}: est_service_s must be a finite number >= 0, got {req.est_service_s}"
+    return f"request {req.id}: timeout_s must be >= 0 (inf: none), got {req.timeout_s}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from laneway.core.classes import ClassTable
+from laneway.core.errors import ConfigError
 from laneway.core.modes import PreemptionMode
 from laneway.core.placement import SPREADS
 
@@ -83,7 +84,7 @@ def policy(name: str | PolicySpec) -> PolicySpec:
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}") from None
+        raise ConfigError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}") from None
 
 
 def stoppable_classes(classes: ClassTable, name: str | PolicySpec) -> frozenset[int]:

@@ -441,10 +441,16 @@ class Scheduler:
         raw: bool = False,
     ) -> float:
         """:meth:`Estimator.estimate_wait <laneway.core.estimator.Estimator.estimate_wait>`."""
+        self._check_rank(cls)
         return self.estimator.estimate_wait(cls, model, now, est_service_s, raw=raw)
 
     def estimate_range(
         self, cls: int, model: str | None, now: float, est_service_s: float | None = None
     ) -> tuple[float, WaitRange]:
         """:meth:`Estimator.estimate_range <laneway.core.estimator.Estimator.estimate_range>`."""
+        self._check_rank(cls)
         return self.estimator.estimate_range(cls, model, now, est_service_s)
+
+    def _check_rank(self, cls: int) -> None:
+        if not 0 <= cls < len(self.classes):
+            raise LanewayError(f"unknown class rank {cls}: this scheduler's are 0–{len(self.classes) - 1}")
