@@ -110,3 +110,28 @@ def test_the_url_said_at_start_is_a_url_for_an_ipv6_address_too() -> None:
 
     assert base_url("127.0.0.1", 8000) == "http://127.0.0.1:8000"
     assert base_url("::1", 8000) == "http://[::1]:8000" and base_url("::", 80) == "http://[::]:80"
+
+
+def test_a_repeated_warning_is_logged_once_a_period_with_its_count(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loop retrying every 200 ms while Redis is away: the first warning, then one every
+    ``every_s`` saying how many came between, and once that it works again."""
+    clock = [100.0]
+    monkeypatch.setattr(logs.time, "monotonic", lambda: clock[0])
+    logger = logging.getLogger("laneway.test.repeated")
+    repeated = logs.Repeated(logger, every_s=10.0)
+    with caplog.at_level(logging.WARNING, logger="laneway.test.repeated"):
+        repeated.ok("fine again")  # (nothing was wrong: nothing said)
+        for _ in range(60):  # 12 s of retries
+            repeated.warn("cannot read: %s", "down")
+            clock[0] += 0.2
+        repeated.ok("reads again")
+        repeated.ok("reads again")
+        repeated.warn("cannot read: %s", "down")
+    assert [r.getMessage() for r in caplog.records] == [
+        "cannot read: down",
+        "cannot read: down (and 49 times more in the last 10 s)",
+        "reads again",
+        "cannot read: down",
+    ]

@@ -126,3 +126,32 @@ def request_ended(
         completion_tokens if completion_tokens is not None else "-",
         extra=fields,
     )
+
+
+class Repeated:
+    """A warning that may come several times a second while something stays down (Redis,
+    from a loop that retries every 200 ms): logged the first time, then at most once every
+    ``every_s`` with how many times it came meanwhile; :meth:`ok` logs once that it is over."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0) -> None:
+        self.log = logger
+        self.every_s = every_s
+        self._since = 0  # warnings not logged since the last one that was
+        self._last = -float("inf")
+        self._down = False
+
+    def warn(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            self._since += 1
+            return
+        if self._since:
+            message += f" (and {self._since} times more in the last {now - self._last:.0f} s)"
+        self.log.warning(message, *args)
+        self._last, self._since, self._down = now, 0, True
+
+    def ok(self, message: str, *args: object) -> None:
+        """It works again: said once, if it was warned of."""
+        if self._down:
+            self.log.warning(message, *args)
+            self._last, self._since, self._down = -float("inf"), 0, False

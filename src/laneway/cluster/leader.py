@@ -78,6 +78,7 @@ from laneway.core import (
 )
 from laneway.core.config import SchedulerConfig
 from laneway.core.decisions import apply
+from laneway.logs import Repeated
 from laneway.runtime import fleet_view
 from laneway.runtime.sizing import Sizing
 
@@ -145,6 +146,8 @@ class Leader:
         self.census_pending: set[str] = set()  # replicas asked what they run, not answered yet
         self.census_from = 0.0  # nothing is dispatched before (every live replica heard by then)
         self.census_until = 0.0  # nor after, unless every replica asked answered
+        # (while Redis is away the loop retries several times a second: a warning every 10 s)
+        self._reads, self._reaps, self._writes = Repeated(log), Repeated(log), Repeated(log)
 
     # ------------------------------------------------------------------ the lease
     def use(self, lease: Lease) -> None:
@@ -278,10 +281,11 @@ class Leader:
             try:
                 got = await self.r.xread({self.p + "events": self.pos}, count=READ_COUNT, block=block)
             except (aioredis.RedisError, OSError) as exc:
-                log.warning("leader %s: cannot read events: %s", self.replica, exc)
+                self._reads.warn("leader %s: cannot read events: %s", self.replica, exc)
                 self.healthy_since = math.inf
                 await asyncio.sleep(0.2)
                 continue
+            self._reads.ok("leader %s: reads events again", self.replica)
             now = time.time()
             if now - t_read > block / 1000 + GAP_S:  # Redis stood still: a gap
                 self.healthy_since = now
@@ -331,7 +335,7 @@ class Leader:
                     self.core = None
                     return
                 except (aioredis.RedisError, OSError) as exc:
-                    log.warning("leader %s: cannot look for dead replicas: %s", self.replica, exc)
+                    self._reaps.warn("leader %s: cannot look for dead replicas: %s", self.replica, exc)
             if now - last_quarantine >= QUARANTINE_CHECK_S and self.lender.quarantined():
                 last_quarantine = now
                 await release_quarantines(core, self.lender, self.engine_load, now)
@@ -342,13 +346,14 @@ class Leader:
                 while True:  # the core has moved on: this must be written (or the lease is lost)
                     try:
                         await self._write(changed, dels, out, applied, unapplied)
+                        self._writes.ok("leader %s: writes its decisions again", self.replica)
                         break
                     except NotLeader:
                         log.warning("leader %s was fenced off: another replica leads", self.replica)
                         self.core = None
                         return
                     except (aioredis.RedisError, OSError) as exc:
-                        log.warning("leader %s: cannot write its decisions: %s", self.replica, exc)
+                        self._writes.warn("leader %s: cannot write its decisions: %s", self.replica, exc)
                         await asyncio.sleep(0.1)
             if now - last_est >= ESTIMATES_EVERY_S:
                 last_est = now

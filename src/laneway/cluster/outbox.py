@@ -16,6 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from laneway.cluster.codec import Event, encode
+from laneway.logs import Repeated
 
 log = logging.getLogger("laneway.cluster")
 
@@ -32,6 +33,7 @@ class Outbox:
         self._sending: tuple[int, bytes] | None = None  # the entry being sent (its number, its events)
         self._sent = 0  # entries numbered so far (the leader applies each number once)
         self._wake = asyncio.Event()
+        self._failing = Repeated(log)  # (while Redis is away: a warning every 10 s, not each retry)
 
     def put(self, event: Event) -> None:
         """``event`` goes after those put before it."""
@@ -66,8 +68,9 @@ class Outbox:
             while self.pending:
                 try:
                     await self.flush()
+                    self._failing.ok("replica %s: sends events to the leader again", self.replica)
                 except (aioredis.RedisError, OSError) as exc:
-                    log.warning("replica %s: cannot send events to the leader: %s", self.replica, exc)
+                    self._failing.warn("replica %s: cannot send events to the leader: %s", self.replica, exc)
                     await asyncio.sleep(0.2)
 
     async def drain(self) -> None:

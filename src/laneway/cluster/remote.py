@@ -68,6 +68,7 @@ from laneway.core.admission import Admission
 from laneway.core.config import SchedulerConfig
 from laneway.core.prefix_cache import PrefixIndex
 from laneway.core.stats import Snapshot
+from laneway.logs import Repeated
 from laneway.runtime.sizing import Sizing
 
 log = logging.getLogger("laneway.cluster")
@@ -99,6 +100,7 @@ class RemoteScheduler:
         self.events_key = prefix + "events"
         self.decisions_key = f"{prefix}dec:{self.home}"
         self.outbox = Outbox(client, self.events_key, self.home, replica)
+        self._reads = Repeated(log)  # (while Redis is away: a warning every 10 s, not each retry)
         self._inbox: list[Decision] = []
         self._mine: set[str] = set()  # live requests of this replica
         self._reqs: dict[str, Request] = {}  # their requests as sent (for a census)
@@ -453,6 +455,7 @@ class RemoteScheduler:
             try:
                 key = self.decisions_key
                 got = await self.r.xread({key: self._last}, count=500, block=int(ESTIMATES_EVERY_S * 1000))
+                self._reads.ok("replica %s: reads decisions again", self.replica)
                 if key != self.decisions_key:
                     continue  # (this replica was taken for dead meanwhile: a stream of its new name)
                 for entry_id, fields in stream_entries(got):
@@ -466,7 +469,7 @@ class RemoteScheduler:
             except asyncio.CancelledError:
                 raise
             except (aioredis.RedisError, OSError) as exc:
-                log.warning("replica %s: cannot read decisions: %s", self.replica, exc)
+                self._reads.warn("replica %s: cannot read decisions: %s", self.replica, exc)
                 await asyncio.sleep(0.2)
 
     async def _read_estimates(self) -> None:
