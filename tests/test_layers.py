@@ -38,7 +38,17 @@ ALLOWED: dict[str, frozenset[str]] = {
         "backends": ("config", "core", "engine", "errors", "generation", "protocol"),
         "runtime": ("backends", "config", "core", "errors", "generation", "logs", "protocol", "tracing"),
         "cluster": ("bus", "config", "core", "logs", "runtime"),
-        "batch": ("arguments", "config", "core", "errors", "generation", "protocol", "runtime", "store"),
+        "batch": (
+            "arguments",
+            "config",
+            "core",
+            "errors",
+            "generation",
+            "logs",
+            "protocol",
+            "runtime",
+            "store",
+        ),
         # the composition of a server: workers, runtime (or a cluster's), store, batches
         "server": ("backends", "batch", "cluster", "config", "runtime", "store", "tracing"),
         "connections": ("errors",),

@@ -34,6 +34,7 @@ from laneway.batch import results
 from laneway.batch.validate import ENDPOINTS, Validated, parse_line, validate_input
 from laneway.errors import Deferred, GenerationFailed, RequestError
 from laneway.generation import RESPONSES, ResumeRule
+from laneway.logs import Repeated
 from laneway.protocol.responses import Shape, extension
 from laneway.protocol.responses_answer import Answer
 from laneway.runtime.runtime import Runtime
@@ -190,6 +191,7 @@ class BatchRunner:
 
     async def _housekeeping(self) -> None:
         renewed = self.clock()
+        self._store_down = Repeated(log)  # (a warning every 10 s while it is away, not each poll)
         while not self.closed:
             await asyncio.sleep(self.cfg.poll_s)
             try:
@@ -199,8 +201,9 @@ class BatchRunner:
                     renewed = now
                 for batch in await self.store.batches_in(ACTIVE):
                     self.track(batch.id)
+                self._store_down.ok("batch housekeeping: the shared store answers again")
             except StoreUnavailable as exc:
-                log.warning("batch housekeeping: %s", exc)
+                self._store_down.warn("batch housekeeping: %s", exc)
             except Exception:
                 log.exception("batch housekeeping failed")
 
