@@ -31,6 +31,9 @@ MODES = {
     "manyids": "5 M token ids, streamed",
     "truncated": "a stream that ends cleanly before its answer does",
     "empty": "a 200 event stream with no event",
+    "toomany": "a stream of three times max_tokens tokens",
+    "cutatmax": "a stream of max_tokens tokens that ends before its finish",
+    "busy": "a 429 (the engine is busy)",
 }
 
 
@@ -161,6 +164,13 @@ class Broken:
         elif mode == "empty":
             await self._start(send)
             await self._end(send)
+        elif mode in ("toomany", "cutatmax"):
+            n = int(body.get("max_tokens") or 1) * (3 if mode == "toomany" else 1)
+            await self._start(send)
+            await self._end(send, b"".join(sse(chunk(f" t{i}")) for i in range(n)))
+        elif mode == "busy":
+            error = {"error": {"message": "too many requests", "type": "rate_limit", "code": 429}}
+            await self._whole(send, 429, b"application/json", json.dumps(error).encode())
         else:
             await self._start(send)
             await self._more(send, sse(chunk("a")) + sse(chunk(" b", "length")))

@@ -129,8 +129,9 @@ def test_a_run_failing_on_a_worker_already_removed_still_ends_its_request() -> N
                 await asyncio.sleep(0.02)
             assert rt.recovery.down == {"down"}
             rt.prober.remove("leaving")  # (as Fleet.remove_worker begins)
-            with pytest.raises(GenerationFailed):
+            with pytest.raises(Unavailable) as info:  # (every try found no worker to take it)
                 await asyncio.wait_for(rt.submit(job("a"), 1).result(), 5)
+            assert info.value.code == "upstream_unavailable"
             assert leaving.failed >= 1 and not rt.tickets
         finally:
             await rt.close()

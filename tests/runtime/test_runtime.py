@@ -328,3 +328,34 @@ def test_a_p0_s_slot_is_kept_for_its_next_request_then_goes_to_the_waiting_batch
         assert rt.metrics.preemptions.labels("P3")._value.get() == 0
 
     run_with(config(), 500.0, body)
+
+
+def test_a_request_stopped_as_its_worker_went_down_is_held_for_one_not_queued_for_ever() -> None:
+    """A preemption under way when the worker is taken out of placement: the stopped
+    request comes back to a queue with no worker of its model up. It waits the hold for
+    one, as the queued ones do, then gets 503 ``no_healthy_worker`` — not queued with no
+    timeout (P3) until some worker came back."""
+    cfg = config(unavailable_hold_s=0.3)
+
+    async def body(rt: Runtime, worker: SimulatedWorker) -> None:
+        gate = asyncio.Event()
+        stop = worker.preempt
+
+        async def late_stop(job_id: str, mode: str) -> None:
+            await gate.wait()  # (the stop reaches the worker after it was taken out)
+            await stop(job_id, mode)
+
+        worker.preempt = late_stop  # type: ignore[method-assign]
+        low = rt.submit(job("low", 1000), 3)
+        await until(lambda: low.phase is Phase.RUNNING)
+        high = rt.submit(job("high", 3), 0)
+        await until(lambda: low.phase is Phase.STOPPING)
+        rt.prober.take_out("sim0", "its engine went away")
+        gate.set()
+        for ticket in (low, high):
+            with pytest.raises(Unavailable) as info:
+                await asyncio.wait_for(ticket.result(), 5.0)
+            assert info.value.code == "no_healthy_worker"
+        assert low.preemptions == 1
+
+    run_with(cfg, 100.0, body)

@@ -41,7 +41,7 @@ from typing import Any
 from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.capabilities import metrics_of, state_of
 from laneway.backends.continuation import request_body
-from laneway.backends.http import Collect, Connect, Events, HttpError, Pool, Timeout
+from laneway.backends.http import Collect, Connect, Events, HttpError, Pool, Timeout, TooLarge
 from laneway.backends.upstream_body import PATHS, Bodies
 from laneway.backends.upstream_errors import describe_body, error_from, relay_error, stream_failure
 from laneway.backends.upstream_relay import Passed, Relayed, whole
@@ -189,8 +189,7 @@ class UpstreamWorker:
             self._runs[job_id] = run
             self._end(run, run.ended())
             return
-        limit = run.job.params.max_tokens
-        if limit is not None and run.tokens + run.run_tokens >= limit:
+        if run.all_made:
             return  # every token is in, its end on the way: stopping it now would run it twice
         how = self.resume_method(run.job)
         if how is ResumeMethod.TOKEN_IDS and (run.out_ids is None or run.prompt_ids is None):
@@ -332,7 +331,8 @@ class UpstreamWorker:
         if isinstance(exc, RequestError):
             return exc
         if isinstance(exc, HttpError):  # the upstream died or stalled: the run may go on elsewhere
-            err = UpstreamUnavailable(f"upstream {self.name}: {exc}", malformed=False)
+            # (an answer too large to read is one that is no answer: tried again, then a 502)
+            err = UpstreamUnavailable(f"upstream {self.name}: {exc}", malformed=isinstance(exc, TooLarge))
             err.checkpoint = self._resumable(run)
             return err
         if isinstance(exc, UpstreamUnavailable):
@@ -352,8 +352,8 @@ class UpstreamWorker:
         """Where a run that failed part-way stopped, for another worker to go on from (as a
         preempted one would); ``None`` when it streamed nothing or may only restart."""
         exact = self.resume_method(run.job) not in (ResumeMethod.RESTART, ResumeMethod.NONE)
-        if run.tokens + run.run_tokens == 0 or run.held or not exact:
-            return None
+        if run.tokens + run.run_tokens == 0 or run.held or not exact or run.all_made:
+            return None  # (all made: a run that went on would make more than asked)
         run.stopped()
         ids = run.out_ids is not None and run.prompt_ids is not None
         how = ResumeMethod.TOKEN_IDS if ids else ResumeMethod.TEXT

@@ -19,7 +19,7 @@ import contextlib
 import json
 from typing import Any
 
-from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of, plausible
+from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of, overrun, plausible
 from laneway.errors import BackendError
 from laneway.generation import Delta, Done, Usage
 from laneway.protocol import json_fast
@@ -57,9 +57,7 @@ class Relayed:
             run.text += text
             run.run_tokens += 1  # (a count of deltas until the upstream's usage says)
             if run.run_tokens > run.most_tokens:
-                raise UpstreamUnavailable(
-                    f"upstream {self.source} streamed more than the {run.most_tokens} tokens asked"
-                )
+                raise overrun(f"upstream {self.source} streamed more than the {run.most_tokens} tokens asked")
         counted = run.tokens + run.run_tokens
         if run.assembly is None:  # its client streams: every event, as sent
             run.sink(Delta(run.job.id, text, counted, chunk=event))

@@ -85,11 +85,19 @@ class Run:
 
     @property
     def most_tokens(self) -> int:
-        """The most completion tokens one run may make: ``max_tokens`` (or the context)
-        for each choice. An upstream that streams more, or says it made more, is wrong."""
+        """The most completion tokens this run may make: ``max_tokens`` (or the context)
+        for each choice, less what the runs before it made. An upstream that streams more,
+        or says it made more, is wrong."""
         params = self.job.params
         limit = params.max_tokens if params.max_tokens is not None else (self.context or MAX_TOKENS)
-        return max(1, limit) * choices_of(self.job)
+        return max(1, max(1, limit) * choices_of(self.job) - self.tokens)
+
+    @property
+    def all_made(self) -> bool:
+        """Whether every token the client asked for (``max_tokens``) was made: nothing is
+        left for a run to go on with."""
+        limit = self.job.params.max_tokens
+        return limit is not None and self.tokens + self.run_tokens >= limit * choices_of(self.job)
 
     @property
     def wants_ids(self) -> bool:
@@ -205,7 +213,7 @@ class Run:
                 if c.get("index", 0) == 0:
                     self.finish = c["finish_reason"]
         if self.run_tokens > self.most_tokens:
-            raise UpstreamUnavailable(
+            raise overrun(
                 f"upstream {self.source} streamed {self.run_tokens} tokens where at most "
                 f"{self.most_tokens} were asked"
             )
@@ -281,6 +289,12 @@ class Run:
         elif uc is not None and uc.get("system_fingerprint") and chunks:
             chunks[-1].setdefault("system_fingerprint", uc["system_fingerprint"])
         return Done(self.job.id, finish, u, self.text, chunks=tuple(chunks))
+
+
+def overrun(message: str) -> UpstreamUnavailable:
+    """An upstream streamed more tokens than asked: its answer is wrong, and going on with
+    it elsewhere would only add to it (the request fails: 502 naming the upstream)."""
+    return UpstreamUnavailable(message, worker_fault=False, retryable=False)
 
 
 def plausible(value: object, low: int, high: int) -> TypeGuard[int]:

@@ -140,6 +140,8 @@ class WorkerEvents:
         ticket.preemptions += 1
         ticket.phase = Phase.QUEUED
         ticket.enqueued_s = now
+        if not self.prober.serving(ticket.job.model):  # (its worker went down as it was stopped)
+            self.prober.hold(ticket, now)
         self.metrics.preempted[ticket.class_name].inc()
         self.metrics.checkpoint_bytes.inc(ckpt.nbytes)
         self.alerts.watch(ticket, now)
@@ -148,8 +150,10 @@ class WorkerEvents:
     def _failed(self, ticket: Ticket, run: int, error: Exception) -> None:
         if ticket.ended or ticket.run != run:
             return
-        if ticket.phase is not Phase.QUEUED and self.recovery.retry(ticket, error):
-            return
+        if ticket.phase is not Phase.QUEUED:
+            if self.recovery.retry(ticket, error):
+                return
+            error = self.recovery.gave_up(ticket, error)
         # refused by the engine before it made anything (a 4xx: too long, bad ids): its
         # tenant is charged nothing for it, and it ends rejected, as one refused here would
         refused = isinstance(error, RequestError) and error.status < 500 and not ticket.tokens

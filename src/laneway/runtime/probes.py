@@ -172,7 +172,9 @@ class Prober:
     def retry_after(self, model: str) -> float:
         """Seconds until the next probe of a worker for ``model`` (when one may be back)."""
         now = self.rt.now()
-        due = [self.state[w].next_probe_s for w, m in self.rt.served.items() if m == model]
+        due = [
+            self.state[w].next_probe_s for w, m in self.rt.served.items() if m == model and w in self.state
+        ]
         return max(min(due, default=now) - now, 1.0)
 
     # ------------------------------------------------------------ holding requests
@@ -181,7 +183,11 @@ class Prober:
         self.rt.loop.call_at(now + self.hold_s, self._hold_over, ticket)
 
     def unavailable(self, model: str) -> Unavailable:
-        reasons = "; ".join(f"{w}: {self.state[w].detail}" for w, m in self.rt.served.items() if m == model)
+        reasons = "; ".join(
+            f"{w}: {self.state[w].detail}"
+            for w, m in self.rt.served.items()
+            if m == model and w in self.state
+        )
         back = math.ceil(self.retry_after(model))  # (it cannot start before a worker is back:
         return Unavailable(  # the next probe, at the soonest; what it would wait is not known)
             f"no healthy worker serves model {model!r} ({reasons})",

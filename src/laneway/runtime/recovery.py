@@ -9,7 +9,9 @@ and its probe says whether it is well. An upstream's 500 is that one request's
 failure: it is not tried again.
 If the request streamed nothing yet, it goes back to the head of its queue
 (it keeps its arrival) and runs on whichever worker the scheduler picks next,
-at most :data:`MAX_RETRIES` times. If it streamed, and the worker says where
+at most :data:`MAX_RETRIES` times; then, where the workers only said they could not
+take it (unreachable, stalled, busy: 429, 502–504), it gets 503 ``upstream_unavailable``
+with a ``Retry-After``, not a 502 (:meth:`Recovery.gave_up`). If it streamed, and the worker says where
 it stopped (an upstream that died or stalled mid-stream), it goes on from there
 on another worker, as a preempted request would — the client's stream just
 continues — at most ``max_migrations`` times; with no worker for its model up, it is
@@ -26,6 +28,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
+from laneway.errors import RequestError, Unavailable
 from laneway.runtime.ticket import Phase, Ticket
 
 if TYPE_CHECKING:
@@ -102,6 +105,22 @@ class Recovery:
             )
         rt.kick()
         return True
+
+    def gave_up(self, ticket: Ticket, error: Exception) -> Exception:
+        """What ``ticket`` ends with once :meth:`retry` would not try ``error`` again: a
+        request that made nothing and whose tries the workers only said they could not take
+        (unreachable, stalled, busy) gets 503 ``upstream_unavailable`` — come back later —
+        rather than a 502, which says the generation failed; else ``error`` itself."""
+        unavailable = getattr(error, "retryable", False) and not getattr(error, "malformed", True)
+        if not unavailable or ticket.tokens or isinstance(error, RequestError):
+            return error
+        tries = ticket.retries + 1
+        return Unavailable(
+            f"{error} ({tries} tr{'ies' if tries > 1 else 'y'} on the workers of model "
+            f"{ticket.job.model!r}; try again later)",
+            code="upstream_unavailable",
+            retry_after_s=math.ceil(self.rt.prober.retry_after(ticket.job.model)),
+        )
 
     def take_back(self, worker: str, n: int) -> int:
         """Take back up to ``n`` of the requests running on ``worker`` that have made nothing
