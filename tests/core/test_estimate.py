@@ -308,3 +308,23 @@ def test_a_short_request_ahead_takes_a_slot_and_gives_it_back_before_the_long_on
     s.schedule(0.0)
     s.submit(req("short", 2, 0.0, est_service_s=0.25), 0.0)
     assert s.estimate_wait(2, None, 0.0, raw=True) == pytest.approx(2.25, abs=0.01)
+
+
+def test_the_wait_for_a_model_counts_only_the_workers_that_serve_it() -> None:
+    """Several models on fixed slots: a request of model b waits for b's one busy slot
+    even while a's workers are free, and the queue of model a is not ahead of it."""
+    from laneway.core import Dispatch, Scheduler, WorkerSpec
+
+    s = Scheduler(
+        [WorkerSpec("a0", 4, models=frozenset({"a"})), WorkerSpec("b0", 1, models=frozenset({"b"}))]
+    )
+    assert s.submit(req("long-b", 1, model="b", est_service_s=6.0, preemptible=False), 0.0) is None
+    assert [d.worker_id for d in s.schedule(0.0) if isinstance(d, Dispatch)] == ["b0"]
+    b = s.estimate_wait(2, "b", 0.5, raw=True)
+    assert 5.0 <= b <= 6.0, b  # (it waits for the long one's end: a's free slots are not b's)
+    assert s.estimate_wait(2, "a", 0.5, raw=True) == 0.0
+    for i in range(8):  # a's queue: ahead of a's requests, not of b's
+        assert s.submit(req(f"a{i}", 1, model="a", est_service_s=30.0, preemptible=False), 0.5) is None
+    s.schedule(0.5)
+    assert s.estimate_wait(2, "a", 0.6, raw=True) > 20.0
+    assert 5.0 <= s.estimate_wait(2, "b", 0.6, raw=True) <= 6.0

@@ -137,7 +137,8 @@ def assemble(
         tables.levels,
         tables.single,
         list(tables.ceilings) if tables.ceilings is not None else None,
-        lane_counts=planner is not None,  # GPU placement counts per model
+        # GPU placement, and workers of several models, estimate waits by the queue of a model
+        lane_counts=planner is not None or len({w.models for w in workers}) > 1,
         expiry=expiry,
         admission=admission,
     )

@@ -41,7 +41,9 @@ class LanesView(Protocol):
     @property
     def hint_count(self) -> Sequence[int]: ...
     @property
-    def count(self) -> Sequence[int]: ...
+    def count(self) -> Sequence[int]: ...  # (per lane, where lane_counts)
+    @property
+    def lane_counts(self) -> bool: ...
     @property
     def models(self) -> Mapping[str | None, int]: ...
     @property
@@ -137,8 +139,54 @@ class Estimator:
         elif not self.available_for(model):
             return math.inf  # it cannot start before a worker for it is back
         else:
-            t = self._estimate_on_slots(cls, model, now, est_service_s)
+            serving = self._serving_only(model)
+            if serving is not None:
+                t = self._estimate_on_some(cls, model, serving, now)
+            else:
+                t = self._estimate_on_slots(cls, model, now, est_service_s)
         return t if raw else t * self.measures.calibration.factor[cls]
+
+    def _serving_only(self, model: str | None) -> list[WorkerState] | None:
+        """The workers that serve ``model`` (in placement), where not every worker does
+        (several models on fixed slots); ``None`` where every one does."""
+        if model is None:
+            return None
+        workers = self.occ.workers.values()
+        serving = [w for w in workers if w.spec.serves(model)]
+        if len(serving) == len(workers):
+            return None
+        down = self.down
+        return [w for w in serving if w.id not in down]
+
+    def _estimate_on_some(self, cls: int, model: str | None, serving: list[WorkerState], now: float) -> float:
+        """The wait for ``model`` where only ``serving`` serve it: their free slots, the
+        requests running there it may not preempt, and the queue of its model in the
+        classes that go first (those of other models wait for other workers)."""
+        lanes = self.lanes
+        tables = self.tables
+        rights = tables.est_rights[cls]
+        m = lanes.models.get(model)
+        ahead = 0
+        if m is not None and lanes.lane_counts:  # (kept where workers serve several models)
+            if lanes.single:
+                ahead = lanes.count[m]
+            else:
+                base, levels = m * lanes.width, lanes.levels
+                ahead = sum(
+                    lanes.count[base + c * levels + lv] for c in tables.est_ahead[cls] for lv in range(levels)
+                )
+        available = 0
+        ends: list[float] = []
+        for w in serving:
+            available += w.free
+            for r in w.running.values():
+                if r.cls in rights and r.preemptible:
+                    available += 1
+                else:  # (overdue: as much again as it overran)
+                    ends.append(abs(r.expected_end_s - now))
+        if ahead < available:
+            return 0.0
+        return start_after(available, ends, ahead, self.measures.service.mean(cls, model))
 
     def estimate_range(
         self,
