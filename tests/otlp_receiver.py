@@ -29,6 +29,7 @@ class Span:
     attributes: dict[str, Any]
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     error: bool = False
+    trace_state: str = ""
 
 
 def _value(v: AnyValue) -> Any:
@@ -70,6 +71,7 @@ class Receiver:
                                             _attrs(s.attributes),
                                             [(e.name, _attrs(e.attributes)) for e in s.events],
                                             s.status.code == 2,
+                                            s.trace_state,
                                         )
                                     )
                 answer = ExportTraceServiceResponse().SerializeToString() if ok else b""

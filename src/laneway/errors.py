@@ -159,6 +159,11 @@ class GenerationFailed(RequestError):
     code = "generation_failed"
 
 
+class ClientGone(GenerationFailed):
+    """The client went away (a stream closed, a connection dropped): the request was
+    cancelled. No error of the server's (its trace span is not marked as one)."""
+
+
 class UpstreamTimeout(RequestError):
     """One run of the request took longer than its worker's ``timeout_s``: it ends here, not
     on another worker (where it would take as long), and the worker stays in placement (504)."""

@@ -25,6 +25,9 @@ log = logging.getLogger("laneway.tracing")
 SERVICE_NAME = "laneway"
 
 
+EXPORT_TIMEOUT_S = 5.0  # one export of spans to the collector, at most
+
+
 class Ticket(Protocol):
     """What is traced of a request (the runtime's ticket)."""
 
@@ -38,6 +41,7 @@ class Ticket(Protocol):
     run: int
     queue_s: float
     preemptions: int
+    tokens: int
     span: Any
 
 
@@ -62,7 +66,11 @@ class Tracing:
                 "server.otlp_traces_endpoint: traces need OpenTelemetry: pip install 'laneway[otel]'"
             ) from None
         self._provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        # (bounded: a collector that is down or never answers costs a stopping server at most
+        # EXPORT_TIMEOUT_S to flush, not the SDK's 30 s, past which an orchestrator kills it)
+        exporter = OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S)
+        processor = BatchSpanProcessor(exporter, export_timeout_millis=EXPORT_TIMEOUT_S * 1000)
+        self._provider.add_span_processor(processor)
         self._tracer = self._provider.get_tracer("laneway")
         self._propagator = TraceContextTextMapPropagator()
         self._kind = SpanKind
@@ -132,6 +140,8 @@ class Tracing:
         )
         if tokens is not None:
             span.set_attributes({"laneway.prompt_tokens": tokens[0], "laneway.completion_tokens": tokens[1]})
+        elif ticket.tokens:  # (ended with no usage, a cancel: what it streamed)
+            span.set_attribute("laneway.completion_tokens", ticket.tokens)
         if error is not None:
             status, code = self._status
             span.set_status(status(code.ERROR, error))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from laneway.config import ServerConfig
-from live_server import live_server, serving, tiny, upstream
+from live_server import live_server, serving, simulated, tiny, upstream
 from otlp_receiver import Receiver, otlp_receiver
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -165,3 +165,72 @@ def test_a_request_refused_as_it_arrives_by_a_quota_is_a_span_too(tmp_path: Path
     a = request.attributes
     assert request.error and a["laneway.outcome"] == "rejected" and a["laneway.tenant"] == "t"
     assert request.parent_id == PARENT
+
+
+def test_a_collector_that_never_answers_does_not_hold_a_stopping_server(tmp_path: Path) -> None:
+    """Spans are flushed as the server stops; a collector that accepts and never answers
+    costs that flush its bounded export time, not the SDK's 30 s (an orchestrator's grace
+    is spent by then, and the server killed)."""
+    import socket
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def swallow() -> None:
+        hole.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(hole.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=swallow, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{hole.getsockname()[1]}/v1/traces"
+        cfg = replace(ServerConfig(), workers=(tiny(1),), data_dir=tmp_path, otlp_traces_endpoint=url)
+        with live_server(cfg) as s, httpx.Client(base_url=s.base_url, timeout=60) as c:
+            for _ in range(20):
+                body = {"model": "builtin:tiny", "prompt": "hi", "max_tokens": 2}
+                assert c.post("/completions", json=body).status_code == 200
+            t0 = time.monotonic()
+        took = time.monotonic() - t0
+        assert took < 8.5, took  # (an export waits 5 s at most; the SDK alone: 10 s each, 30 s in all)
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        hole.close()
+
+
+def test_a_cancelled_stream_is_not_an_error_and_the_clients_tracestate_is_kept(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """A client that closes its stream cancelled the request: its span says so (outcome,
+    the tokens it had), with no error status — errors are the server's. The client's
+    ``tracestate`` goes on with its trace."""
+    cfg = replace(
+        ServerConfig(), workers=(simulated(1, 50.0),), data_dir=tmp_path, otlp_traces_endpoint=receiver.url
+    )
+    headers = {"traceparent": f"00-{TRACE}-{PARENT}-01", "tracestate": "congo=t61rcWkgMzE"}
+    body = {"model": "sim", "prompt": "go", "max_tokens": 500, "stream": True}
+    with live_server(cfg) as s:
+        with httpx.stream("POST", s.base_url + "/completions", json=body, headers=headers, timeout=60) as r:
+            got = 0
+            for line in r.iter_lines():
+                got += line.startswith("data: {")
+                if got >= 5:
+                    break  # (the client goes away mid-stream)
+        deadline = time.monotonic() + 30
+        while s.runtime.tickets and time.monotonic() < deadline:
+            time.sleep(0.05)
+        spans = receiver.wait_for(TRACE, {"laneway.request"})
+    [request] = [x for x in spans if x.name == "laneway.request"]
+    assert request.attributes["laneway.outcome"] == "cancelled"
+    assert not request.error
+    assert request.attributes["laneway.completion_tokens"] >= 5
+    assert request.trace_state == "congo=t61rcWkgMzE"

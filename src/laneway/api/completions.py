@@ -95,6 +95,7 @@ def submit(
         deltas=job.stream,
         size=size,
         traceparent=request.headers.get("traceparent"),
+        tracestate=request.headers.get("tracestate"),
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from laneway.backends.base import Sink, Worker
 from laneway.core import InvalidTransition, UnknownRequest
-from laneway.errors import GenerationFailed, RequestError
+from laneway.errors import ClientGone, GenerationFailed, RequestError
 from laneway.generation import Checkpoint, Delta, Done, Event, Failed, Stopped
 from laneway.logs import request_ended
 from laneway.runtime import fleet_view
@@ -191,7 +191,8 @@ class WorkerEvents:
             tally[0] += 1
             tally[1] += usage.prompt_tokens
             tally[2] += usage.completion_tokens
-        self.tracing.ended(ticket, outcome, tokens, item.message if isinstance(item, RequestError) else None)
+        failed = item.message if isinstance(item, RequestError) and not isinstance(item, ClientGone) else None
+        self.tracing.ended(ticket, outcome, tokens, failed)
         request_ended(
             ticket.id,
             ticket.tenant,

@@ -44,7 +44,7 @@ from laneway.core import (
 )
 from laneway.core.decisions import LoadAdapter, UnloadAdapter, apply
 from laneway.core.policies import stoppable_classes
-from laneway.errors import GenerationFailed, RequestError, Unavailable
+from laneway.errors import ClientGone, GenerationFailed, RequestError, Unavailable
 from laneway.generation import Job, ResumeMethod
 from laneway.logs import request_ended
 from laneway.runtime.alerts import QueueWaitAlerts
@@ -185,29 +185,32 @@ class Runtime(WorkerEvents):
         deltas: bool = True,
         size: int = 0,
         traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> Ticket:
         """Queue ``job``; raise the :class:`RequestError` of a refusal.
 
         ``deltas=False``: the ticket gives only the ``Done`` (with all the text), not each ``Delta``.
         ``size``: the bytes of the client's request, counted against ``max_queued_bytes`` while
         it lives (0: not counted; batch lines are bounded by the runner's lines in flight).
-        ``traceparent``: the client's W3C trace context (its span continues that trace).
+        ``traceparent``, ``tracestate``: the client's W3C trace context (its span continues
+        that trace).
         """
         if self.closed:
             raise shutting_down()
+        trace = (traceparent, tracestate)
         if size and self.held_bytes + size > self.config.max_queued_bytes:
             wait = self.estimate_wait(priority, job.model)
             overloaded = held_too_much(self.held_bytes, self.config.max_queued_bytes, size, wait)
-            raise self._refused(job, priority, tenant, traceparent, "overloaded", overloaded)
+            raise self._refused(job, priority, tenant, trace, "overloaded", overloaded)
         if self.fleet is not None:
             refused_now = self.fleet.faults.refusal(job.model)
             if refused_now is not None:
-                raise self._refused(job, priority, tenant, traceparent, "unavailable", refused_now)
+                raise self._refused(job, priority, tenant, trace, "unavailable", refused_now)
         self._admit(job)
         serving = self.prober.serving(job.model)
         if not serving and self.prober.hold_s <= 0:
             unavailable = self.prober.unavailable(job.model)
-            raise self._refused(job, priority, tenant, traceparent, "unavailable", unavailable)
+            raise self._refused(job, priority, tenant, trace, "unavailable", unavailable)
         now = self.now()
         sizing = self.sizing
         req = Request(
@@ -226,7 +229,7 @@ class Runtime(WorkerEvents):
             req.timeout_s = timeout_s
         refused = self.sched.submit(req, now)
         if refused is not None:
-            raise self._refused(job, priority, tenant, traceparent, refused.reason, error_for(refused))
+            raise self._refused(job, priority, tenant, trace, refused.reason, error_for(refused))
         ticket = Ticket(
             job, priority, self.classes[priority].name, tenant, now, enqueued_s=now, deltas=deltas, size=size
         )
@@ -234,7 +237,7 @@ class Runtime(WorkerEvents):
             ticket.resume = ResumeMethod.NONE  # (never stopped once started: laneway.resume says so)
         self.held_bytes += size
         self.tickets[job.id] = ticket
-        self.tracing.arrived(ticket, traceparent)
+        self.tracing.arrived(ticket, traceparent, tracestate)
         self.alerts.watch(ticket, now)
         if not serving:
             self.prober.hold(ticket, now)
@@ -260,7 +263,7 @@ class Runtime(WorkerEvents):
         job: Job,
         priority: int,
         tenant: str | None,
-        traceparent: str | None,
+        trace: tuple[str | None, str | None],
         reason: str,
         error: RequestError,
     ) -> RequestError:
@@ -271,7 +274,7 @@ class Runtime(WorkerEvents):
         self.metrics.ended[name, "rejected"].inc()
         self.metrics.tenant_ended(tenant, "rejected", None)
         ticket = Ticket(job, priority, name, tenant, self.now())
-        self.tracing.arrived(ticket, traceparent)
+        self.tracing.arrived(ticket, *trace)
         self.tracing.ended(ticket, "rejected", None, error.message)
         request_ended(job.id, tenant, name, None, 0.0, 0, "rejected", None, None)
         return error
@@ -315,7 +318,7 @@ class Runtime(WorkerEvents):
         if worker is not None and phase in (Phase.RUNNING, Phase.STOPPING):
             self.spawn(worker.cancel(ticket.id))
         self._drop_checkpoint(ticket)
-        self._end(ticket, error or GenerationFailed("the request was cancelled"), "cancelled")
+        self._end(ticket, error or ClientGone("the request was cancelled"), "cancelled")
         self.kick()
 
     # ------------------------------------------------------------------ the step
