@@ -71,3 +71,8 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
             # a body with no model laneway could read stays an unknown route
             r = httpx.post(f"{s.url}/v1/messages", content=b"not json", timeout=30)
             assert r.status_code == 404
+            # one too large to read is refused as too large, as on any route (and not sent)
+            big = ask + b', "x": "' + b"a" * (2 << 20) + b'"}'
+            r = httpx.post(f"{s.url}/v1/messages", content=big, timeout=30)
+            assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large", r.text
+            assert len(sent) == 1

@@ -68,8 +68,10 @@ async def relay_here(request: Request) -> Response:
     tenant = authenticate(request, config)
     try:
         raw = await read_body(request, config.max_body_bytes)
-    except RequestError:  # (not a request for an upstream: no such route)
-        raise HTTPException(404) from None
+    except RequestError:  # too large (or compressed) to see which model it names
+        if any(s.passthrough for s in runtime.support.values()):
+            raise  # (it may be meant for an upstream: the limit is why it is not taken)
+        raise HTTPException(404) from None  # (no upstream to pass anything to: no such route)
     try:
         body = json_object(raw)
     except RequestError:
