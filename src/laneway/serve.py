@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from laneway import logs
 from laneway.arguments import port, up_to
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
-from laneway.config.urls import is_http
+from laneway.config.urls import is_otlp_traces
 from laneway.config.workers import MAX_SLOTS
 from laneway.core import ConfigError
 from laneway.core.gpu_placement import GpuPlacement
@@ -81,7 +81,7 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
     if args.data_dir is not None:
         changes["data_dir"] = args.data_dir
     if args.otlp_traces_endpoint is not None:
-        if not is_http(args.otlp_traces_endpoint):
+        if not is_otlp_traces(args.otlp_traces_endpoint):
             raise ServeError(
                 f"argument --otlp-traces-endpoint: an OTLP/HTTP URL such as "
                 f"http://127.0.0.1:4318/v1/traces, got {args.otlp_traces_endpoint!r}"

@@ -100,6 +100,10 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"workers": [{"slots": 0}]}, "workers[0].slots"),
         ({"workers": [{"type": "upstream", "model": "m"}]}, "workers[0].url"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "localhost:8001"}]}, "workers[0].url"),
+        (
+            {"workers": [{"type": "upstream", "model": "m", "url": "http://127.0.0.1:8001/v1 "}]},
+            "workers[0].url",
+        ),
         ({"workers": [{"type": "upstream", "model": "m", "url": "ftp://h/v1"}]}, "workers[0].url"),
         ({"workers": [{"type": "upstream", "model": "m", "url": "http://h:99999/v1"}]}, "workers[0].url"),
         ({"workers": [{"kind": "upstream", "model": "m", "url": "http://h/v1"}]}, "workers[0].kind"),
@@ -193,6 +197,7 @@ def test_tenants_store_hashes_and_find_keys() -> None:
         ({"cluster": {"redis_url": "redis://h:abc/0"}}, "cluster.redis_url"),
         ({"server": {"otlp_traces_endpoint": "http://[::1"}}, "server.otlp_traces_endpoint"),
         ({"server": {"otlp_traces_endpoint": "http://h:99999/v1/traces"}}, "server.otlp_traces_endpoint"),
+        ({"server": {"otlp_traces_endpoint": "http://127.0.0.1:4318"}}, "server.otlp_traces_endpoint"),
         # names shown in logs and metrics take no control characters
         ({"workers": [{"type": "simulated", "name": "a\x00b"}]}, "workers[0].name"),
         ({"workers": [{"type": "simulated", "model": "m\n"}]}, "workers[0].model"),

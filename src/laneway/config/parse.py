@@ -25,7 +25,7 @@ from laneway.config.schema import (
     ServerConfig,
 )
 from laneway.config.tenants import parse_tenants
-from laneway.config.urls import is_http, split
+from laneway.config.urls import is_otlp_traces, split
 from laneway.config.workers import parse_workers
 from laneway.core import ClassTable, ConfigError, CostModel, SchedulerConfig
 from laneway.core.policies import POLICIES
@@ -57,7 +57,7 @@ def load_config(path: Path) -> ServerConfig:
 
 def _otlp(server: Table) -> str | None:
     value = server.str("otlp_traces_endpoint", None)
-    if value is not None and not is_http(value):
+    if value is not None and not is_otlp_traces(value):
         raise ConfigError(
             f"{server.key('otlp_traces_endpoint')}: an OTLP/HTTP URL such as "
             f"'http://127.0.0.1:4318/v1/traces', got {value!r}"

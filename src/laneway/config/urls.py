@@ -17,6 +17,15 @@ def split(url: str) -> SplitResult | None:
 
 
 def is_http(url: str) -> bool:
-    """Whether ``url`` is an http(s) URL with a host (and a port, if any, that is one)."""
+    """Whether ``url`` is an http(s) URL with a host (and a port, if any, that is one), with
+    no space or control character in it (a trailing space would be sent on every call)."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return False
     parts = split(url)
     return parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def is_otlp_traces(url: str) -> bool:
+    """Whether ``url`` is an OTLP/HTTP traces endpoint: an http(s) URL with a path (the
+    exporter posts to it as given; a collector serves ``/v1/traces``, not ``/``)."""
+    return is_http(url) and urlsplit(url).path.strip("/") != ""

@@ -136,7 +136,7 @@ def _check_url(key: str, url: str) -> None:
         try:
             _ = urlsplit(url).port  # (a number past 65535 raises)
         except ValueError:
-            raise ConfigError(f"{key}: {url!r} has no valid port (1 to 65535)") from None
+            raise ConfigError(f"{key}: {url!r} has no valid host and port (a port is 1 to 65535)") from None
         raise ConfigError(
             f"{key}: expected an http:// or https:// URL such as http://127.0.0.1:8001/v1, got {url!r}"
         )
