@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -52,6 +53,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+_KEY_IN_QUERY = re.compile(r"([?&]key=)[^&\s]*")
+
+
+class _NoKeys(logging.Filter):
+    """An access line's URL with its ``key=`` (the dashboard's, in a browser's address) hidden:
+    a log is read by more people than a key may be."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, str) and "key=" in a for a in args):
+            record.args = tuple(_KEY_IN_QUERY.sub(r"\1…", a) if isinstance(a, str) else a for a in args)
+        return True
+
+
 def setup(level: str = "info", fmt: str = "text", *, requests: bool = False) -> None:
     """Configure the root logger (and uvicorn's, which then propagate to it)."""
     if level not in LEVELS:
@@ -73,7 +88,10 @@ def setup(level: str = "info", fmt: str = "text", *, requests: bool = False) -> 
         lg.handlers.clear()
         lg.propagate = True
         lg.setLevel(level.upper())
-    logging.getLogger("uvicorn.access").disabled = not requests
+    access = logging.getLogger("uvicorn.access")
+    access.disabled = not requests
+    if not any(isinstance(f, _NoKeys) for f in access.filters):
+        access.addFilter(_NoKeys())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request it sends: a fleet's probes)
     REQUESTS.setLevel(logging.INFO if requests else logging.WARNING)
     global _json
