@@ -63,6 +63,8 @@ class Bodies:
         model = self.model_of(job)
         if kind == EMBEDDING:
             body["model"] = model
+            if self.forward_priority:  # (vLLM's embedding requests take it too)
+                body["priority"] = job.rank
             return PATHS[kind], body
         via = kind
         run.by = ""
