@@ -38,6 +38,8 @@ def test_json_server_log(tmp_path: Path) -> None:
         assert r.status_code == 200
         rid = r.json()["id"]
         httpx.get(server.url + "/dashboard?key=k&view=1")  # (a browser's address: its key)
+        upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Key": "dGhlIHNhbXBsZQ=="}
+        assert httpx.get(server.url + "/healthz", headers=upgrade).status_code == 200  # (served as any)
         for code in (200, 429):  # (a refusal as it arrives is a line too: it ends rejected)
             p3 = {"model": "sim", "prompt": "x", "max_tokens": 3, "priority": "P3"}
             r = httpx.post(server.url + "/v1/completions", json=p3, headers={"Authorization": "Bearer k"})
@@ -74,6 +76,7 @@ def test_json_server_log(tmp_path: Path) -> None:
     assert any(x["logger"] == "uvicorn.access" for x in records)
     assert any("/dashboard?key=…&view=1" in m for m in messages)  # the access line, its key hidden
     assert "key=k" not in server.text()
+    assert "upgrade" not in server.text().lower()  # (no warning a client can make it write)
     assert any("shutting down" in m for m in messages)
 
 

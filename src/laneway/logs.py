@@ -67,6 +67,16 @@ class _NoKeys(logging.Filter):
         return True
 
 
+class _NoUpgradeNoise(logging.Filter):
+    """uvicorn's warnings for an ``Upgrade`` header (WebSocket, h2c): laneway serves no
+    upgrade, and answers such a request as any other — any client could fill the log with
+    two lines a request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        return not message.startswith(("Unsupported upgrade request", "No supported WebSocket library"))
+
+
 def setup(level: str = "info", fmt: str = "text", *, requests: bool = False) -> None:
     """Configure the root logger (and uvicorn's, which then propagate to it)."""
     if level not in LEVELS:
@@ -92,6 +102,9 @@ def setup(level: str = "info", fmt: str = "text", *, requests: bool = False) -> 
     access.disabled = not requests
     if not any(isinstance(f, _NoKeys) for f in access.filters):
         access.addFilter(_NoKeys())
+    errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _NoUpgradeNoise) for f in errors.filters):
+        errors.addFilter(_NoUpgradeNoise())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request it sends: a fleet's probes)
     REQUESTS.setLevel(logging.INFO if requests else logging.WARNING)
     global _json
