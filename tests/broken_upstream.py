@@ -34,6 +34,8 @@ MODES = {
     "toomany": "a stream of three times max_tokens tokens",
     "cutatmax": "a stream of max_tokens tokens that ends before its finish",
     "busy": "a 429 (the engine is busy)",
+    "wrongtext": "a chunk whose text is a number",
+    "wrongfinish": "a chunk whose finish_reason is a number",
 }
 
 
@@ -168,6 +170,12 @@ class Broken:
             n = int(body.get("max_tokens") or 1) * (3 if mode == "toomany" else 1)
             await self._start(send)
             await self._end(send, b"".join(sse(chunk(f" t{i}")) for i in range(n)))
+        elif mode in ("wrongtext", "wrongfinish"):
+            wrong = {**chunk("a"), "choices": [{"index": 0, "text": 5, "finish_reason": None}]}
+            if mode == "wrongfinish":
+                wrong = {**chunk("a"), "choices": [{"index": 0, "text": "a", "finish_reason": 5}]}
+            await self._start(send)
+            await self._end(send, sse(wrong) + b"data: [DONE]\n\n")
         elif mode == "busy":
             error = {"error": {"message": "too many requests", "type": "rate_limit", "code": 429}}
             await self._whole(send, 429, b"application/json", json.dumps(error).encode())

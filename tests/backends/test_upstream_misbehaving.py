@@ -46,6 +46,8 @@ def ask(c: httpx.Client, prompt: str) -> httpx.Response:
         ("trickle", f"sent no event for {STALL_S:g} s"),
         ("truncated", "its stream ended before its answer did"),
         ("empty", "its stream ended before its answer did"),
+        ("wrongtext", "sent a choice whose text is not what it should be"),
+        ("wrongfinish", "sent a choice whose finish_reason is not what it should be"),
     ],
 )
 def test_a_garbage_answer_is_a_502_naming_the_upstream(mode: str, says: str, tmp_path: Path) -> None:

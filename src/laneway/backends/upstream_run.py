@@ -184,7 +184,10 @@ class Run:
         job = self.job
         text = ""
         ends = 0
+        if not isinstance(choices, list):
+            raise UpstreamUnavailable(f"upstream {self.source} sent a chunk whose choices are not a list")
         for c in choices:
+            self._check_choice(c)
             ids = c.get("token_ids")
             pids = c.get("prompt_token_ids")
             if pids is not None and self.prompt_ids is None and not self.continued:
@@ -238,6 +241,32 @@ class Run:
         else:
             self.sink(Delta(job.id, text, counted, chunk=chunk))
 
+    def _check_choice(self, c: object) -> None:
+        """A chunk's choice is what the API says it is (else the answer is no answer: tried
+        again, then a 502 naming the upstream), before anything of it is taken."""
+        if not isinstance(c, dict):
+            raise UpstreamUnavailable(f"upstream {self.source} sent a choice that is not an object")
+        index = c.get("index", 0)
+        delta = c.get("delta") if self.via != COMPLETION else None
+        if self.via == COMPLETION:
+            piece = c.get("text")
+        else:
+            piece = delta.get("content") if isinstance(delta, dict) else None
+        ids, pids = c.get("token_ids"), c.get("prompt_token_ids")
+        checks = (
+            ("index", isinstance(index, int) and not isinstance(index, bool)),
+            ("delta", delta is None or isinstance(delta, dict)),
+            ("text", piece is None or isinstance(piece, str)),
+            ("finish_reason", isinstance(c.get("finish_reason"), str | None)),
+            ("token_ids", ids is None or _ints(ids)),
+            ("prompt_token_ids", pids is None or _ints(pids)),
+        )
+        wrong = next((name for name, ok in checks if not ok), None)
+        if wrong is not None:
+            raise UpstreamUnavailable(
+                f"upstream {self.source} sent a choice whose {wrong} is not what it should be"
+            )
+
     def ended(self) -> Done:
         """The end of this run's stream: the job's ``Done``, with the upstream's usage where
         it is believable (a count, at least what was streamed, at most what was asked: it
@@ -289,6 +318,10 @@ class Run:
         elif uc is not None and uc.get("system_fingerprint") and chunks:
             chunks[-1].setdefault("system_fingerprint", uc["system_fingerprint"])
         return Done(self.job.id, finish, u, self.text, chunks=tuple(chunks))
+
+
+def _ints(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
 def overrun(message: str) -> UpstreamUnavailable:
