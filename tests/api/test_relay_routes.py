@@ -47,9 +47,11 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
     """(a number past a float's range, an unpaired surrogate: 400 on the field, not an unknown
     route; the upstream is sent nothing)"""
     sent: list[object] = []
+    queries: list[str] = []
 
     async def messages(request: Request) -> Response:
         sent.append(await request.json())
+        queries.append(request.url.query)
         return JSONResponse({"type": "message", "content": [{"type": "text", "text": "ok"}]})
 
     async def models(request: Request) -> Response:
@@ -71,6 +73,10 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
             # a body with no model laneway could read stays an unknown route
             r = httpx.post(f"{s.url}/v1/messages", content=b"not json", timeout=30)
             assert r.status_code == 404
+            # the query string goes with it, as sent (Anthropic's clients send ?beta=true)
+            ok = httpx.post(f"{s.url}/v1/messages?beta=true", content=ask + b"}", timeout=30)
+            assert ok.status_code == 200 and queries == ["", "beta=true"], queries
+            del sent[1:]
             # one too large to read is refused as too large, as on any route (and not sent)
             big = ask + b', "x": "' + b"a" * (2 << 20) + b'"}'
             r = httpx.post(f"{s.url}/v1/messages", content=big, timeout=30)

@@ -26,7 +26,7 @@ from laneway.api.completions import first_event, submit
 from laneway.api.params import authenticate, json_object, read_body
 from laneway.api.streaming import EventStream
 from laneway.config.schema import TenantConfig
-from laneway.errors import NotFound, RequestError
+from laneway.errors import InvalidRequest, NotFound, RequestError
 from laneway.generation import Delta, Done
 from laneway.protocol.relayed import relay_job
 from laneway.protocol.requests import Support, model_of
@@ -35,6 +35,8 @@ from laneway.runtime import Runtime, Ticket
 
 ROUTE = "/v1/{path:path}"
 _SEGMENT = re.compile(r"[A-Za-z0-9_\-.:]+")
+# a query string passed on as sent (Anthropic's clients send ?beta=true): URL characters only
+_QUERY = re.compile(r"[A-Za-z0-9_\-.~%=&+,;:@/!$'()*]*")
 
 
 def _methods_here(request: Request) -> set[str]:
@@ -88,7 +90,11 @@ async def relay_here(request: Request) -> Response:
             f"no such route: POST /v1/{endpoint} (laneway passes it on to upstream workers "
             f"only; model {body['model']!r} is served by laneway's own engine)"
         )
-    return await passed_on(request, runtime, tenant, model, endpoint, body, len(raw))
+    query = request.url.query
+    if not _QUERY.fullmatch(query):
+        raise InvalidRequest("the query string holds characters a URL does not", param="query")
+    sent_to = f"{endpoint}?{query}" if query else endpoint
+    return await passed_on(request, runtime, tenant, model, sent_to, body, len(raw))
 
 
 def _served(body: object, runtime: Runtime) -> tuple[str, Support] | None:
