@@ -309,6 +309,11 @@ def test_an_endless_line_is_not_read_to_its_end(capsys: pytest.CaptureFixture[st
             "an empty name in 'fifo,,laneway'",
         ),
         (["simulate", "--scenario", "mixed", "--policy", " , "], "no policy given"),
+        (
+            ["simulate", "--scenario", "mixed", "--report", ""],
+            "--report: expected a path, got an empty string",
+        ),
+        (["serve", "--data-dir", " "], "--data-dir: expected a path, got an empty string"),
         (["simulate", "--trace", "examples/gpu-trace.jsonl", "--seed", "3"], "--seed: only with --scenario"),
         (
             ["simulate", "--scenario", "mixed", "--policy", "naive,laneway"],

@@ -7,6 +7,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -71,6 +72,13 @@ def seconds_up_to(limit: float, *, positive: bool = False) -> Callable[[str], fl
         return value
 
     return parse
+
+
+def path(text: str) -> Path:
+    """A file's or folder's path: not empty (``""`` would be the current folder, quietly)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
 
 
 def port(text: str) -> int:

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from laneway import __version__
-from laneway.arguments import seconds_up_to, up_to, whole
+from laneway.arguments import path, seconds_up_to, up_to, whole
 from laneway.batch.cli import BatchCliError
 from laneway.batch.cli import add_arguments as add_batch_arguments
 from laneway.config.parse import read_toml
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--scenario", metavar="NAME", help=f"built-in workload: {', '.join(SCENARIOS)}")
-    source.add_argument("--trace", metavar="FILE", type=Path, help="JSONL trace, one request per line")
+    source.add_argument("--trace", metavar="FILE", type=path, help="JSONL trace, one request per line")
     sim.add_argument(
         "--policy",
         default="laneway",
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--fleet",
         metavar="FILE",
-        type=Path,
+        type=path,
         help="TOML file of GPU nodes and models: a trace runs on that fleet instead of --slots",
     )
     for flag, said in (  # (switches)
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         "else past S seconds (default: none; laneway serve's default is 120)",
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object per policy, one per line")
-    sim.add_argument("--report", type=Path, metavar="DIR", help="write summary.md and PNG charts to DIR")
+    sim.add_argument("--report", type=path, metavar="DIR", help="write summary.md and PNG charts to DIR")
     sim.set_defaults(run=cmd_simulate)
     serve = commands.add_parser(
         "serve",

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from laneway import logs
-from laneway.arguments import port, up_to
+from laneway.arguments import path, port, up_to
 from laneway.config import ServerConfig, WorkerConfig, is_loopback, load_config
 from laneway.config.urls import is_otlp_traces
 from laneway.config.workers import MAX_SLOTS
@@ -37,7 +37,7 @@ class ServeError(Exception):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, metavar="FILE", help="TOML configuration (docs/config.md)")
+    p.add_argument("--config", type=path, metavar="FILE", help="TOML configuration (docs/config.md)")
     p.add_argument("--host", metavar="H", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=port, metavar="P", help="port (default 8000)")
     p.add_argument(
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--slots", type=up_to(MAX_SLOTS), metavar="N", help="slots of each worker (default 4)")
-    p.add_argument("--data-dir", type=Path, metavar="DIR", help="where state is kept (default ./.laneway)")
+    p.add_argument("--data-dir", type=path, metavar="DIR", help="where state is kept (default ./.laneway)")
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without API keys configured"
     )

@@ -91,6 +91,7 @@ def test_failed_batch_exits_1_and_mistakes_are_one_line(
     for command in (["status", ""], ["cancel", " "], ["results", "", "-o", out]):
         assert "an id such as batch_..., got an empty string" in one_line(capsys, ["batch", *command])
     assert "an id such as file-..., got an empty string" in one_line(capsys, ["batch", "delete", ""])
+    assert "-o/--output: expected a path" in one_line(capsys, ["batch", "results", "batch_x", "-o", ""])
     for url in ("http://127.0.0.1:abc/v1", "http://[::1"):
         line = one_line(capsys, ["batch", "list", "--base-url", url])
         assert line.endswith(f"--base-url: expected an http:// or https:// URL such as {BASE}, got {url!r}")

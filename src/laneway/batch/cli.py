@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from laneway.arguments import positive_int, up_to
+from laneway.arguments import path, positive_int, up_to
 from laneway.batch.input_file import BatchCliError, endpoint_of, request_lines
 from laneway.batch.window import window_seconds
 from laneway.config.urls import is_http
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     sub = p.add_subparsers(dest="batch_command", metavar="COMMAND", parser_class=parser_class)
     sub.required = True
     submit = sub.add_parser("submit", help="upload a JSONL file and start a batch")
-    submit.add_argument("file", type=Path, metavar="FILE.jsonl")
+    submit.add_argument("file", type=path, metavar="FILE.jsonl")
     submit.add_argument("--endpoint", help="default: the url of the file's first line")
     submit.add_argument(
         "--priority",
@@ -110,8 +110,8 @@ def add_arguments(p: argparse.ArgumentParser, parser_class: type[argparse.Argume
     status.add_argument("--json", action="store_true", help="print the batch object as JSON")
     res = sub.add_parser("results", help="save a batch's output (and error) file")
     res.add_argument("id", type=_BATCH_ID, metavar="ID")
-    res.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.jsonl")
-    res.add_argument("--errors", type=Path, metavar="ERR.jsonl", help="also save the error file here")
+    res.add_argument("-o", "--output", type=path, required=True, metavar="OUT.jsonl")
+    res.add_argument("--errors", type=path, metavar="ERR.jsonl", help="also save the error file here")
     cancel = sub.add_parser("cancel", help="cancel a batch (its finished lines keep their results)")
     cancel.add_argument("id", type=_BATCH_ID, metavar="ID")
     listing = sub.add_parser("list", help="list the batches, newest first")
