@@ -32,9 +32,10 @@ class TextState:
                 self.stopped = True
                 return self.flush()
         self.text = text
-        safe = len(text) - self._hold
-        while safe > self.emitted and text[safe - 1] == "\ufffd":
-            safe -= 1  # maybe an incomplete multi-byte character
+        end = len(text)
+        while end > self.emitted and text[end - 1] == "\ufffd":
+            end -= 1  # maybe an incomplete multi-byte character: not text yet
+        safe = end - self._hold  # (the tail that could still begin a stop string, of the text itself)
         if safe <= self.emitted:
             return ""
         out = text[self.emitted : safe]
