@@ -98,7 +98,7 @@ class SamplingParams:
                 f"max_tokens must be a whole number ≥ 1, got {self.max_tokens!r}", param="max_tokens"
             )
         _number_in("temperature", self.temperature, 0.0, 2.0, low_open=False)
-        _number_in("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _number_in("top_p", self.top_p, 0.0, 1.0, low_open=False)  # (0, as OpenAI takes it: the top token)
         if self.seed is not None and (
             not _whole(self.seed) or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]
         ):

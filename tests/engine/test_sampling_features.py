@@ -69,9 +69,9 @@ def test_adjust_applies_bias_and_penalties_as_vllm_defines_them() -> None:
     assert blocked[3] == float("-inf") and int(blocked.argmax()) == 0
 
 
-def test_top_k_one_and_min_p_one_are_greedy(engine: Engine) -> None:
+def test_top_k_one_min_p_one_and_top_p_zero_are_greedy(engine: Engine) -> None:
     plain = alone(engine, job("g", "narrow", greedy(25))).text
-    for kw in ({"top_k": 1}, {"min_p": 1.0}):
+    for kw in ({"top_k": 1}, {"min_p": 1.0}, {"top_p": 0.0}):
         sampled = SamplingParams(max_tokens=25, temperature=1.0, seed=9, **kw)  # type: ignore[arg-type]
         assert alone(engine, job("s", "narrow", sampled)).text == plain
 

@@ -92,7 +92,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | 
     if params.top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
         before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of the tokens ranked above
-        sorted_p[before >= params.top_p] = 0.0  # keep the smallest set reaching top_p
+        cut = before >= params.top_p
+        cut[0] = False  # keep the smallest set reaching top_p: the most likely token at least
+        sorted_p[cut] = 0.0
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
     total = float(probs.sum())
     if not math.isfinite(total) or total <= 0.0 or not bool(torch.isfinite(probs).all()):
