@@ -148,7 +148,7 @@ def test_prompt_plus_max_tokens_must_fit_the_context(engine: Engine) -> None:
         ({"temperature": -0.1}, "temperature"),
         ({"temperature": 2.5}, "temperature"),
         ({"temperature": float("nan")}, "temperature"),
-        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": -0.1}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_tokens": 2.5}, "max_tokens"),
