@@ -148,8 +148,9 @@ class Estimator:
 
     def _serving_only(self, model: str | None) -> list[WorkerState] | None:
         """The workers that serve ``model`` (in placement), where not every worker does
-        (several models on fixed slots); ``None`` where every one does."""
-        if model is None:
+        (several models on fixed slots); ``None`` where every one does. (Lanes count per
+        lane exactly where workers serve different models: else nothing to look at.)"""
+        if model is None or not self.lanes.lane_counts:
             return None
         workers = self.occ.workers.values()
         serving = [w for w in workers if w.spec.serves(model)]
