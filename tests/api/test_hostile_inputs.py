@@ -422,6 +422,10 @@ def test_a_body_that_gives_its_class_twice_gives_it_once(hostile: Hostile) -> No
         r = hostile.send("POST", "/v1/chat/completions", json={**chat(), **extra})
         err = r.json()["error"]
         assert r.status_code == 400 and err["param"] == param and "differ" in err["message"], err
+    r = hostile.send("POST", "/v1/chat/completions", json={**chat(), "laneway": {"preemptible": "no"}})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "laneway.preemptible", err
+    assert err["message"].startswith("laneway.preemptible must be true or false"), err
     same = {"priority": "P2", "laneway": {"priority": 2, "preemptible": True}, "preemptible": True}
     r = hostile.send("POST", "/v1/chat/completions", json={**chat(), **same})
     assert r.status_code == 200 and r.json()["laneway"]["priority"] == "P2", r.text

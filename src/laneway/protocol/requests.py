@@ -86,7 +86,7 @@ def _extension(body: Mapping[str, Any]) -> Mapping[str, Any]:
 def preemptibleflag(body: Mapping[str, Any]) -> bool:
     ext = _extension(body)
     if "preemptible" in ext:
-        nested = flag(ext, "preemptible", True)
+        nested = flag(ext, "preemptible", True, within="laneway")
         if "preemptible" in body and flag(body, "preemptible", True) != nested:
             raise InvalidRequest(
                 "preemptible and laneway.preemptible differ: send one", param="laneway.preemptible"
