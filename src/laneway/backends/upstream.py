@@ -39,11 +39,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from laneway.backends.base import Capacity, EngineState, Health, Sink
-from laneway.backends.capabilities import metrics_of, state_of
 from laneway.backends.continuation import request_body
 from laneway.backends.http import Collect, Connect, Events, HttpError, Pool, Timeout, TooLarge
 from laneway.backends.upstream_body import PATHS, Bodies
 from laneway.backends.upstream_errors import describe_body, error_from, relay_error, stream_failure
+from laneway.backends.upstream_probe import Probe
 from laneway.backends.upstream_relay import Passed, Relayed, whole
 from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
@@ -73,8 +73,6 @@ from laneway.protocol.assemble import Assembly
 __all__ = ["UpstreamUnavailable", "UpstreamWorker"]
 
 log = logging.getLogger("laneway.backends")
-
-PROBE_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -137,11 +135,13 @@ class UpstreamWorker:
         self._pool = Pool(
             url, headers=headers, connect_timeout_s=min(10.0, timeout_s), max_idle=slots + 4, connect=connect
         )
-        self.max_model_len: int | None = None  # as the upstream's /models says (vLLM's field)
-        self._asking: asyncio.Task[None] | None = None
+        self.probe = Probe(self._pool, self.base, model, self.caps)
         self._runs: dict[str, Run] = {}
-        # vLLM serves /detokenize beside /v1, at the root
-        self._detokenize = self._pool.target.path.removesuffix("/v1") + "/detokenize"
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The context the upstream serves, as its ``/models`` says (vLLM's field)."""
+        return self.probe.context
 
     @property
     def adapters(self) -> frozenset[str]:
@@ -216,44 +216,17 @@ class UpstreamWorker:
 
     async def health(self) -> Health:
         """The upstream answers ``/models`` and serves this worker's model."""
-        try:
-            got = await self._pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S, max_bytes=4 << 20)
-        except HttpError as exc:
-            if not isinstance(exc, Timeout):  # unreachable: what comes back may be another engine
-                self.caps.forget()
-            return Health(False, f"{self.base}: {exc}", transient=isinstance(exc, Timeout))
-        if got.status != 200:
-            return Health(False, f"{self.base}/models answered {got.status}")
-        try:
-            listed = [m for m in json.loads(got.body).get("data", ()) if isinstance(m, dict)]
-            served = [m.get("id") for m in listed]
-        except (ValueError, AttributeError, TypeError):
-            return Health(False, f"{self.base}/models did not answer a model list")
-        for m in listed:  # vLLM and SGLang say how long a context the model takes
-            n = m.get("max_model_len")
-            if m.get("id") == self.model and isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                self.max_model_len = n
-        if self.model not in served:
-            names = ", ".join(str(s) for s in served) or "none"
-            return Health(False, f"{self.base} does not serve model {self.model!r} (it serves: {names})")
-        if self.caps.metrics is None and (self._asking is None or self._asking.done()):
-            self._asking = asyncio.get_running_loop().create_task(self._ask_metrics())
-        return Health(True, f"{self.base}: {len(self._runs)}/{self.slots} slots busy")
-
-    async def _ask_metrics(self) -> None:
-        self.caps.metrics, self.caps.kv_tokens = await metrics_of(self._pool)
+        return await self.probe.health(f"{len(self._runs)}/{self.slots} slots busy")
 
     async def engine_load(self) -> int | None:
         """The requests the engine runs or queues for this worker's model, by its own count
         (all of its clients'); ``None`` where it gives none."""
-        state = await self.engine_state()
+        state = await self.probe.state()
         return None if state is None else state.running + state.waiting
 
     async def engine_state(self) -> EngineState | None:
         """Its engine's running and waiting requests and KV use, by its own ``/metrics``."""
-        if self.caps.metrics is None:
-            await self._ask_metrics()
-        return await state_of(self._pool, self.model, self.caps.metrics or "")
+        return await self.probe.state()
 
     async def close(self) -> None:
         """Close it. A run still on it (a worker removed while a dispatch to it raced the
@@ -264,8 +237,7 @@ class UpstreamWorker:
                 err = UpstreamUnavailable(f"upstream {self.name} was closed", worker_fault=False)
                 err.checkpoint = self._resumable(run)
                 run.sink(Failed(job_id, err))
-        if self._asking is not None:
-            self._asking.cancel()
+        self.probe.close()
         await self._pool.close()
 
     # ------------------------------------------------------------ runs
@@ -387,7 +359,8 @@ class UpstreamWorker:
         me = asyncio.current_task()
         path, body = self.bodies.of(run)
         if run.continued and run.via == COMPLETION and (run.job.body or {}).get("stop"):
-            held = await self._held_text(run)
+            assert run.prompt_ids is not None and run.out_ids is not None
+            held = await self.probe.held_text(run.prompt_ids, run.out_ids, run.text)
             if not self._live(run, me):
                 return
             if held is None and run.assembly is not None:
@@ -538,29 +511,6 @@ class UpstreamWorker:
         if failure is not None:
             raise failure
         self._end(run, passed.ended())
-
-    async def _held_text(self, run: Run) -> str | None:
-        """Text of tokens the upstream had sent the ids of but not yet the text when the run
-        was stopped (vLLM holds the last characters back while they could still be part of
-        a stop string), read with its ``/detokenize``. ``None`` when it cannot be told: no
-        such endpoint, or special tokens in the output (``ignore_eos``), which
-        ``/detokenize`` writes out and the stream does not."""
-        assert run.prompt_ids is not None and run.out_ids is not None
-        try:
-            texts = []
-            for ids in (run.prompt_ids + run.out_ids, run.prompt_ids):
-                raw = json.dumps({"model": self.model, "tokens": ids}).encode()
-                got = await self._pool.fetch("POST", self._detokenize, raw, timeout_s=PROBE_TIMEOUT_S)
-                if got.status != 200:
-                    return None
-                texts.append(json.loads(got.body)["prompt"])
-        except (HttpError, ValueError, KeyError, TypeError):
-            return None
-        full, head = texts
-        if not isinstance(full, str) or not isinstance(head, str) or not full.startswith(head):
-            return None
-        made = full[len(head) :]
-        return made[len(run.text) :] if made.startswith(run.text) else None
 
     def _end(self, run: Run, event: Done | Failed) -> None:
         if self._runs.get(run.job.id) is run and (run.task is None or run.task is asyncio.current_task()):
