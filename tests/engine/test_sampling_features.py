@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from laneway.engine.engine import Engine
-from laneway.engine.sampler import adjust, sample
+from laneway.engine.sampler import adjust, new_generator, sample
 from laneway.generation import Delta, SamplingParams
 
 from .helpers import Collector, alone, greedy, job, run_all
@@ -111,3 +111,21 @@ def test_sample_falls_back_to_the_likeliest_token_on_a_broken_row() -> None:
     assert sample(torch.tensor([float("-inf"), float("-inf")]), p, gen) in (0, 1)
     huge = torch.tensor([1e38, -1e38, 3e38])
     assert sample(huge, SamplingParams(max_tokens=1, temperature=1e-4), gen) == 2
+
+
+def test_seeds_that_differ_only_above_32_bits_draw_differently() -> None:
+    """torch's CPU generator keeps a seed's low 32 bits: the high ones are folded in, so
+    that 1, 2^32 + 1, 2^33 + 1, 2^63 + 1 and 2^64 - 1 are five seeds, not one; a seed under
+    2^32 draws as torch's own seed would (texts seeded before are unchanged)."""
+
+    def draws(seed: int) -> list[float]:
+        params = SamplingParams(max_tokens=1, temperature=1.0, seed=seed)
+        gen = new_generator(params)
+        assert gen is not None
+        return torch.rand(4, generator=gen).tolist()
+
+    seeds = (1, (1 << 32) + 1, (1 << 33) + 1, (1 << 63) + 1, (1 << 64) - 1)
+    assert len({tuple(draws(s)) for s in seeds}) == 5
+    assert draws(-1) == draws((1 << 64) - 1)  # (a negative seed: the one 2^64 above it, as torch)
+    plain = torch.Generator().manual_seed(123456789)
+    assert draws(123456789) == torch.rand(4, generator=plain).tolist()

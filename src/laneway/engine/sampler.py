@@ -33,10 +33,23 @@ def new_generator(params: SamplingParams) -> torch.Generator | None:
         return None
     gen = torch.Generator(device="cpu")
     if params.seed is not None:
-        gen.manual_seed(params.seed)
+        gen.manual_seed(generator_seed(params.seed))
     else:
         gen.seed()
     return gen
+
+
+def generator_seed(seed: int) -> int:
+    """What a request's 64-bit ``seed`` seeds torch's CPU generator with. That generator keeps
+    a seed's low 32 bits only (1 and 2^32 + 1 would draw alike), so a seed past 2^32 is mixed
+    down to 32 bits (SplitMix64's finaliser); a seed in [0, 2^32) is taken as it is. (A
+    negative seed is the one 2^64 above it, as torch takes it.)"""
+    s = seed % (1 << 64)
+    if s >> 32 == 0:
+        return s
+    s = ((s ^ (s >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    s = ((s ^ (s >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (s ^ (s >> 31)) & 0xFFFFFFFF
 
 
 def adjusts(params: SamplingParams) -> bool:
