@@ -68,9 +68,10 @@ class SamplingParams:
     ``max_tokens`` is ``None`` when the client gave none (an upstream then
     applies its own default; the built-in engine's is the server's
     ``default_max_tokens``). ``return_token_ids``: report the prompt's and each
-    generated token's id (vLLM's extension). ``max_tokens_set``: ``False`` where
-    ``max_tokens`` is that default, not the client's: an engine lowers it to what its
-    context leaves rather than refuse the request.
+    generated token's id (vLLM's extension). ``max_tokens_from``: the field the client
+    gave ``max_tokens`` in (a chat's ``max_completion_tokens`` where it gave that; errors
+    name it); ``None`` where ``max_tokens`` is that default, not the client's: an engine
+    lowers it to what its context leaves rather than refuse the request.
     """
 
     max_tokens: int | None = 16
@@ -90,7 +91,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()
     return_token_ids: bool = False
-    max_tokens_set: bool = True
+    max_tokens_from: str | None = "max_tokens"
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and (not _whole(self.max_tokens) or self.max_tokens < 1):

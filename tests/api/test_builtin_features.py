@@ -270,6 +270,12 @@ def test_a_request_that_can_never_fit_is_refused_as_it_arrives_and_a_default_siz
             next(a.iter_lines()), next(b.iter_lines())  # (both started)
             r = c.post("/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 3000})
             assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+            assert r.json()["error"]["param"] == "max_tokens"
+            chat = {"model": MODEL, "messages": HI, "max_completion_tokens": 3000}
+            r = c.post("/chat/completions", json=chat)  # (the error names the field it was given in)
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == "max_completion_tokens", r.text
+            assert "lower max_completion_tokens to at most" in err["message"], err
             assert builtin.runtime.sched.queued == 0
             assert builtin.runtime.workers["w0"].capacity().busy == 2  # (they run on: it came first)
         # no max_tokens given: the default (256) is lowered to what the context leaves, not refused

@@ -37,12 +37,13 @@ def prompt_ids(model: LoadedModel, job: Job) -> list[int]:
             param="messages" if job.messages is not None else "prompt",
         )
     wanted = len(ids) + (job.params.max_tokens or 0)
-    if wanted > context and job.params.max_tokens_set:  # (a default is lowered: add())
+    given = job.params.max_tokens_from
+    if wanted > context and given is not None:  # (a default is lowered: add())
         raise ContextTooLong(
             f"model {model.name}'s context is {context} tokens; this request asks for {wanted} "
-            f"({len(ids)} in the prompt, max_tokens {job.params.max_tokens}): lower max_tokens "
+            f"({len(ids)} in the prompt, {given} {job.params.max_tokens}): lower {given} "
             f"to at most {context - len(ids)}",
-            param="max_tokens",
+            param=given,
         )
     return ids
 

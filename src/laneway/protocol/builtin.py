@@ -14,7 +14,7 @@ from laneway.config.schema import ServerConfig
 from laneway.errors import InvalidRequest
 from laneway.generation import CHAT, COMPLETION, MAX_CHOICES, Job, SamplingParams
 from laneway.protocol.fields import FEATURES, OWNED, READ, neutral
-from laneway.protocol.values import flag, max_tokens, message_list, stop_strings
+from laneway.protocol.values import flag, max_tokens, max_tokens_field, message_list, stop_strings
 
 if TYPE_CHECKING:
     from laneway.protocol.requests import Support
@@ -150,7 +150,7 @@ def _engine_params(body: Mapping[str, Any], kind: str, config: ServerConfig) -> 
         raise InvalidRequest(f"n must be at most {MAX_CHOICES} on this engine, got {n}", param="n")
     return SamplingParams(
         max_tokens=config.default_max_tokens if limit is None else limit,
-        max_tokens_set=limit is not None,
+        max_tokens_from=None if limit is None else max_tokens_field(body, kind),
         temperature=_number(body, "temperature", 1.0),
         top_p=_number(body, "top_p", 1.0),
         seed=body.get("seed"),

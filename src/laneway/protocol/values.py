@@ -49,6 +49,12 @@ def max_tokens(body: Mapping[str, Any], kind: str) -> int | None:
     return limit
 
 
+def max_tokens_field(body: Mapping[str, Any], kind: str) -> str:
+    """The field :func:`max_tokens` took the limit from (errors about it name it)."""
+    given = kind == CHAT and body.get("max_completion_tokens") is not None
+    return "max_completion_tokens" if given else "max_tokens"
+
+
 def stream_options(body: Mapping[str, Any]) -> tuple[bool, bool]:
     stream = flag(body, "stream", False)
     options = body.get("stream_options")
