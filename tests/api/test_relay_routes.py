@@ -70,9 +70,15 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
                 assert r.status_code == 400, r.text
                 assert r.json()["error"]["param"] == param, r.text
             assert len(sent) == 1
-            # a body with no model laneway could read stays an unknown route
-            r = httpx.post(f"{s.url}/v1/messages", content=b"not json", timeout=30)
-            assert r.status_code == 404
+            # a body with no model laneway could read stays an unknown route, saying why
+            for content, why in (
+                (b"not json", "its body is not a JSON object"),
+                (b"", "its body is not a JSON object"),
+                (b'{"messages": []}', "its body names no model an upstream worker serves"),
+                (b'{"model": "x"}', "names no model an upstream worker serves (it names 'x')"),
+            ):
+                r = httpx.post(f"{s.url}/v1/messages", content=content, timeout=30)
+                assert r.status_code == 404 and why in r.json()["error"]["message"], r.text
             # the query string goes with it, as sent (Anthropic's clients send ?beta=true)
             ok = httpx.post(f"{s.url}/v1/messages?beta=true", content=ask + b"}", timeout=30)
             assert ok.status_code == 200 and queries == ["", "beta=true"], queries

@@ -74,15 +74,22 @@ async def relay_here(request: Request) -> Response:
         if any(s.passthrough for s in runtime.support.values()):
             raise  # (it may be meant for an upstream: the limit is why it is not taken)
         raise HTTPException(404) from None  # (no upstream to pass anything to: no such route)
+    passes = any(s.passthrough for s in runtime.support.values())
     try:
         body = json_object(raw)
     except RequestError:
         found = _served(_loosely(raw), runtime)
         if found is not None and found[1].passthrough:
             raise  # (meant for an upstream's model: what is wrong with it, as on any route)
+        if passes:
+            raise _unrouted(endpoint, "its body is not a JSON object") from None
         raise HTTPException(404) from None
     found = _served(body, runtime)
     if found is None:
+        if passes:
+            named = body.get("model")
+            said = f" (it names {named!r})" if isinstance(named, str) else ""
+            raise _unrouted(endpoint, f"its body names no model an upstream worker serves{said}")
         raise HTTPException(404)
     model, served = found
     if not served.passthrough:  # (a model laneway serves itself: why this path is not one of its)
@@ -95,6 +102,14 @@ async def relay_here(request: Request) -> Response:
         raise InvalidRequest("the query string holds characters a URL does not", param="query")
     sent_to = f"{endpoint}?{query}" if query else endpoint
     return await passed_on(request, runtime, tenant, model, sent_to, body, len(raw))
+
+
+def _unrouted(endpoint: str, why: str) -> NotFound:
+    """The 404 of a path laneway would pass on, had its body named an upstream's model."""
+    return NotFound(
+        f"no such route: POST /v1/{endpoint} (laneway passes a request there on to an upstream "
+        f"worker of the model its body names; {why})"
+    )
 
 
 def _served(body: object, runtime: Runtime) -> tuple[str, Support] | None:
