@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from laneway.backends.http import Aborted, Collect, Events, HttpError, Pool, Target, Timeout
+from laneway.backends import http
+from laneway.backends.http import Aborted, Collect, Cut, Events, HttpError, Pool, Stale, Target, Timeout
 from laneway.testing import free_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -177,8 +178,8 @@ def test_a_stalled_answer_times_out_and_failures_are_told_apart() -> None:
                 await exchange.done
             assert 0.3 <= time.perf_counter() - t0 < 2.0
             exchange = await pools[1].request("POST", "completions", b"{}", Collect())
-            with pytest.raises(HttpError, match="connection lost"):
-                await exchange.done
+            with pytest.raises(Cut, match=r"connection lost.*in the middle of its answer"):
+                await exchange.done  # (its status came: the upstream broke off its answer)
             with pytest.raises(HttpError, match="could not connect") as info:
                 await pools[2].fetch("GET", "models", timeout_s=5)
             assert not isinstance(info.value, Timeout) and info.value.retryable
@@ -236,5 +237,42 @@ def test_an_answer_nobody_asked_for_closes_the_idle_connection_it_came_on() -> N
         finally:
             await pool.close()
             server.close()
+
+    asyncio.run(main())
+
+
+def test_a_kept_alive_connection_closed_as_a_request_goes_is_stale_and_an_idle_one_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upstream that closes a kept-alive connection when the next request arrives on it
+    (its idle timeout, just then): that request fails :class:`Stale` (told apart from an
+    upstream gone); a connection idle for ``KEEP_IDLE_S`` is not used again."""
+    peers: list[object] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await read_request(reader)  # the second on it: closed unanswered
+
+    async def main() -> None:
+        server, url = await serve(handler)
+        pool = Pool(url)
+        try:
+            assert (await pool.fetch("GET", "models", timeout_s=5)).body == b"ok"
+            with pytest.raises(Stale, match="connection lost") as info:
+                await pool.fetch("GET", "models", timeout_s=5)
+            assert info.value.retryable and len(peers) == 1
+            assert (await pool.fetch("GET", "models", timeout_s=5)).body == b"ok"  # a new one
+            assert len(peers) == 2
+            monkeypatch.setattr(http, "KEEP_IDLE_S", 0.05)
+            await asyncio.sleep(0.1)
+            assert (await pool.fetch("GET", "models", timeout_s=5)).body == b"ok"  # not the idle one
+            assert len(peers) == 3
+        finally:
+            await pool.close()
+            server.close()
+            await asyncio.sleep(0.05)
 
     asyncio.run(main())

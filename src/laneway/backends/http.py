@@ -13,7 +13,11 @@ So the upstream worker speaks HTTP through this module:
   protocol callback (no task switch per streamed chunk);
 - :meth:`Exchange.abort` drops the connection at once (an upstream aborts
   the sequence when its client goes away), without waiting for a teardown;
-- a stall timeout fails an exchange that received no byte for too long.
+- a stall timeout fails an exchange that received no byte for too long;
+- a connection idle for :data:`KEEP_IDLE_S` is not used again; one the upstream
+  closes as a request goes out on it fails with :class:`Stale` (a race with its
+  idle timeout, not an upstream gone), one lost in the middle of an answer with
+  :class:`Cut` (the upstream was there and broke off that answer).
 
 Only what upstream engines need is here: one request at a time per
 connection, ``Content-Length`` bodies out, ``Content-Length`` or chunked
@@ -41,10 +45,12 @@ from laneway.backends.http_readers import (
     MAX_EVENT_BYTES,
     Aborted,
     Collect,
+    Cut,
     Enough,
     Events,
     HttpError,
     Reader,
+    Stale,
     Timeout,
     TooLarge,
 )
@@ -56,12 +62,14 @@ __all__ = [
     "Aborted",
     "Collect",
     "Connect",
+    "Cut",
     "Enough",
     "Events",
     "Exchange",
     "HttpError",
     "Pool",
     "Reader",
+    "Stale",
     "Target",
     "Timeout",
     "TooLarge",
@@ -93,6 +101,12 @@ class Target:
         default = 443 if self.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         return (host if self.port == default else f"{host}:{self.port}").encode("idna")
+
+
+# a connection idle this long is not used again: servers close theirs after a few seconds
+# (uvicorn's default, vLLM's and SGLang's: 5 s), and one closed as a request goes out on it
+# fails that request
+KEEP_IDLE_S = 4.0
 
 
 class Exchange:
@@ -137,6 +151,10 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._stall = math.inf
         self._stop: Exception | None = None  # what a reader raised (httptools reports its own error)
+        self.uses = 0  # exchanges sent on it
+        self.idle_since = 0.0  # loop time it was put back in the pool
+        self._answered = False  # the current exchange's status and headers came
+        self._heard = False  # a byte of the current exchange's answer came
 
     # -------------------------------------------------------------- asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,10 +164,17 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.pool._forget(self)
         if self.exchange is not None:
-            self.fail(HttpError(f"connection lost: {exc or 'closed by the upstream'}"))
+            why = f"connection lost: {exc or 'closed by the upstream'}"
+            if self._answered:
+                self.fail(Cut(f"{why} (in the middle of its answer)"))
+            elif self.uses > 1 and not self._heard:  # (a kept-alive one, closed as the request went)
+                self.fail(Stale(why))
+            else:
+                self.fail(HttpError(why))
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
+        self._heard = True
         if exchange is None or exchange.reader.bytes_are_progress:
             self._last = self.pool.loop.time()
         try:
@@ -177,6 +202,7 @@ class _Connection(asyncio.Protocol):
         self._headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
+        self._answered = True
         if self.exchange is not None:
             try:
                 self.exchange.reader.head(self.parser.get_status_code(), self._headers)
@@ -213,6 +239,8 @@ class _Connection(asyncio.Protocol):
     def send(self, raw: bytes, reader: Reader, stall_s: float) -> Exchange:
         exchange = Exchange(self, reader)
         self.exchange = exchange
+        self.uses += 1
+        self._answered = self._heard = False
         reader.progress = self.touch
         self._last = self.pool.loop.time()
         self._stall = stall_s
@@ -348,8 +376,9 @@ class Pool:
         conn = None
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed:
+            if not conn.closed and self.loop.time() - conn.idle_since < KEEP_IDLE_S:
                 break
+            conn.close()  # (idle for long: the upstream may be closing it just now)
             conn = None
         if conn is None:
             conn = await self._connect()
@@ -396,6 +425,7 @@ class Pool:
         if self.closed or len(self._idle) >= self.max_idle:
             conn.close()
         else:
+            conn.idle_since = self.loop.time()
             self._idle.append(conn)
 
     def _forget(self, conn: _Connection) -> None:

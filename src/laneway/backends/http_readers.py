@@ -23,6 +23,16 @@ class Timeout(HttpError):
     """Nothing (or not all) came back in time: the upstream may be slow, not gone."""
 
 
+class Cut(HttpError):
+    """The connection was lost after the answer began (its status and headers came): the
+    upstream was there, and broke off this answer."""
+
+
+class Stale(HttpError):
+    """A kept-alive connection was closed by the upstream as a request went out on it
+    (nothing came back): a race with the upstream's idle timeout, not an upstream gone."""
+
+
 class Aborted(HttpError):
     """The exchange was aborted on purpose (a preemption or a cancel)."""
 

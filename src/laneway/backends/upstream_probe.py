@@ -13,7 +13,7 @@ import json
 
 from laneway.backends.base import EngineState, Health
 from laneway.backends.capabilities import Capabilities, metrics_of, state_of
-from laneway.backends.http import HttpError, Pool, Timeout
+from laneway.backends.http import HttpError, Pool, Stale, Timeout
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -35,11 +35,16 @@ class Probe:
         """The upstream answers ``/models`` and serves the model (``busy``: the worker's
         slots, said where it is up)."""
         try:
-            got = await self.pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S, max_bytes=4 << 20)
+            try:
+                got = await self.pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S, max_bytes=4 << 20)
+            except Stale:  # (a GET: asked again, on a new connection)
+                got = await self.pool.fetch("GET", "models", timeout_s=PROBE_TIMEOUT_S, max_bytes=4 << 20)
         except HttpError as exc:
-            if not isinstance(exc, Timeout):  # unreachable: what comes back may be another engine
+            # (slow, or a kept-alive connection closed as the probe went: not gone)
+            transient = isinstance(exc, (Timeout, Stale))
+            if not transient:  # unreachable: what comes back may be another engine
                 self.caps.forget()
-            return Health(False, f"{self.base}: {exc}", transient=isinstance(exc, Timeout))
+            return Health(False, f"{self.base}: {exc}", transient=transient)
         if got.status != 200:
             return Health(False, f"{self.base}/models answered {got.status}")
         try:

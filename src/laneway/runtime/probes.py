@@ -46,6 +46,7 @@ class WorkerHealth:
     failing_since: float = math.nan  # (loop time) the first failed probe of those in a row
     next_probe_s: float = 0.0  # loop time of its next probe
     lost: str = ""  # why a probe found no engine there (or another one), until one answers
+    asked: bool = False  # a probe asked by :meth:`Prober.check` is on its way
 
 
 class Prober:
@@ -128,6 +129,23 @@ class Prober:
             # (an engine it started, alive and silent: none would be started in its place)
             silent = now - st.failing_since
             fleet.hung(name, f"it answered no health probe for {silent:.0f} s ({health.detail})")
+
+    def check(self, name: str) -> None:
+        """Probe worker ``name`` now (a request's answer on it broke off: if its engine is
+        gone, it is out of placement at once, not at its next probe)."""
+        st = self.state.get(name)
+        if st is None or st.asked or self.rt.closed:
+            return
+        st.asked = True
+
+        async def asked() -> None:
+            try:
+                if self.state.get(name) is st:  # (not removed meanwhile)
+                    await self.probe(name)
+            finally:
+                st.asked = False
+
+        self.rt.spawn(asked())
 
     # ------------------------------------------------------------ placement
     def take_out(self, name: str, reason: str) -> None:

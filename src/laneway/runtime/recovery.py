@@ -4,18 +4,23 @@ When a worker fails a request with a retryable error (an upstream that cannot
 be reached, stalled, or answered 429/502–504), the worker is taken out of
 placement until a probe finds it healthy again (:mod:`laneway.runtime.probes`).
 One that answered with something that is no answer (a 200 that is not a stream,
-a chunk that is not JSON, more tokens than asked) is up: it stays in placement,
-and its probe says whether it is well. An upstream's 500 is that one request's
-failure: it is not tried again.
+a chunk that is not JSON, more tokens than asked, an answer broken off) is up: it
+stays in placement, and a probe at once says whether it is well. A kept-alive
+connection the upstream closed as the request went out says nothing of the
+worker: the request is tried again, the worker stays. An upstream's 500 is that
+one request's failure: it is not tried again.
 If the request streamed nothing yet, it goes back to the head of its queue
 (it keeps its arrival) and runs on whichever worker the scheduler picks next,
-at most :data:`MAX_RETRIES` times; then, where the workers only said they could not
-take it (unreachable, stalled, busy: 429, 502–504), it gets 503 ``upstream_unavailable``
-with a ``Retry-After``, not a 502 (:meth:`Recovery.gave_up`). If it streamed, and the worker says where
-it stopped (an upstream that died or stalled mid-stream), it goes on from there
-on another worker, as a preempted request would — the client's stream just
-continues — at most ``max_migrations`` times; with no worker for its model up, it is
-held like any request of that model (503 once the hold is over).
+at most :data:`MAX_RETRIES` times — unless its client streams and has events of
+it already (a Responses stream's first ones, a chat's role): those would come
+twice. Then, where the workers only said they could not take it (unreachable,
+stalled, busy: 429, 502–504), it gets 503 ``upstream_unavailable`` with a
+``Retry-After``, not a 502 (:meth:`Recovery.gave_up`). If it streamed, and the
+worker says where it stopped (an upstream that died or stalled mid-stream), it
+goes on from there on another worker, as a preempted request would — the
+client's stream just continues — at most ``max_migrations`` times; with no
+worker for its model up, it is held like any request of that model (503 once
+the hold is over).
 
 A request waiting in an engine's own queue (the saturation gate saw it queue:
 :mod:`laneway.runtime.saturation`) is taken back the same way: stopped there
@@ -56,6 +61,7 @@ class Recovery:
         worker = ticket.worker
         if worker is not None and getattr(error, "worker_fault", True):
             if getattr(error, "malformed", False):  # up: it answered; it stays in placement
+                rt.prober.check(worker)  # (unless its probe, now, finds it gone)
                 fleet = rt.fleet
                 if (
                     fleet is not None
@@ -66,6 +72,8 @@ class Recovery:
             else:
                 rt.prober.take_out(worker, str(error))
         checkpoint = getattr(error, "checkpoint", None)
+        if ticket.tokens == 0 and ticket.job.stream and not math.isnan(ticket.first_token_s):
+            return False  # its client has events of it (a Responses stream's first ones): not again
         if ticket.tokens > 0:  # it streamed: it may go on elsewhere only from where it stopped
             if checkpoint is None or ticket.migrations >= rt.config.max_migrations:
                 return False
