@@ -1,8 +1,9 @@
 """A deliberately broken OpenAI-compatible upstream: the prompt names how it misbehaves.
 
 An ASGI app of one model (``m``), served on a thread by ``live_server.serving``. A completion whose
-prompt starts with one of :data:`MODES` gets that misbehaviour; any other prompt a proper
-two-token stream. ``/v1/models`` answers properly, so the worker is seen healthy.
+prompt (a Responses request whose input) starts with one of :data:`MODES` gets that
+misbehaviour; any other prompt a proper two-token stream. ``/v1/models`` answers properly,
+so the worker is seen healthy.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ MODES = {
     "busy": "a 429 (the engine is busy)",
     "wrongtext": "a chunk whose text is a number",
     "wrongfinish": "a chunk whose finish_reason is a number",
+    "error400": "a 200 stream whose one event is a 400 error (vLLM: a grammar it cannot compile)",
+    "error500": "a 200 stream whose one event is a 500 error",
+    "cut": "a stream broken off after its first event (the connection dropped)",
 }
 
 
@@ -74,7 +78,7 @@ class Broken:
             if not msg.get("more_body"):
                 break
         body = json.loads(raw)
-        mode = str(body.get("prompt", "")).split(" ")[0]
+        mode = str(body.get("prompt", body.get("input", ""))).split(" ")[0]
         self.served.append(mode)
         self.open += 1
         gone = asyncio.Event()
@@ -108,6 +112,25 @@ class Broken:
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _answer(self, mode: str, body: dict[str, Any], send: Any, gone: asyncio.Event) -> None:
+        if mode == "cut":  # (an app that fails once its answer began: the server drops the connection)
+            await self._start(send)
+            created = {"id": "resp_x", "status": "in_progress"}
+            first = {"type": "response.created", "response": created, "sequence_number": 0}
+            await self._more(send, sse(first if "input" in body else chunk("a")))
+            await asyncio.sleep(0.1)
+            raise RuntimeError("broken off (a deliberately broken upstream)")
+        if mode in ("error400", "error500"):
+            status = int(mode[5:])
+            error = {
+                "message": "Grammar error: Invalid type: notatype",
+                "type": "BadRequestError",
+                "code": status,
+            }
+            if status == 500:
+                error = {"message": "engine fault", "type": "InternalServerError", "code": status}
+            await self._start(send)
+            await self._end(send, sse({"error": error}) + b"data: [DONE]\n\n")
+            return
         if mode == "html200":
             await self._whole(send, 200, b"text/html", PAGE)
         elif mode == "json200":

@@ -9,6 +9,7 @@ body, 5 M token ids) cost it."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import replace
@@ -78,7 +79,7 @@ def test_a_garbage_answer_is_a_502_naming_the_upstream(mode: str, says: str, tmp
         assert all_closed(app)
 
 
-@pytest.mark.parametrize("mode", ["html200", "json200", "notjson"])
+@pytest.mark.parametrize("mode", ["html200", "json200", "notjson", "cut"])
 def test_an_upstream_that_answers_with_no_answer_stays_in_placement(mode: str, tmp_path: Path) -> None:
     # (it is up: it answered. Taken out, its model had no worker until the next probe, and
     # the request, held for one, got a 503 no_healthy_worker, not the 502 naming it)
@@ -91,6 +92,57 @@ def test_an_upstream_that_answers_with_no_answer_stays_in_placement(mode: str, t
             assert r.status_code == 502 and "upstream up" in r.json()["error"]["message"], r.text
             assert server.runtime.recovery.down == set()
             assert ask(c, "fine").status_code == 200  # at once, with no probe between
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_error_the_upstream_sends_in_its_stream_is_the_clients(stream: bool, tmp_path: Path) -> None:
+    """vLLM answers a request whose grammar it cannot compile with a 200 stream whose event
+    is ``{"error": {…, "code": 400}}``: a 400 for the client, as the same error outside a
+    stream (it was a 502, ``generation_failed``, which clients retry); an engine's 500 there
+    stays the generation's failure."""
+    app = Broken()
+    with (
+        serving(app) as url,
+        live_server(config(url, tmp_path)) as server,
+        httpx.Client(base_url=server.base_url, timeout=60) as c,
+    ):
+        for mode, status, kind in (
+            ("error400", 400, "invalid_request_error"),
+            ("error500", 502, "server_error"),
+        ):
+            body = {"model": "m", "prompt": f"{mode} please", "max_tokens": 4, "stream": stream}
+            # (streamed too, an error before the first chunk is the answer's status)
+            r = c.post("/completions", json=body)
+            err = r.json()["error"]
+            assert r.status_code == status and err["type"] == kind, r.text
+            assert "upstream up" in err["message"], err
+            if status == 400:
+                assert "Grammar error" in err["message"], err
+        assert app.served == ["error400", "error500"]  # (once each: not tried again)
+        assert server.runtime.recovery.down == set()
+
+
+def test_a_stream_broken_off_after_its_first_events_is_not_sent_again(tmp_path: Path) -> None:
+    """A Responses stream the upstream broke off after ``response.created`` (vLLM does so on
+    a JSON schema it cannot compile): its client had that event; a second try would send it
+    again, its sequence numbers from 0. It ends, once, with the error; the worker, which
+    answered, stays in placement (one such request took it out, for everyone, and was
+    tried three times)."""
+    app = Broken()
+    cfg = replace(config("", tmp_path), probe_interval_s=60.0, unavailable_hold_s=0.5)
+    with serving(app) as url:
+        cfg = replace(cfg, workers=(upstream("up", url, stall_timeout_s=STALL_S),))
+        with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=60) as c:
+            body = {"model": "m", "input": "cut please", "stream": True, "max_output_tokens": 4}
+            with c.stream("POST", "/responses", json=body) as r:
+                events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+            kinds = [e["type"] for e in events]
+            assert kinds.count("response.created") == 1 and kinds[-1] in ("error", "response.failed"), kinds
+            seqs = [e["sequence_number"] for e in events]
+            assert seqs == list(range(len(seqs))), seqs
+            assert app.served == ["cut"]
+            assert server.runtime.recovery.down == set()
+            assert ask(c, "fine").status_code == 200
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -40,12 +40,18 @@ from typing import Any
 
 from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.continuation import request_body
-from laneway.backends.http import Collect, Connect, Events, HttpError, Pool, Timeout, TooLarge
+from laneway.backends.http import Collect, Connect, Cut, Events, HttpError, Pool, Stale, Timeout, TooLarge
 from laneway.backends.upstream_body import PATHS, Bodies
-from laneway.backends.upstream_errors import describe_body, error_from, relay_error, stream_failure
+from laneway.backends.upstream_errors import (
+    describe_body,
+    engine_error,
+    error_from,
+    relay_error,
+    stream_failure,
+)
 from laneway.backends.upstream_probe import Probe
 from laneway.backends.upstream_relay import Passed, Relayed, whole
-from laneway.backends.upstream_run import MAX_TOKENS, Run, UpstreamUnavailable, plausible
+from laneway.backends.upstream_run import MAX_TOKENS, EngineError, Run, UpstreamUnavailable, plausible
 from laneway.config.schema import TOKEN_ID_DIALECTS
 from laneway.errors import (
     BackendError,
@@ -302,9 +308,17 @@ class UpstreamWorker:
         """What a run that raised ``exc`` fails with (and where it may go on from)."""
         if isinstance(exc, RequestError):
             return exc
+        if isinstance(exc, EngineError):  # (its own error, in its stream: a 400's is the client's)
+            return engine_error(exc, self.name)
         if isinstance(exc, HttpError):  # the upstream died or stalled: the run may go on elsewhere
-            # (an answer too large to read is one that is no answer: tried again, then a 502)
-            err = UpstreamUnavailable(f"upstream {self.name}: {exc}", malformed=isinstance(exc, TooLarge))
+            # (an answer too large to read, or broken off, is one that is no answer: the worker
+            # stays in placement, the run is tried again, then a 502; a kept-alive connection
+            # the upstream closed as the request went says nothing of the worker)
+            err = UpstreamUnavailable(
+                f"upstream {self.name}: {exc}",
+                malformed=isinstance(exc, (TooLarge, Cut)),
+                worker_fault=not isinstance(exc, Stale),
+            )
             err.checkpoint = self._resumable(run)
             return err
         if isinstance(exc, UpstreamUnavailable):

@@ -7,7 +7,7 @@ import html
 import json
 
 from laneway.backends.http import MAX_ERROR_BYTES, Events
-from laneway.backends.upstream_run import UpstreamUnavailable, message_of
+from laneway.backends.upstream_run import EngineError, UpstreamUnavailable, message_of
 from laneway.errors import InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 
 MAX_ERROR_CHARS = 300
@@ -42,6 +42,22 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", pa
     return UpstreamUnavailable(
         f"{text} (HTTP {status})", worker_fault=fault, malformed=False, retryable=fault
     )
+
+
+def engine_error(exc: EngineError, name: str) -> Exception:
+    """What an error the upstream sent inside its stream is to the client: where it gives
+    a client error's status (vLLM: ``"code": 400``; or says ``invalid_request_error``),
+    that error, as the same answer outside a stream would be; else the generation failed
+    (``exc`` itself, a 502)."""
+    err = exc.error
+    code = err.get("code") if isinstance(err, dict) else None
+    kind = err.get("type") if isinstance(err, dict) else None
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if status is None and kind in ("invalid_request_error", "BadRequestError"):
+        status = 400
+    if status is None or not 400 <= status < 500 or status in (401, 403, 408, 429):
+        return exc
+    return error_from(status, json.dumps({"error": err}).encode(), name)
 
 
 def _code(err: object) -> str | None:

@@ -19,7 +19,14 @@ import contextlib
 import json
 from typing import Any
 
-from laneway.backends.upstream_run import Run, UpstreamUnavailable, message_of, overrun, plausible
+from laneway.backends.upstream_run import (
+    EngineError,
+    Run,
+    UpstreamUnavailable,
+    message_of,
+    overrun,
+    plausible,
+)
 from laneway.errors import BackendError
 from laneway.generation import Delta, Done, Usage
 from laneway.protocol import json_fast
@@ -47,7 +54,7 @@ class Relayed:
             raise UpstreamUnavailable(f"upstream {self.source} sent an event with no type")
         kind = event["type"]
         if kind == "error":
-            raise BackendError(f"upstream {self.source}: {message_of(event)}")
+            raise EngineError(self.source, event)
         if kind in ENDINGS:
             self.last = event
             return

@@ -53,6 +53,16 @@ class UpstreamUnavailable(BackendError):
         self.checkpoint: Checkpoint | None = None  # where the run stopped, if it may go on elsewhere
 
 
+class EngineError(BackendError):
+    """The upstream sent an error inside its stream (``{"error": …}``, a Responses
+    ``error`` event): its ``error`` object, for the client's error
+    (:func:`~laneway.backends.upstream_errors.engine_error`)."""
+
+    def __init__(self, source: str, error: object) -> None:
+        super().__init__(f"upstream {source}: {message_of(error)}")
+        self.error = error
+
+
 @dataclass(eq=False)
 class Run:
     """A job on an upstream, over all its runs."""
@@ -159,8 +169,7 @@ class Run:
         if not isinstance(chunk, dict):
             raise UpstreamUnavailable(f"upstream {self.source} sent a chunk that is not an object")
         if "error" in chunk:
-            err = chunk["error"]
-            raise BackendError(f"upstream {self.source}: {message_of(err)}")
+            raise EngineError(self.source, chunk["error"])
         if "prompt_token_ids" in chunk:
             top_ids = chunk["prompt_token_ids"]
             if top_ids is not None and self.prompt_ids is None and not self.continued:
