@@ -4,6 +4,7 @@ when it keeps up with all it is given; what an engine's /metrics say of it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -75,6 +76,9 @@ def test_min_slots_is_at_most_slots(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"workers\[0\]\.min_slots: must be at most slots \(2\)"):
         load_config(path)
+    path.write_text(path.read_text().replace("min_slots = 3", "min_slots = 2\nadapt_slots = false"))
+    with pytest.raises(ConfigError, match=r"workers\[0\]\.min_slots: .* with adapt_slots = false"):
+        load_config(path)  # (it did nothing there)
 
 
 VLLM_METRICS = """# TYPE vllm:num_requests_running gauge
@@ -108,6 +112,25 @@ def test_an_engines_state_has_its_load_and_its_prefix_cache_counters() -> None:
     assert state_in("# nothing\n", "m", STATE_GAUGES["vllm"]) is None
 
 
+def test_figures_that_are_no_counts_are_not_believed_and_a_timestamp_is_read_past() -> None:
+    """(a NaN running gauge logged a traceback at every probe; an Inf prefix counter made the
+    dashboard's JSON invalid): an engine whose figures are not counts has none."""
+    gauges = STATE_GAUGES["vllm"]
+    for bad in ("NaN", "+Inf", "-Inf", "-7", "1e308"):
+        for name in ("num_requests_running", "num_requests_waiting", "prefix_cache_hits_total"):
+            text = re.sub(
+                rf"^(vllm:{name}\{{engine=\"0\",model_name=\"m\"\}}) \S+$",
+                rf"\1 {bad}",
+                VLLM_METRICS,
+                flags=re.M,
+            )
+            assert text != VLLM_METRICS
+            assert state_in(text, "m", gauges) is None, (name, bad)
+    stamped = VLLM_METRICS.replace('model_name="m"} 3.0', 'model_name="m"} 3.0 1700000000000')
+    assert stamped != VLLM_METRICS
+    assert state_in(stamped, "m", gauges) == EngineState(3, 1, 0.25, 1200.0, 800.0)
+
+
 def test_the_reported_hit_rate_counts_from_the_first_reading_and_anew_after_a_restart() -> None:
     count = HitCount(1000.0, 900.0, 1000.0, 900.0)
     assert count.ratio is None  # nothing asked since laneway first read it
@@ -115,6 +138,8 @@ def test_the_reported_hit_rate_counts_from_the_first_reading_and_anew_after_a_re
     assert count.ratio == pytest.approx(100 / 400)
     count.update(300.0, 240.0)  # its engine restarted: its counters began again at 0
     assert count.ratio == pytest.approx(240 / 300)
+    count.update(400.0, 5000.0)  # (more found than looked up: no engine's figure, bounded)
+    assert count.ratio == 1.0
 
 
 def test_a_burst_past_what_the_engine_runs_is_gated_and_taken_back_before_the_next_probe(

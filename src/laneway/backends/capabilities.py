@@ -41,6 +41,10 @@ from laneway.backends.base import EngineState
 from laneway.backends.http import HttpError, Pool
 
 METRICS_TIMEOUT_S = 2.0
+# an engine's /metrics is tens to hundreds of kB; one larger is not read (its patterns run
+# on the event loop at every probe: 15 MB held it ~0.4 s)
+MAX_METRICS_BYTES = 4 << 20
+MAX_GAUGE = 1e12  # a gauge or counter past this is not a count (nor is a NaN, ±Inf or one below 0)
 
 
 @dataclass
@@ -65,7 +69,7 @@ async def metrics_of(pool: Pool) -> tuple[str | None, int | None]:
     """Whose Prometheus metrics the engine serves at its root ``/metrics`` (``""``: none;
     ``None`` when it could not be asked), and its KV space in tokens if they say."""
     try:
-        got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=16 << 20)
+        got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=MAX_METRICS_BYTES)
     except HttpError:
         return None, None
     text = got.body.decode("utf-8", "replace") if got.status == 200 else ""
@@ -136,7 +140,7 @@ async def state_of(pool: Pool, model: str, kind: str) -> EngineState | None:
     if names is None:
         return None
     try:
-        got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=16 << 20)
+        got = await pool.fetch("GET", "/metrics", timeout_s=METRICS_TIMEOUT_S, max_bytes=MAX_METRICS_BYTES)
     except HttpError:
         return None
     if got.status != 200:
@@ -145,20 +149,27 @@ async def state_of(pool: Pool, model: str, kind: str) -> EngineState | None:
 
 
 def state_in(text: str, model: str, names: tuple[str | None, ...]) -> EngineState | None:
+    """The figures ``names`` give for ``model`` in ``text`` (a sample may carry a timestamp);
+    ``None`` where one is not a count (not a number, NaN, ±Inf, below 0, past
+    :data:`MAX_GAUGE`): such an engine's figures are not believed."""
     values: list[float | None] = []
     for name in names:
         if name is None:
             values.append(None)
             continue
         total, seen = 0.0, False
-        for labels, value in re.findall(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+        sample = rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)(?: -?\d+)?$"
+        for labels, value in re.findall(sample, text, re.M):
             served = re.search(r'model_name="([^"]*)"', labels)
             if served is not None and served.group(1) != model:
                 continue
             try:
-                total += float(value)
+                number = float(value)
             except ValueError:
                 return None
+            if not 0.0 <= number <= MAX_GAUGE:  # (False for NaN too)
+                return None
+            total += number
             seen = True
         values.append(total if seen else None)
     running, waiting, kv, queries, hits = values

@@ -49,9 +49,10 @@ class HitCount:
 
     @property
     def ratio(self) -> float | None:
-        """Hits over queries since the first reading (``None``: nothing asked since)."""
+        """Hits over queries since the first reading (``None``: nothing asked since), within
+        0 and 1 whatever the engine's counters say."""
         asked = self.queries - self.queries0
-        return (self.hits - self.hits0) / asked if asked > 0 else None
+        return min(max((self.hits - self.hits0) / asked, 0.0), 1.0) if asked > 0 else None
 
 
 class EngineWatch:
