@@ -72,6 +72,14 @@ def test_config_and_flag_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     )
     line = error_line(capsys, ["serve", "--config", str(up), "--port", "0"])
     assert f"{up}: workers.w0.api_key_env: environment variable LANEWAY_TEST_UNSET_KEY is not set" in line
+    floor = tmp_path / "floor.toml"
+    floor.write_text(
+        "[[workers]]\ntype = 'upstream'\nmodel = 'm'\nurl = 'http://127.0.0.1:9/v1'\nmin_slots = 3\n"
+    )
+    line = error_line(capsys, ["serve", "--config", str(floor), "--slots", "2", "--port", "0"])
+    assert (
+        "argument --slots: 2 is under worker w0's min_slots (3)" in line
+    )  # (it failed at its first saturation)
     local = tmp_path / "local.toml"
     local.write_text("[[workers]]\nmodel = 'builtin:tiny'\ndevice = 'tpu'\n")
     line = error_line(capsys, ["serve", "--config", str(local), "--port", "0"])

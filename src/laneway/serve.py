@@ -95,6 +95,11 @@ def resolve(args: argparse.Namespace) -> ServerConfig:
         name = Path(args.model).name if not args.model.startswith("builtin:") else args.model
         workers = (WorkerConfig("w0", "local", args.model, name or args.model, args.slots or 4),)
     elif args.slots is not None:
+        for w in workers:
+            if w.min_slots > args.slots:
+                raise ServeError(
+                    f"argument --slots: {args.slots} is under worker {w.name}'s min_slots ({w.min_slots})"
+                )
         workers = tuple(replace(w, slots=args.slots) for w in workers)
     return replace(config, workers=workers, **changes)  # type: ignore[arg-type]
 

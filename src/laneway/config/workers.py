@@ -65,6 +65,11 @@ def parse_workers(items: list[Any]) -> tuple[WorkerConfig, ...]:
         slots = t.int("slots", 4, low=1, high=MAX_SLOTS)
         if t.int("min_slots", 1, low=1) > slots:
             raise ConfigError(f"{t.key('min_slots')}: must be at most slots ({slots})")
+        if "min_slots" in t and t.bool("adapt_slots", True) is False:
+            raise ConfigError(
+                f"{t.key('min_slots')}: the floor of an adapted concurrency; with adapt_slots = false "
+                "its slots are fixed (leave min_slots out)"
+            )
         options = {}  # x_top_k = 5: "top_k": 5 in every body (the client's own top_k wins)
         for k in [k for k in t.data if k.startswith("x_")]:
             if len(k) == 2:
