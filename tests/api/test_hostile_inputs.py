@@ -426,6 +426,17 @@ def test_a_body_that_gives_its_class_twice_gives_it_once(hostile: Hostile) -> No
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "laneway.preemptible", err
     assert err["message"].startswith("laneway.preemptible must be true or false"), err
+    # each way of giving a class is checked, whichever wins (a bad tier beside a priority was taken)
+    for extra, param in (
+        ({"priority": "P0", "service_tier": "bogus"}, "service_tier"),
+        ({"priority": "P0"}, "X-Laneway-Priority"),
+    ):
+        header = {"X-Laneway-Priority": "urgent"} if param == "X-Laneway-Priority" else {}
+        r = hostile.send("POST", "/v1/chat/completions", json={**chat(), **extra}, headers=header)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    counted = {"model": "sim", "input": "hi", "priority": "P9"}  # (counting queues nothing, checks all)
+    r = hostile.send("POST", "/v1/responses/input_tokens", json=counted)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "priority", r.text
     same = {"priority": "P2", "laneway": {"priority": 2, "preemptible": True}, "preemptible": True}
     r = hostile.send("POST", "/v1/chat/completions", json={**chat(), **same})
     assert r.status_code == 200 and r.json()["laneway"]["priority"] == "P2", r.text

@@ -88,3 +88,8 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
             r = httpx.post(f"{s.url}/v1/messages", content=big, timeout=30)
             assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large", r.text
             assert len(sent) == 1
+            # service_tier is the upstream's there (Anthropic's "standard_only"): sent, not read
+            tiered = ask + b', "service_tier": "standard_only", "priority": "P0"}'
+            ok = httpx.post(f"{s.url}/v1/messages", content=tiered, timeout=30)
+            assert ok.status_code == 200, ok.text
+            assert sent[-1]["service_tier"] == "standard_only" and "priority" not in sent[-1]  # type: ignore[index,operator]

@@ -24,7 +24,7 @@ from laneway.api.params import authenticate, priority, read_json_sized
 from laneway.api.streaming import DisconnectWatch, EventStream
 from laneway.config.schema import TenantConfig
 from laneway.errors import RequestError
-from laneway.generation import CHAT, COMPLETION, EMBEDDING, Delta, Done, Job, ResumeRule
+from laneway.generation import CHAT, COMPLETION, EMBEDDING, RELAY, Delta, Done, Job, ResumeRule
 from laneway.protocol import json_fast
 from laneway.protocol.requests import parse_request, preemptibleflag
 from laneway.protocol.responses import DONE_LINE, Shape, extension, sse
@@ -89,7 +89,7 @@ def submit(
     of it); in the client's trace (``traceparent``)."""
     return runtime.submit(
         job,
-        priority(body, request.headers, tenant, runtime.config),
+        priority(body, request.headers, tenant, runtime.config, tiers=job.kind != RELAY),
         tenant=tenant.name if tenant is not None else None,
         preemptible=preemptibleflag(body) and job.resume is not ResumeRule.NONE,
         deltas=job.stream,

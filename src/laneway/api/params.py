@@ -88,6 +88,19 @@ def parse_class(value: object, config: ServerConfig, param: str) -> int:
         raise InvalidRequest(str(exc), param=param) from None
 
 
+def _tier(body: Mapping[str, Any], config: ServerConfig) -> int | None:
+    """The class the body's ``service_tier`` names (``None``: none given, or a tier that names
+    no class)."""
+    tier = body.get("service_tier")
+    if tier is None:
+        return None
+    if not isinstance(tier, str) or tier not in config.service_tiers:
+        known = ", ".join(config.service_tiers)
+        raise InvalidRequest(f"unknown service_tier {tier!r}: expected one of {known}", param="service_tier")
+    name = config.service_tiers[tier]
+    return parse_class(name, config, "service_tier") if name is not None else None
+
+
 def priority_header(headers: Headers) -> str | None:
     """The ``X-Laneway-Priority`` header's value (``None`` without one): sent once, or the same
     value again; two values are refused rather than one taken at a guess. HTTP carries the
@@ -124,35 +137,31 @@ def _utf8(value: str) -> str:
 
 
 def priority(
-    body: Mapping[str, Any], headers: Headers, tenant: TenantConfig | None, config: ServerConfig
+    body: Mapping[str, Any],
+    headers: Headers,
+    tenant: TenantConfig | None,
+    config: ServerConfig,
+    *,
+    tiers: bool = True,
 ) -> int:
     """Body ``priority`` (or ``laneway.priority``), else the ``X-Laneway-Priority`` header,
-    else ``service_tier``, else the tenant's default class, else the server's."""
+    else ``service_tier`` (``tiers``: read; a pass-through's is the upstream's), else the
+    tenant's default class, else the server's. Each one given is checked, whichever wins."""
     ext = body.get("laneway")
     nested = ext.get("priority") if isinstance(ext, dict) else None
-    if body.get("priority") is not None:
-        rank = parse_class(body["priority"], config, "priority")
-        if nested is not None and parse_class(nested, config, "laneway.priority") != rank:
-            raise InvalidRequest(
-                f"priority {body['priority']!r} and laneway.priority {nested!r} differ: send one",
-                param="laneway.priority",
-            )
-        return rank
-    if nested is not None:
-        return parse_class(nested, config, "laneway.priority")
+    given = body.get("priority")
+    rank = parse_class(given, config, "priority") if given is not None else None
+    inner = parse_class(nested, config, "laneway.priority") if nested is not None else None
+    if rank is not None and inner is not None and inner != rank:
+        raise InvalidRequest(
+            f"priority {given!r} and laneway.priority {nested!r} differ: send one", param="laneway.priority"
+        )
     header = priority_header(headers)
-    if header:
-        return parse_class(header, config, "X-Laneway-Priority")
-    tier = body.get("service_tier")
-    if tier is not None:
-        if not isinstance(tier, str) or tier not in config.service_tiers:
-            known = ", ".join(config.service_tiers)
-            raise InvalidRequest(
-                f"unknown service_tier {tier!r}: expected one of {known}", param="service_tier"
-            )
-        name = config.service_tiers[tier]
-        if name is not None:
-            return parse_class(name, config, "service_tier")
+    said = parse_class(header, config, "X-Laneway-Priority") if header else None
+    tier = _tier(body, config) if tiers else None
+    for chosen in (rank, inner, said, tier):
+        if chosen is not None:
+            return chosen
     if tenant is not None and tenant.policy.default_class is not None:
         return tenant.policy.default_class
     return config.default_priority

@@ -26,13 +26,13 @@ from laneway.api.completions import JSON, first_event, submit
 from laneway.api.files import tenant_of
 from laneway.api.kept import check_can_keep, maybe_lost
 from laneway.api.objects import after_param, limit_param, order_param, page
-from laneway.api.params import authenticate, read_json_sized
+from laneway.api.params import authenticate, priority, read_json_sized
 from laneway.api.relay import passed_on
 from laneway.api.stored_responses import Kept, record_of
 from laneway.api.streaming import EventStream
 from laneway.errors import InvalidRequest, NotFound, RequestError
 from laneway.generation import CHAT, Delta, Done, Job
-from laneway.protocol.requests import model_of, parse_request
+from laneway.protocol.requests import model_of, parse_request, preemptibleflag
 from laneway.protocol.responses import event_sse, extension
 from laneway.protocol.responses_answer import Answer, failure_code, own
 from laneway.protocol.responses_api import (
@@ -271,6 +271,8 @@ async def input_tokens(request: Request) -> Response:
         if context:
             asked["input"] = [*context, *req.input_list]
         return await passed_on(request, runtime, tenant, model, "responses/input_tokens", asked, size)
+    priority(body, request.headers, tenant, config)  # (checked as on any endpoint: nothing is queued)
+    preemptibleflag(body)
     job = parse_request(chat_body(req, context), CHAT, config, runtime.support).job
     engines = [w.engine for name, w in runtime.workers.items() if runtime.served.get(name, name) == model]
     counter = next((e for e in engines if isinstance(e, Tokenizes)), None)

@@ -4,7 +4,9 @@ body names a model (rerank, score, classify, tokens counted …).
 
 laneway reads only the model (to place it), ``stream``, and what sizes it
 (``max_tokens``, ``max_completion_tokens``); its own fields (``priority``,
-``preemptible``, ``laneway``, ``service_tier``) pick the class and are not sent.
+``preemptible``, ``laneway``) pick the class and are not sent. ``service_tier`` is
+the upstream's there (Anthropic's ``auto`` or ``standard_only``): sent as given,
+not read.
 Such a request cannot resume part-way: preempted, a whole answer runs again from
 the start; a streamed one is not preempted once started.
 """
@@ -34,7 +36,7 @@ def relay_job(rid: str, model: str, endpoint: str, body: Mapping[str, Any]) -> J
                 )
             limit = value
             break
-    forwarded = {k: v for k, v in body.items() if k not in OWNED}
+    forwarded = {k: v for k, v in body.items() if k not in OWNED or k == "service_tier"}
     rule = ResumeRule.NONE if stream else ResumeRule.RESTART
     return Job(
         rid,
