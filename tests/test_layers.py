@@ -26,6 +26,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "errors": ("core",),
         "config": ("core",),
         "logs": (),
+        "private_files": (),  # a data directory's files, readable by their owner only
         "arguments": (),  # argparse types of the commands
         "tracing": ("core",),
         "generation": ("errors",),
@@ -33,11 +34,11 @@ ALLOWED: dict[str, frozenset[str]] = {
         "engine": ("errors", "generation"),
         # the bus of a cluster's replicas (Redis, or one in this process for tests)
         "bus": (),
-        "store": ("bus", "core"),
+        "store": ("bus", "core", "private_files"),
         "sim": ("core",),
         "backends": ("config", "core", "engine", "errors", "generation", "protocol"),
         "runtime": ("backends", "config", "core", "errors", "generation", "logs", "protocol", "tracing"),
-        "cluster": ("bus", "config", "core", "logs", "runtime"),
+        "cluster": ("bus", "config", "core", "logs", "private_files", "runtime"),
         "batch": (
             "arguments",
             "config",

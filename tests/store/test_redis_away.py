@@ -65,3 +65,30 @@ def test_calls_behind_one_that_found_redis_away_fail_at_once(
 
     with redis_process(tmp_path) as server:
         asyncio.run(main(server))
+
+
+def test_a_replicas_data_directory_is_its_own_and_private(tmp_path: Path) -> None:
+    """A cluster replica keeps its own state in its data directory (its generation, the
+    journal of what was created through it): a second replica given the same one is
+    refused, as a second single server is (three replicas of README's tour shared one
+    journal); the directory and its files are its owner's only."""
+    from laneway.cluster.journal import Journal
+    from laneway.store import StoreError
+
+    mine = tmp_path / "replica"
+
+    async def main(server: Any) -> None:
+        store = await RedisStore.open(server.url, prefix="dd:", data_dir=mine)
+        try:
+            with pytest.raises(StoreError, match="another laneway server is using the data directory"):
+                await RedisStore.open(server.url, prefix="dd:", data_dir=mine)
+            journal = Journal(mine)
+            journal.record("file", "file-1", "t")
+            assert (mine.stat().st_mode & 0o777, journal.path.stat().st_mode & 0o777) == (0o700, 0o600)
+        finally:
+            await store.close()
+        again = await RedisStore.open(server.url, prefix="dd:", data_dir=mine)  # (let go at close)
+        await again.close()
+
+    with redis_process(tmp_path) as server:
+        asyncio.run(main(server))

@@ -27,12 +27,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from laneway.private_files import write_private
 
 log = logging.getLogger("laneway.cluster")
 
@@ -115,10 +116,8 @@ class Generation:
             return
         self._saved = now
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"prefix": self.prefix, "id": self.id, "seen": self.seen}))
-            os.replace(tmp, self.path)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(self.path, json.dumps({"prefix": self.prefix, "id": self.id, "seen": self.seen}))
 
     def keys(self) -> list[str]:
         return [self.prefix + "gen", self.prefix + "gen:seq", self.prefix + "lost"]

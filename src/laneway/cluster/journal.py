@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from laneway.private_files import append_private, write_private
+
 FILE = "cluster-journal.jsonl"
 KEEP_S = 31 * 86_400  # what was created longer ago than this is no longer tracked
 
@@ -45,9 +47,7 @@ class Journal:
             if c.id not in deleted or c.kind == "deleted"
         ]
         with contextlib.suppress(OSError):
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(line + "\n" for line in lines))
-            tmp.replace(self.path)
+            write_private(self.path, "".join(line + "\n" for line in lines))
 
     def _read(self) -> list[Created]:
         out = []
@@ -62,9 +62,8 @@ class Journal:
         """``kind``: "batch", "file", or "deleted" (a file deleted through this replica)."""
         line = json.dumps({"kind": kind, "id": object_id, "tenant": tenant, "at": time.time()})
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as f:
-                f.write(line + "\n")
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            append_private(self.path, line + "\n")
 
     def created(self) -> list[Created]:
         """The batches and files created through this replica (and not deleted through it)."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from laneway.store.base import StoreUnavailable
+from laneway.store.data_dir import claim, release
 from laneway.store.threaded import ThreadedStore
 
 T = TypeVar("T")
@@ -26,22 +28,40 @@ class RedisStore(ThreadedStore):
     10–20 s). A connection refused needs no such hold: it fails at once, and a Redis
     restarted is used by the next call."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: Any, lock: int | None = None) -> None:
         super().__init__(db)
         self._away_until = 0.0  # (monotonic)
         self._away = ""
+        self._lock = lock  # the replica's data directory's, held while it runs
 
     @classmethod
-    async def open(cls, url: str, prefix: str = "laneway:", *, replicas: bool = False) -> RedisStore:
+    async def open(
+        cls, url: str, prefix: str = "laneway:", *, replicas: bool = False, data_dir: Path | None = None
+    ) -> RedisStore:
         """``replicas``: the owners of lines are replicas of a cluster whose liveness is in the
         same Redis: a line of one that stands still is not claimed again while its request
-        may still run (:data:`~laneway.store.redis_lua.LUA_CLAIM`)."""
+        may still run (:data:`~laneway.store.redis_lua.LUA_CLAIM`). ``data_dir``: the
+        replica's own (its generation, its journal), claimed as a single server's is."""
         from laneway.store.redis_db import CLAIM_GRACE_S, CLAIM_LONG_GRACE_S, RedisDB
 
-        db = await asyncio.to_thread(RedisDB, url, prefix)
+        lock = claim(data_dir) if data_dir is not None else None
+        try:
+            db = await asyncio.to_thread(RedisDB, url, prefix)
+        except BaseException:
+            if lock is not None:
+                release(lock)
+            raise
         if replicas:
             db.claim_grace = (CLAIM_GRACE_S, CLAIM_LONG_GRACE_S)
-        return cls(db)
+        return cls(db, lock)
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self._lock is not None:
+                release(self._lock)
+                self._lock = None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         import redis

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 SCHEMA_VERSION = 3  # 2: batches count their lines' tokens; 3: stored responses
 DB_NAME = "laneway.db"
-LOCK_NAME = "laneway.db.lock"
 
 FILES = "files"
 BATCHES = "batches"

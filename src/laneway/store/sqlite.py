@@ -10,7 +10,6 @@ orphaned by a crash and put it back in the queue when it opens.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -31,6 +30,7 @@ from laneway.store.base import (
     StoreError,
     sources,
 )
+from laneway.store.data_dir import claim, release
 
 _NO_SEQ = (1 << 63) - 1
 
@@ -85,21 +85,12 @@ class SQLiteDB:
     """The store's operations, synchronous, on one connection (use from one thread at a time)."""
 
     def __init__(self, data_dir: Path) -> None:
-        try:
-            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: other tenants' lines
-            self._lock = os.open(data_dir / q.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise StoreError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}") from None
+        self._lock = claim(data_dir)  # (private: other tenants' lines)
         self.path = data_dir / q.DB_NAME
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock)
-            raise StoreError(f"another laneway server is using the data directory {data_dir}") from None
         try:
             self._open()
         except sqlite3.Error as exc:
-            os.close(self._lock)
+            release(self._lock)
             with contextlib.suppress(Exception):
                 self.conn.close()
             raise StoreError(
@@ -107,7 +98,7 @@ class SQLiteDB:
                 "away to start with an empty store"
             ) from None
         except BaseException:
-            os.close(self._lock)
+            release(self._lock)
             raise
 
     def _open(self) -> None:
@@ -155,8 +146,7 @@ class SQLiteDB:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self.conn.close()
-        with contextlib.suppress(OSError):
-            os.close(self._lock)
+        release(self._lock)
 
     # ------------------------------------------------------------------ files
     def put_file(self, r: FileRecord, content: bytes) -> None:

@@ -164,5 +164,7 @@ async def open_store(config: Any) -> ThreadedStore:
     if cluster is not None:
         from laneway.store.redis_store import RedisStore
 
-        return await RedisStore.open(cluster.redis_url, cluster.key_prefix, replicas=True)
+        return await RedisStore.open(
+            cluster.redis_url, cluster.key_prefix, replicas=True, data_dir=config.data_dir
+        )
     return await SQLiteStore.open(config.data_dir)
