@@ -199,6 +199,28 @@ def test_the_index_evicts_the_least_recently_used_blocks() -> None:
     assert index.matched("a", AGENT) == 0
 
 
+def test_a_refused_prompt_leaves_nothing_in_the_index_and_one_past_the_cache_is_not_recorded() -> None:
+    """(an engine refusing over-long prompts kept laneway's index of it full of them: every
+    agent's next turn went elsewhere.) A prompt the engine refused before prefilling it
+    (``prompt_tokens=0``) leaves only what was held before; one longer than the engine's
+    KV space is not recorded at all, so it pushes no other prompt out."""
+    sched = Scheduler([WorkerSpec("a", 4, kv_tokens=8 * BLOCK_TOKENS)])
+    index = sched.placement.index  # type: ignore[attr-defined]
+    sched.submit(with_prefix("r0", AGENT), 0.0)
+    sched.schedule(0.0)
+    sched.finished("r0", 1.0)
+    sched.submit(with_prefix("bad", (*AGENT, 41, 42)), 1.0)  # its head held, its tail new
+    sched.schedule(1.0)
+    assert index.matched("a", (*AGENT, 41, 42)) == 6
+    sched.finished("bad", 2.0, failed=True, prompt_tokens=0)
+    assert index.matched("a", (*AGENT, 41, 42)) == 4 and index.held("a") == 4
+    sched.submit(with_prefix("huge", tuple(range(100, 109))), 2.0)  # 9 blocks of 8
+    sched.schedule(2.0)
+    assert index.held("a") == 4 and index.matched("a", AGENT) == 4
+    sched.finished("huge", 3.0)  # (ended: nothing to take back either way)
+    assert index.matched("a", AGENT) == 4
+
+
 def test_a_worker_of_declared_kv_space_holds_that_many_blocks() -> None:
     sched = Scheduler([WorkerSpec("a", 4, kv_tokens=10 * BLOCK_TOKENS), WorkerSpec("b", 4)])
     index = sched.placement.index  # type: ignore[attr-defined]

@@ -249,9 +249,10 @@ class SlotPlacement:
             self._turn = self._index[w.id] + 1
         index = self.index
         if index is not None and req.prefix:
+            if matched < 0:
+                matched = index.matched(w.id, req.prefix)
+            req.cached_blocks = matched
             if not req.prefilled:  # what it likely prefills there, until its first token
-                if matched < 0:
-                    matched = index.matched(w.id, req.prefix)
                 req.prefill_left = max(req.prompt_tokens - matched * index.block_tokens, 0)
             index.record(w.id, req.prefix)
         self.take(w)

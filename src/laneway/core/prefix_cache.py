@@ -73,8 +73,10 @@ class PrefixIndex:
     def record(self, worker: str, blocks: Sequence[int]) -> None:
         """``blocks`` were sent to ``worker``: it holds them now, most recently used, the
         head of the chain last (an engine evicts a cached prompt from its tail, as vLLM
-        frees a request's blocks tail first)."""
-        if not blocks:
+        frees a request's blocks tail first). A chain longer than the worker holds at all
+        is not recorded: no engine holds it whole (it is refused, or cannot run), and
+        recording it would push every other prompt out."""
+        if not blocks or len(blocks) > self._cap[worker]:
             return
         held = self._blocks[worker]
         self.matched_blocks[worker] = self.matched_blocks.get(worker, 0) + self.matched(worker, blocks)
@@ -87,8 +89,8 @@ class PrefixIndex:
         self._evict(worker)
 
     def drop(self, worker: str, blocks: Sequence[int]) -> None:
-        """``worker`` does not hold ``blocks`` after all (a prefill stopped before it made
-        them)."""
+        """``worker`` does not hold ``blocks`` after all (its engine refused the prompt
+        before prefilling it)."""
         held = self._blocks[worker]
         for b in blocks:
             held.pop(b, None)

@@ -99,6 +99,7 @@ class Request:
     tokens_done: int = 0  # output tokens generated before the current run
     prefilled: bool = False  # its first output token came (its prompt was prefilled)
     prefill_left: int = 0  # prompt tokens its worker likely still prefills (prefix placement)
+    cached_blocks: int = 0  # of its prefix, the blocks its worker held before it came (prefix placement)
     checkpoint_bytes: int = 0
     preemptions: int = 0
     lost_s: float = 0.0  # slot time its preemptions cost so far (save + restore, or re-prefill)

@@ -214,7 +214,12 @@ class Scheduler:
         prompt_tokens: int | None = None,
     ) -> None:
         """The worker ended the request (:meth:`Lifecycle.finished
-        <laneway.core.lifecycle.Lifecycle.finished>`)."""
+        <laneway.core.lifecycle.Lifecycle.finished>`). One its engine refused (``failed``,
+        ``prompt_tokens=0``: an upstream's 400) left nothing in its prefix cache: the blocks
+        placement recorded for it there that were not held before are dropped (refused
+        prompts pushed the prompts in use out of the index)."""
+        if failed and prompt_tokens == 0:
+            self._refused(request_id)
         self.lifecycle.finished(request_id, now, failed=failed, tokens=tokens, prompt_tokens=prompt_tokens)
 
     def preempted(
@@ -310,6 +315,14 @@ class Scheduler:
         index = self._prefix_index(worker_id)
         if index is not None:
             index.record(worker_id, prefix)
+
+    def _refused(self, request_id: str) -> None:
+        req = self.live_requests.reqs.get(request_id)
+        if req is None or not req.prefix or req.prefilled or req.worker is None:
+            return
+        index = self._prefix_index(req.worker)
+        if index is not None and req.worker in index:
+            index.drop(req.worker, req.prefix[req.cached_blocks :])
 
     def _prefix_index(self, worker_id: str) -> PrefixIndex | None:
         if worker_id not in self.occupancy.workers:
