@@ -174,6 +174,18 @@ class UpstreamTimeout(RequestError):
     should_retry = False  # (it would take as long again)
 
 
+class PassedOn(RequestError):
+    """An upstream's own answer to a request passed through to it (Anthropic's Messages API
+    …) that refused it: the client gets it as the upstream wrote it (``status``, ``body``,
+    ``content_type``), in that API's own shape, not OpenAI's."""
+
+    def __init__(self, message: str, status: int, body: bytes, content_type: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
 class NotFound(RequestError):
     """No such file or batch — or one that belongs to another tenant (404)."""
 

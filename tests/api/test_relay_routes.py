@@ -93,3 +93,38 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
             ok = httpx.post(f"{s.url}/v1/messages", content=tiered, timeout=30)
             assert ok.status_code == 200, ok.text
             assert sent[-1]["service_tier"] == "standard_only" and "priority" not in sent[-1]  # type: ignore[index,operator]
+
+
+def test_an_upstreams_refusal_of_a_passed_request_comes_back_as_it_wrote_it(tmp_path: Path) -> None:
+    """Anthropic's clients read Anthropic's error shape (``{"type": "error", "error": …}``):
+    an upstream's 4xx to a request passed through comes back as the upstream wrote it, its
+    status and body (it was rewritten into OpenAI's shape); its 529 (Anthropic's
+    "overloaded") is a busy upstream's: a 503 to come back later (it was a 502)."""
+    shape = {"type": "error", "error": {"type": "invalid_request_error", "message": "tool_choice any"}}
+    asked: list[str] = []
+
+    async def messages(request: Request) -> Response:
+        body = await request.json()
+        asked.append(body["want"])
+        if body["want"] == "refuse":
+            return JSONResponse(shape, status_code=400)
+        overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        return JSONResponse(overloaded, status_code=529)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    routes = [Route("/v1/models", models, methods=["GET"]), Route("/v1/messages", messages, methods=["POST"])]
+    with serving(Starlette(routes=routes)) as url:
+        worker = upstream("u", url)
+        cfg = replace(ServerConfig(), workers=(worker,), data_dir=tmp_path, unavailable_hold_s=0.5)
+        with live_server(cfg) as s:
+            body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            r = httpx.post(f"{s.url}/v1/messages", json={**body, "want": "refuse"}, timeout=30)
+            assert r.status_code == 400 and r.json() == shape, r.text
+            assert r.headers["content-type"].startswith("application/json")
+            r = httpx.post(f"{s.url}/v1/messages", json={**body, "want": "busy"}, timeout=30)
+            err = r.json()["error"]  # (its one worker busy, taken out: held, then come back later)
+            assert r.status_code == 503 and "Overloaded (HTTP 529)" in err["message"], r.text
+            assert err["code"] in ("upstream_unavailable", "no_healthy_worker"), err
+            assert "Retry-After" in r.headers and asked.count("busy") >= 1, asked

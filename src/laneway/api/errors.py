@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from laneway.errors import Deferred, RequestError, Unavailable
+from laneway.errors import Deferred, PassedOn, RequestError, Unavailable
 
 log = logging.getLogger("laneway.api")
 
@@ -30,7 +30,9 @@ def error_json(
     return JSONResponse({"error": body}, status_code=status)
 
 
-def request_error(exc: RequestError) -> JSONResponse:
+def request_error(exc: RequestError) -> Response:
+    if isinstance(exc, PassedOn):  # (an upstream's own refusal of a request passed through)
+        return Response(exc.body, exc.status, media_type=exc.content_type or None)
     extra: dict[str, Any] = {}
     if isinstance(exc, Deferred):
         extra["estimated_wait_s"] = exc.estimated_wait_s

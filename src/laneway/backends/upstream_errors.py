@@ -8,7 +8,7 @@ import json
 
 from laneway.backends.http import MAX_ERROR_BYTES, Events
 from laneway.backends.upstream_run import EngineError, UpstreamUnavailable, message_of
-from laneway.errors import InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
+from laneway.errors import InvalidRequest, ModelNotFound, NotFound, PassedOn, PayloadTooLarge, RequestError
 
 MAX_ERROR_CHARS = 300
 
@@ -38,7 +38,7 @@ def error_from(status: int, raw: bytes, name: str, content_type: bytes = b"", pa
         return invalid
     # busy (429), or unreachable behind a proxy (502-504): the worker's, tried elsewhere; else
     # (a 500) the request's own: it fails, as the engine would fail it again
-    fault = status in (429, 502, 503, 504) or status < 400
+    fault = status in (429, 502, 503, 504, 529) or status < 400  # (529: Anthropic's "overloaded")
     return UpstreamUnavailable(
         f"{text} (HTTP {status})", worker_fault=fault, malformed=False, retryable=fault
     )
@@ -96,7 +96,10 @@ def relay_error(status: int, raw: bytes, name: str, endpoint: str, content_type:
             f"upstream {name} does not serve POST /{endpoint} (HTTP {status}): "
             + describe_body(raw, content_type)
         )
-    return error_from(status, raw, name, content_type)
+    err = error_from(status, raw, name, content_type)
+    if isinstance(err, RequestError) and len(raw) < MAX_ERROR_BYTES:  # (the client's: as it came)
+        return PassedOn(err.message, status, raw, content_type.decode("latin-1"))
+    return err
 
 
 def stream_failure(
