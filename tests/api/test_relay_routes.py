@@ -79,6 +79,9 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
             ):
                 r = httpx.post(f"{s.url}/v1/messages", content=content, timeout=30)
                 assert r.status_code == 404 and why in r.json()["error"]["message"], r.text
+            deep = b'{"model": "m", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            r = httpx.post(f"{s.url}/v1/messages", content=deep, timeout=30)  # (too deep to see its model)
+            assert r.status_code == 400 and "nested" in r.json()["error"]["message"], r.text
             # the query string goes with it, as sent (Anthropic's clients send ?beta=true)
             ok = httpx.post(f"{s.url}/v1/messages?beta=true", content=ask + b"}", timeout=30)
             assert ok.status_code == 200 and queries == ["", "beta=true"], queries

@@ -78,9 +78,12 @@ async def relay_here(request: Request) -> Response:
     try:
         body = json_object(raw)
     except RequestError:
-        found = _served(_loosely(raw), runtime)
+        loose = _loosely(raw)
+        found = _served(loose, runtime)
         if found is not None and found[1].passthrough:
             raise  # (meant for an upstream's model: what is wrong with it, as on any route)
+        if passes and loose is _TOO_DEEP:
+            raise  # (which model it names cannot be read: what is wrong with it is said)
         if passes:
             raise _unrouted(endpoint, "its body is not a JSON object") from None
         raise HTTPException(404) from None
@@ -123,13 +126,19 @@ def _served(body: object, runtime: Runtime) -> tuple[str, Support] | None:
         return None
 
 
+_TOO_DEEP = object()  # (a body nested too deep to read at all)
+
+
 def _loosely(raw: bytes) -> object:
     """``raw`` as a lenient JSON reader takes it (numbers past a float's range, NaN), or
-    ``None``: only to see which model a body the strict reader refused names."""
+    ``None`` (:data:`_TOO_DEEP`: nested past what it reads): only to see which model a
+    body the strict reader refused names."""
     try:
         return json.loads(raw)
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
+    except RecursionError:
+        return _TOO_DEEP
 
 
 async def passed_on(
