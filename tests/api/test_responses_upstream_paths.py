@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -135,3 +136,7 @@ def test_an_upstreams_response_carries_the_name_its_client_used(tmp_path: Path) 
                 assert asked[-1][1]["store"] is False  # (laneway stores it, as the client asked)
                 assert {r.store for r in carried} == {True}
                 assert c.responses.retrieve(whole.id).model == "mine"
+                sent = len(asked)  # background: not served (refused here, naming it, and not sent:
+                with pytest.raises(openai.BadRequestError, match="background is not served") as err:
+                    c.responses.create(model="mine", input="x", background=True)  # vLLM's refusal misled)
+                assert err.value.body["param"] == "background" and len(asked) == sent  # type: ignore[index]

@@ -276,6 +276,16 @@ def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> Responses
             f"{what}{name} is not served by laneway's Responses API (it serves text in and text out)",
             param=name,
         )
+    if (
+        not engine
+        and body.get("background") is not None
+        and not _asks_nothing("background", body["background"])
+    ):
+        raise InvalidRequest(  # (it is sent streamed and unstored: the upstream would refuse it, unclearly)
+            "background is not served through laneway (laneway streams each response itself and keeps "
+            "it where store is true: send the request without background)",
+            param="background",
+        )
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("model is required (a string)", param="model")
