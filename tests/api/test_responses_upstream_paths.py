@@ -5,7 +5,9 @@ as a response that continues it is sent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import openai
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from laneway.config import ServerConfig
@@ -54,12 +56,20 @@ def fake_upstream(asked: list[tuple[str, dict[str, Any]]]) -> Starlette:
             ],
             "usage": {"input_tokens": 2, "output_tokens": 1, "total_tokens": 3},
         }
-        events = (
-            _sse("response.created", response={**final, "status": "in_progress", "output": []})
-            + _sse("response.output_text.delta", delta="ok")
-            + _sse("response.completed", response=final)
-        )
-        return Response(events, media_type="text/event-stream")
+        events = [
+            _sse("response.created", response={**final, "status": "in_progress", "output": []}),
+            _sse("response.output_text.delta", delta="ok"),
+            _sse("response.completed", response=final),
+        ]
+        if body.get("input") != "slow":
+            return Response("".join(events), media_type="text/event-stream")
+
+        async def slowly() -> AsyncIterator[str]:  # (its first event, then the rest 0.5 s later)
+            yield events[0]
+            await asyncio.sleep(0.5)
+            yield "".join(events[1:])
+
+        return StreamingResponse(slowly(), media_type="text/event-stream")
 
     async def input_tokens(request: Request) -> Response:
         body = await request.json()
@@ -136,6 +146,15 @@ def test_an_upstreams_response_carries_the_name_its_client_used(tmp_path: Path) 
                 assert asked[-1][1]["store"] is False  # (laneway stores it, as the client asked)
                 assert {r.store for r in carried} == {True}
                 assert c.responses.retrieve(whole.id).model == "mine"
+                # deleted while it streams: it stays deleted, its stream's end says "store": false
+                body = {"model": "mine", "input": "slow", "stream": True}
+                with httpx.stream("POST", s.base_url + "/responses", json=body, timeout=60) as r:
+                    lines = r.iter_lines()
+                    first = json.loads(next(line for line in lines if line.startswith("data: "))[6:])
+                    c.responses.delete(first["response"]["id"])
+                    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+                assert events[-1]["type"] == "response.completed"
+                assert events[-1]["response"]["store"] is False, events[-1]
                 sent = len(asked)  # background: not served (refused here, naming it, and not sent:
                 with pytest.raises(openai.BadRequestError, match="background is not served") as err:
                     c.responses.create(model="mine", input="x", background=True)  # vLLM's refusal misled)

@@ -186,8 +186,8 @@ async def _events(kept: Kept, answer: Answer, ticket: Ticket, first: Delta | Don
         )
     if forwarded and item.chunks:  # the upstream's last event, with the finished response
         last = dict(item.chunks[-1])
-        last["response"] = final
-        yield _own_event(answer, kept.req, last)
+        last["response"] = final  # (laneway's already, whether it is stored now included)
+        yield event_sse(last)
     else:
         for event in answer.closing(final):
             yield event
