@@ -108,6 +108,8 @@ def test_any_other_stream_passes_event_by_event_with_its_usage_counted() -> None
     with pytest.raises(UpstreamUnavailable, match="not JSON"):
         p2 = Passed(Run(job, seen.append, "u"), "u")
         p2.take(b"<html>")
+    with pytest.raises(UpstreamUnavailable, match="its stream ended with no event"):
+        Passed(Run(job, seen.append, "u"), "u").ended()  # (it was an empty 200)
 
 
 def test_a_whole_answer_is_kept_as_sent() -> None:

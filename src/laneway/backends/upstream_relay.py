@@ -130,9 +130,11 @@ class Passed:
         self.done_line = False
         self.given: int | None = None
         self.made: int | None = None
+        self.events = 0
 
     def take(self, data: bytes) -> None:
         run = self.run
+        self.events += 1
         if data == b"[DONE]":
             self.done_line = True
             return
@@ -152,6 +154,8 @@ class Passed:
 
     def ended(self) -> Done:
         run = self.run
+        if not self.events:  # (a 200 event stream of no event: bytes that are no events, or none)
+            raise UpstreamUnavailable(f"upstream {self.source}: its stream ended with no event")
         if plausible(self.made, 0, run.most_tokens):
             run.run_tokens = self.made
         tail = (b"data: [DONE]\n\n" if self.done_line else b"", "")
