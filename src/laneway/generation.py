@@ -186,6 +186,7 @@ class Job:
     resume: ResumeRule = ResumeRule.EXACT
     rank: int = 0  # its class (0: the most urgent), for an engine that orders its queue by it
     endpoint: str = ""  # a relayed job's path under the upstream's base URL ("messages")
+    headers: tuple[tuple[str, str], ...] = ()  # a relayed job's client headers passed on (anthropic-*)
 
     def __post_init__(self) -> None:
         if not self.kind:

@@ -49,9 +49,12 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
     sent: list[object] = []
     queries: list[str] = []
 
+    heard: list[dict[str, str]] = []
+
     async def messages(request: Request) -> Response:
         sent.append(await request.json())
         queries.append(request.url.query)
+        heard.append(dict(request.headers))
         return JSONResponse({"type": "message", "content": [{"type": "text", "text": "ok"}]})
 
     async def models(request: Request) -> Response:
@@ -82,6 +85,13 @@ def test_a_body_for_an_upstreams_model_is_read_as_strictly_as_any(tmp_path: Path
             deep = b'{"model": "m", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
             r = httpx.post(f"{s.url}/v1/messages", content=deep, timeout=30)  # (too deep to see its model)
             assert r.status_code == 400 and "nested" in r.json()["error"]["message"], r.text
+            # Anthropic's version and betas go with it (headers); no other header of the client's
+            said = {"anthropic-version": "2023-06-01", "anthropic-beta": "x-2025", "x-other": "no"}
+            ok = httpx.post(f"{s.url}/v1/messages", content=ask + b"}", headers=said, timeout=30)
+            assert ok.status_code == 200, ok.text
+            assert heard[-1]["anthropic-version"] == "2023-06-01" and heard[-1]["anthropic-beta"] == "x-2025"
+            assert "x-other" not in heard[-1] and "authorization" not in heard[-1]
+            del sent[1:], queries[1:]
             # the query string goes with it, as sent (Anthropic's clients send ?beta=true)
             ok = httpx.post(f"{s.url}/v1/messages?beta=true", content=ask + b"}", timeout=30)
             assert ok.status_code == 200 and queries == ["", "beta=true"], queries

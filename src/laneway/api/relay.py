@@ -152,7 +152,7 @@ async def passed_on(
 ) -> Response:
     """``body`` sent to ``endpoint`` of an upstream of ``model``, scheduled by class as any
     request; its answer as the upstream gave it."""
-    job = relay_job("relay-" + uuid.uuid4().hex[:24], model, endpoint, body)
+    job = relay_job("relay-" + uuid.uuid4().hex[:24], model, endpoint, body, request.headers.items())
     ticket = submit(request, runtime, job, body, tenant, size)
     first = await first_event(request, runtime, ticket, job.stream)
     if isinstance(first, Response):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -368,9 +368,11 @@ class Pool:
         stall_s: float = math.inf,
         accept: bytes = b"application/json",
         traceparent: str | None = None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> Exchange:
         """Send a request; its answer goes to ``reader``. Await ``exchange.done`` for its end.
-        ``traceparent``: the W3C trace context it carries (a header)."""
+        ``traceparent``: the W3C trace context it carries (a header); ``headers``: more (names
+        and values checked by the caller: no line breaks)."""
         if self.closed:
             raise HttpError("the connection pool is closed")
         conn = None
@@ -390,6 +392,8 @@ class Pool:
         )
         if traceparent is not None and traceparent.isascii() and traceparent.isprintable():
             head += b"traceparent: " + traceparent.encode() + b"\r\n"
+        for name, value in headers:
+            head += b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1"))
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
             return conn.send(head + body, reader, stall_s)
@@ -404,12 +408,13 @@ class Pool:
         timeout_s: float,
         max_bytes: int = MAX_BODY_BYTES,
         traceparent: str | None = None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> Collect:
         """A whole exchange, its answer kept (up to ``max_bytes``); :class:`HttpError` past
         ``timeout_s``. A caller cancelled meanwhile aborts the exchange (the upstream sees
         its client leave)."""
         reader = Collect(max_bytes)
-        exchange = await self.request(method, rel, body, reader, traceparent=traceparent)
+        exchange = await self.request(method, rel, body, reader, traceparent=traceparent, headers=headers)
         try:
             async with asyncio.timeout(timeout_s):
                 await asyncio.shield(exchange.done)

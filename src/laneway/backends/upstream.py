@@ -439,6 +439,7 @@ class UpstreamWorker:
             stall_s=self.stall_timeout_s,
             accept=b"text/event-stream",
             traceparent=self._traced(run),
+            headers=run.job.headers,
         )
         if not self._live(run, me):  # stopped while the request was being sent: take it back
             exchange.abort()
@@ -460,7 +461,12 @@ class UpstreamWorker:
         """A run's whole non-streamed exchange, within the worker's ``timeout_s``."""
         try:
             return await self._pool.fetch(
-                "POST", path, body, timeout_s=self.timeout_s, traceparent=self._traced(run)
+                "POST",
+                path,
+                body,
+                timeout_s=self.timeout_s,
+                traceparent=self._traced(run),
+                headers=run.job.headers,
             )
         except Timeout:
             raise self._late() from None

@@ -13,7 +13,7 @@ the start; a streamed one is not preempted once started.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from laneway.errors import InvalidRequest
@@ -22,8 +22,11 @@ from laneway.protocol.fields import OWNED
 from laneway.protocol.values import MAX_TOKENS_LIMIT, flag
 
 
-def relay_job(rid: str, model: str, endpoint: str, body: Mapping[str, Any]) -> Job:
-    """The job that sends ``body`` to ``endpoint`` (under the upstream's base URL)."""
+def relay_job(
+    rid: str, model: str, endpoint: str, body: Mapping[str, Any], headers: Iterable[tuple[str, str]] = ()
+) -> Job:
+    """The job that sends ``body`` to ``endpoint`` (under the upstream's base URL), with the
+    client's headers of :data:`PASSED_HEADERS` among ``headers``."""
     stream = flag(body, "stream", False)
     limit = None
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
@@ -47,4 +50,30 @@ def relay_job(rid: str, model: str, endpoint: str, body: Mapping[str, Any]) -> J
         stream=stream,
         resume=rule,
         endpoint=endpoint,
+        headers=passed_headers(headers),
     )
+
+
+# the client's headers a pass-through carries on (Anthropic's API reads its version and
+# betas from them: anthropic-version, anthropic-beta), at most this many, this long
+PASSED_HEADERS = ("anthropic-",)
+MAX_PASSED = 8
+MAX_HEADER_CHARS = 1024
+
+
+def passed_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The headers among ``headers`` that a pass-through carries on: named with a prefix of
+    :data:`PASSED_HEADERS`, of plain printable characters (none that could end a header)."""
+    out = []
+    for name, value in headers:
+        low = name.lower()
+        if (
+            low.startswith(PASSED_HEADERS)
+            and len(name) + len(value) <= MAX_HEADER_CHARS
+            and low.isascii()
+            and all(c.isalnum() or c in "-_" for c in low)
+            and value.isascii()
+            and value.isprintable()
+        ):
+            out.append((low, value))
+    return tuple(out[:MAX_PASSED])
