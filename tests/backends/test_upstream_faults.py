@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -203,3 +206,27 @@ def test_a_request_whose_engine_froze_before_it_made_anything_waits_its_queue_ti
                 thaw.set()  # (its engine answers again: the server stops without waiting on it)
     finally:
         thaw.set()
+
+
+def test_a_run_that_never_reached_its_worker_spends_no_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose engine went between two probes (no connection can be made): a run sent
+    to it never reached it, and is tried again without spending a try or a migration (a
+    request cut by an engine's death went back to the dead engine and spent its migrations
+    there: the next failure ended it, a healthy engine beside it)."""
+    calls: list[str] = []
+    with serving(fake_upstream(calls)) as url, ExitStack() as gone:
+        dead_url = gone.enter_context(serving(fake_upstream(calls)))
+        workers = (upstream("dead", dead_url, slots=2), upstream("live", url, slots=2))
+        cfg = replace(ServerConfig(), workers=workers, data_dir=tmp_path, probe_interval_s=60.0)
+        with live_server(cfg) as server, httpx.Client(base_url=server.base_url, timeout=30) as c:
+            gone.close()  # (the next probe is a minute away: "dead" is still in placement)
+            with caplog.at_level(logging.WARNING, logger="laneway.runtime"):
+                for i in range(4):
+                    r = c.post("/completions", json={"model": "m", "prompt": f"fine {i}", "max_tokens": 2})
+                    assert r.status_code == 200 and r.json()["laneway"]["worker"] == "live", r.text
+            said = [rec.getMessage() for rec in caplog.records]
+            assert any("did not reach worker dead" in m for m in said), said
+            assert not any("retrying" in m for m in said), said
+            assert server.runtime.recovery.down == {"dead"}

@@ -53,6 +53,7 @@ from laneway.backends.http_readers import (
     Stale,
     Timeout,
     TooLarge,
+    Unreached,
 )
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "Target",
     "Timeout",
     "TooLarge",
+    "Unreached",
 ]
 
 
@@ -346,11 +348,11 @@ class Pool:
                         protocol, t.host, t.port, ssl=self._ssl, server_hostname=t.host if self._ssl else None
                     )
         except TimeoutError:
-            raise HttpError(
+            raise Unreached(
                 f"could not connect to {t.host}:{t.port} within {self.connect_timeout_s:g} s"
             ) from None
         except OSError as exc:
-            raise HttpError(f"could not connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
+            raise Unreached(f"could not connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
         except asyncio.CancelledError:
             for c in made:  # made just before the cancel: nobody will use it
                 c.close()

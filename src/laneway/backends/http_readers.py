@@ -23,6 +23,10 @@ class Timeout(HttpError):
     """Nothing (or not all) came back in time: the upstream may be slow, not gone."""
 
 
+class Unreached(HttpError):
+    """No connection could be made (refused, reset, timed out): the request was not sent."""
+
+
 class Cut(HttpError):
     """The connection was lost after the answer began (its status and headers came): the
     upstream was there, and broke off this answer."""

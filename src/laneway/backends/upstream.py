@@ -40,7 +40,18 @@ from typing import Any
 
 from laneway.backends.base import Capacity, EngineState, Health, Sink
 from laneway.backends.continuation import request_body
-from laneway.backends.http import Collect, Connect, Cut, Events, HttpError, Pool, Stale, Timeout, TooLarge
+from laneway.backends.http import (
+    Collect,
+    Connect,
+    Cut,
+    Events,
+    HttpError,
+    Pool,
+    Stale,
+    Timeout,
+    TooLarge,
+    Unreached,
+)
 from laneway.backends.upstream_body import PATHS, Bodies
 from laneway.backends.upstream_errors import (
     describe_body,
@@ -319,6 +330,8 @@ class UpstreamWorker:
                 malformed=isinstance(exc, (TooLarge, Cut)),
                 worker_fault=not isinstance(exc, Stale),
             )
+            err.unsent = isinstance(exc, (Unreached, Stale))
+            err.cut = isinstance(exc, Cut)
             err.checkpoint = self._resumable(run)
             return err
         if isinstance(exc, UpstreamUnavailable):

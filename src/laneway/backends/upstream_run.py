@@ -51,6 +51,8 @@ class UpstreamUnavailable(BackendError):
         self.worker_fault = worker_fault
         self.malformed = malformed
         self.checkpoint: Checkpoint | None = None  # where the run stopped, if it may go on elsewhere
+        self.unsent = False  # it never reached the engine (no connection): a try that cost nothing
+        self.cut = False  # the engine broke its answer off: it may be gone (probed at once)
 
 
 class EngineError(BackendError):

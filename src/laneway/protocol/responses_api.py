@@ -323,6 +323,8 @@ def read_responses(body: Mapping[str, Any], *, engine: bool = True) -> Responses
             **TEXT_FORMAT,
             **({"verbosity": text["verbosity"]} if text.get("verbosity") else {}),
         }
+    elif isinstance(text, dict):  # (an upstream's: said back as asked where laneway answers itself)
+        echoed["text"] = text
     return ResponsesRequest(
         id=new_id(RESPONSE_PREFIX),
         model=model,

@@ -4,11 +4,15 @@ When a worker fails a request with a retryable error (an upstream that cannot
 be reached, stalled, or answered 429/502–504), the worker is taken out of
 placement until a probe finds it healthy again (:mod:`laneway.runtime.probes`).
 One that answered with something that is no answer (a 200 that is not a stream,
-a chunk that is not JSON, more tokens than asked, an answer broken off) is up: it
-stays in placement, and a probe at once says whether it is well. A kept-alive
-connection the upstream closed as the request went out says nothing of the
-worker: the request is tried again, the worker stays. An upstream's 500 is that
-one request's failure: it is not tried again.
+a chunk that is not JSON, more tokens than asked) is up: it stays in placement,
+and its probe says whether it is well. One that broke its answer off (the
+connection lost after the answer began: its engine died, or choked on that one
+request) is taken out and probed at once: back within moments if it is up, out
+if it is gone (a request sent to it again would have found it dead). A run that
+never reached its worker (no connection could be made; a kept-alive connection
+the upstream closed as it went out) is tried again without spending a try or a
+migration (at most :data:`MAX_UNSENT` times). An upstream's 500 is that one
+request's failure: it is not tried again.
 If the request streamed nothing yet, it goes back to the head of its queue
 (it keeps its arrival) and runs on whichever worker the scheduler picks next,
 at most :data:`MAX_RETRIES` times — unless its client streams and has events of
@@ -34,6 +38,7 @@ import math
 from typing import TYPE_CHECKING
 
 from laneway.errors import RequestError, Unavailable
+from laneway.generation import Checkpoint
 from laneway.runtime.ticket import Phase, Ticket
 
 if TYPE_CHECKING:
@@ -42,6 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("laneway.runtime")
 
 MAX_RETRIES = 2
+# runs that never reached their worker (no connection could be made) tried again without
+# spending a try or a migration: the worker they failed on is out of placement by then
+MAX_UNSENT = 4
 
 
 class Recovery:
@@ -59,9 +67,9 @@ class Recovery:
             return False
         rt = self.rt
         worker = ticket.worker
+        cut = getattr(error, "cut", False)
         if worker is not None and getattr(error, "worker_fault", True):
-            if getattr(error, "malformed", False):  # up: it answered; it stays in placement
-                rt.prober.check(worker)  # (unless its probe, now, finds it gone)
+            if getattr(error, "malformed", False) and not cut:  # up: it answered; it stays in placement
                 fleet = rt.fleet
                 if (
                     fleet is not None
@@ -71,19 +79,34 @@ class Recovery:
                     return False  # (that took its engines for broken: it ends, none is started for it)
             else:
                 rt.prober.take_out(worker, str(error))
-        checkpoint = getattr(error, "checkpoint", None)
+                if cut:  # (its answer broken off: back at once if a probe finds it up, else gone)
+                    rt.prober.check(worker)
+        checkpoint: Checkpoint | None = getattr(error, "checkpoint", None)
+        if getattr(error, "unsent", False) and ticket.unsent < MAX_UNSENT:
+            ticket.unsent += 1  # (it never reached the worker: a try, or a migration, not spent)
+            return self._again(ticket, worker, error, checkpoint)
         if ticket.tokens == 0 and ticket.job.stream and not math.isnan(ticket.first_token_s):
             return False  # its client has events of it (a Responses stream's first ones): not again
         if ticket.tokens > 0:  # it streamed: it may go on elsewhere only from where it stopped
             if checkpoint is None or ticket.migrations >= rt.config.max_migrations:
                 return False
             ticket.migrations += 1
-            ticket.checkpoint = checkpoint
-            ticket.resume = checkpoint.mode
         elif ticket.retries >= MAX_RETRIES:
             return False
         else:
             ticket.retries += 1
+        return self._again(ticket, worker, error, checkpoint)
+
+    def _again(
+        self, ticket: Ticket, worker: str | None, error: Exception, checkpoint: Checkpoint | None
+    ) -> bool:
+        """Queue ``ticket`` again (from ``checkpoint`` where it streamed)."""
+        rt = self.rt
+        if ticket.tokens > 0:
+            if checkpoint is None:
+                return False
+            ticket.checkpoint = checkpoint
+            ticket.resume = checkpoint.mode
         now = rt.now()
         rt.sched.requeue(ticket.id, now, failed=True)
         ticket.phase = Phase.QUEUED
@@ -91,7 +114,9 @@ class Recovery:
         rt.alerts.watch(ticket, now)
         if not rt.prober.serving(ticket.job.model):
             rt.prober.hold(ticket, now)
-        if ticket.tokens > 0:
+        if getattr(error, "unsent", False):
+            log.warning("request %s did not reach worker %s (%s); queued again", ticket.id, worker, error)
+        elif ticket.tokens > 0:
             log.warning(
                 "request %s: worker %s failed after %d tokens (%s); "
                 "queued again to go on from there (migration %d of %d)",

@@ -47,6 +47,7 @@ class Ticket:
     preemptions: int = 0
     retries: int = 0  # runs failed by a worker and started again elsewhere
     migrations: int = 0  # runs failed part-way by a worker and continued elsewhere
+    unsent: int = 0  # runs that never reached their worker (no connection), tried again uncounted
     first_start_s: float = math.nan
     first_token_s: float = math.nan  # when its answer began (a first chunk, maybe a role alone)
     token_timed: bool = False  # its time to the first token was counted
