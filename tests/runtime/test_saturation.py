@@ -126,6 +126,14 @@ def test_figures_that_are_no_counts_are_not_believed_and_a_timestamp_is_read_pas
             )
             assert text != VLLM_METRICS
             assert state_in(text, "m", gauges) is None, (name, bad)
+    over = VLLM_METRICS.replace(
+        'kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
+        'kv_cache_usage_perc{engine="0",model_name="m"} 5.0',
+    )
+    assert over != VLLM_METRICS
+    assert state_in(over, "m", gauges) == EngineState(
+        3, 1, None, 1200.0, 800.0
+    )  # (500 % of its cache: not said)
     stamped = VLLM_METRICS.replace('model_name="m"} 3.0', 'model_name="m"} 3.0 1700000000000')
     assert stamped != VLLM_METRICS
     assert state_in(stamped, "m", gauges) == EngineState(3, 1, 0.25, 1200.0, 800.0)

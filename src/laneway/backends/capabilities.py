@@ -175,4 +175,6 @@ def state_in(text: str, model: str, names: tuple[str | None, ...]) -> EngineStat
     running, waiting, kv, queries, hits = values
     if running is None or waiting is None:
         return None
+    if kv is not None and kv > 1.0:  # (a share: one past all of it is no figure of the cache)
+        kv = None
     return EngineState(round(running), round(waiting), kv, queries, hits)
