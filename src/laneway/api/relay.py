@@ -68,13 +68,13 @@ async def relay_here(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     config = runtime.config
     tenant = authenticate(request, config)
+    passes = any(s.passthrough for s in runtime.support.values())  # (upstreams take pass-throughs)
     try:
         raw = await read_body(request, config.max_body_bytes)
     except RequestError:  # too large (or compressed) to see which model it names
-        if any(s.passthrough for s in runtime.support.values()):
+        if passes:
             raise  # (it may be meant for an upstream: the limit is why it is not taken)
         raise HTTPException(404) from None  # (no upstream to pass anything to: no such route)
-    passes = any(s.passthrough for s in runtime.support.values())
     try:
         body = json_object(raw)
     except RequestError:

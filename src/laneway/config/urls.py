@@ -28,4 +28,5 @@ def is_http(url: str) -> bool:
 def is_otlp_traces(url: str) -> bool:
     """Whether ``url`` is an OTLP/HTTP traces endpoint: an http(s) URL with a path (the
     exporter posts to it as given; a collector serves ``/v1/traces``, not ``/``)."""
-    return is_http(url) and urlsplit(url).path.strip("/") != ""
+    parts = split(url) if is_http(url) else None
+    return parts is not None and parts.path.strip("/") != ""

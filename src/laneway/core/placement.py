@@ -254,7 +254,7 @@ class SlotPlacement:
             req.cached_blocks = matched
             if not req.prefilled:  # what it likely prefills there, until its first token
                 req.prefill_left = max(req.prompt_tokens - matched * index.block_tokens, 0)
-            index.record(w.id, req.prefix)
+            index.record(w.id, req.prefix, matched)
         self.take(w)
         return w
 

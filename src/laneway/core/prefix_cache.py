@@ -70,16 +70,19 @@ class PrefixIndex:
                 hi = mid - 1
         return lo
 
-    def record(self, worker: str, blocks: Sequence[int]) -> None:
+    def record(self, worker: str, blocks: Sequence[int], matched: int | None = None) -> None:
         """``blocks`` were sent to ``worker``: it holds them now, most recently used, the
         head of the chain last (an engine evicts a cached prompt from its tail, as vLLM
         frees a request's blocks tail first). A chain longer than the worker holds at all
         is not recorded: no engine holds it whole (it is refused, or cannot run), and
-        recording it would push every other prompt out."""
+        recording it would push every other prompt out. ``matched``: :meth:`matched` of
+        ``blocks`` there, where the caller has it already."""
         if not blocks or len(blocks) > self._cap[worker]:
             return
         held = self._blocks[worker]
-        self.matched_blocks[worker] = self.matched_blocks.get(worker, 0) + self.matched(worker, blocks)
+        if matched is None:
+            matched = self.matched(worker, blocks)
+        self.matched_blocks[worker] = self.matched_blocks.get(worker, 0) + matched
         self.sent_blocks[worker] = self.sent_blocks.get(worker, 0) + len(blocks)
         for b in reversed(blocks):
             if b in held:
